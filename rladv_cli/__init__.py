@@ -1,0 +1,37 @@
+"""rladv: verl's reward-to-advantage step, offline, on saved rollout Parquet files.
+
+Public API (torch is imported only when tensors are needed)::
+
+    import rladv_cli
+    cfg = rladv_cli.Config(estimator="grpo")
+    out_table, report = rladv_cli.compute(table, cfg)            # in memory, an Arrow table
+    report = rladv_cli.compute_file(["rollouts.parquet"], cfg, output="out.parquet")
+    rladv_cli.validate(["rollouts.parquet"], estimator="gae")   # raises InputError on bad data
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "compute": "api",
+    "compute_file": "api",
+    "validate": "api",
+    "Config": "config",
+    "Report": "report",
+    "RladvError": "errors",
+    "ConfigError": "errors",
+    "InputError": "errors",
+    "ComputeError": "errors",
+    "OutputError": "errors",
+    "ESTIMATORS": "estimators",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"rladv_cli.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'rladv_cli' has no attribute {name!r}")

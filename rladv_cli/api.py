@@ -1,0 +1,94 @@
+"""The library entry points the CLI calls: ``compute`` (Arrow table), ``compute_file`` (Parquet paths), ``validate``."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import validation
+from .config import Config
+from .errors import InputError
+from .io import AtomicParquetWriter, Dataset, TableSource, check_output_path, default_output, write_json_atomic
+from .report import Report
+
+PathLike = str | os.PathLike
+
+
+def _config(config: Optional[Config], settings: dict) -> Config:
+    if config is None:
+        return Config.build(**settings)
+    return config.model_copy(update=settings) if settings else config
+
+
+def compute(table: pa.Table, config: Optional[Config] = None, *, progress: Optional[Callable] = None,
+            **settings) -> tuple[pa.Table, Report]:
+    """Advantages for an in-memory Arrow table: ``(table with rladv's columns added, report)``.
+
+    ``settings`` are ``Config`` fields (``estimator="grpo", kl_coef=0.01, ...``) and override ``config``.
+    """
+    from .pipeline import Pipeline, output_schema
+
+    cfg = _config(config, settings)
+    source = TableSource(table)
+    pipeline = Pipeline(source, cfg, progress)
+    parts: list[pa.Table] = []
+    report = pipeline.run(parts.append)
+    schema = output_schema(table.schema, pipeline.is_cfg is not None)
+    return (pa.concat_tables(parts) if parts else schema.empty_table()), report
+
+
+def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config] = None, *,
+                 output: Optional[PathLike] = None, report_path: Optional[PathLike] = None,
+                 progress: Optional[Callable] = None, **settings) -> Report:
+    """Read a dataset (file, files or folder), write ``output`` (default ``DATASET.adv.parquet``) atomically,
+    and optionally the JSON report. Nothing is left behind when it fails."""
+    from .pipeline import Pipeline, output_schema
+
+    cfg = _config(config, settings)
+    paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    dataset = Dataset(paths)
+    out = str(output) if output is not None else default_output(paths)
+    check_output_path(out, dataset)
+    if report_path is not None:
+        check_output_path(str(report_path), dataset, "--report")
+    pipeline = Pipeline(dataset, cfg, progress)
+    with AtomicParquetWriter(out, output_schema(dataset.schema, pipeline.is_cfg is not None)) as sink:
+        report = pipeline.run(sink.write).model_copy(update={"output": out})
+        if report_path is not None:
+            write_json_atomic(str(report_path), report.to_json())
+        sink.commit()
+    return report
+
+
+@dataclass(frozen=True)
+class ValidationSummary:
+    """What ``validate`` checked: the files, rows and tokens of a dataset that passed."""
+
+    paths: list[str]
+    rows: int
+    tokens: int
+    columns: list[str]
+
+
+def validate(inputs: Sequence[PathLike] | PathLike, estimator: Optional[str] = None, *, kl: bool = False,
+             rollout_correction: bool = False, batch_key: Optional[str] = None,
+             chunk_rows: int = 8192) -> ValidationSummary:
+    """Check a dataset against the contract (and the columns ``estimator`` needs) without torch; raises
+    ``InputError`` naming file, row and column at the first problem."""
+    paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    dataset = Dataset(paths)
+    if estimator is not None:
+        Config.build(estimator=estimator)
+    required = validation.required_columns(dataset.columns, estimator, kl=kl,
+                                           rollout_correction=rollout_correction, batch_key=batch_key)
+    validation.check_schema(dataset.paths[0], dataset.schema, required)
+    if dataset.num_rows == 0:
+        raise InputError(dataset.paths[0], "holds no rows")
+    tokens = 0
+    for chunk in dataset.chunks(None, chunk_rows):
+        validation.check_chunk(chunk.table, chunk.path, chunk.start)
+        tokens += pc.sum(pc.list_value_length(chunk.table["response_mask"])).as_py() or 0
+    return ValidationSummary(dataset.paths, dataset.num_rows, int(tokens), dataset.columns)

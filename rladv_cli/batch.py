@@ -1,0 +1,144 @@
+"""A chunk of rows as flat token tensors plus row offsets (Arrow's list offsets, rebased to 0)."""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+import torch
+from torch import Tensor
+
+from . import kernels
+from .kernels import GroupStats
+
+
+@dataclass
+class Batch:
+    """``B`` rows held flat: token tensors are ``(N,)`` float32, row tensors ``(B,)``.
+
+    response_mask: the mask the estimator uses (after rollout rejection); original_mask: as read (m0).
+    token_level_scores: assembled scores; token_level_rewards: after KL shaping (same values when off).
+    row_index: dataset-wide row numbers; group_index: dense ids of (batch, uid) groups; groups: the
+    batch-wide group statistics, present for estimators that declare ``groups``; pad_width: the longest
+    response of each row's batch (verl's padded ``T``), which fixes how row totals round.
+    """
+
+    row_offsets: Tensor
+    original_mask: Tensor
+    response_mask: Tensor
+    token_level_scores: Tensor
+    token_level_rewards: Tensor
+    row_index: Tensor
+    values: Optional[Tensor] = None
+    old_log_probs: Optional[Tensor] = None
+    ref_log_prob: Optional[Tensor] = None
+    rollout_log_probs: Optional[Tensor] = None
+    group_index: Optional[Tensor] = None
+    groups: Optional[GroupStats] = None
+    padding: Optional[Tensor] = None
+    pad_width: Optional[Tensor] = None
+    _row_ids: Optional[Tensor] = field(default=None, repr=False)
+
+    @property
+    def num_rows(self) -> int:
+        return self.row_offsets.numel() - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return self.response_mask.numel()
+
+    @property
+    def row_ids(self) -> Tensor:
+        if self._row_ids is None:
+            self._row_ids = kernels.row_ids(self.row_offsets)
+        return self._row_ids
+
+    def row_total(self, x: Tensor) -> Tensor:
+        """``R_i = Σ_t x[i,t]`` over every position, float32, rounded exactly as verl sums the row padded
+        to its batch's longest response (``pad_width``); ``(B,)``."""
+        width = self.pad_width if self.pad_width is not None else kernels.row_lengths(self.row_offsets)
+        return kernels.padded_row_sum(x, self.row_offsets, width)
+
+    def reward_total(self) -> Tensor:
+        """``R_i``: the row total of ``token_level_rewards`` (see ``row_total``); ``(B,)`` float32."""
+        return self.row_total(self.token_level_rewards)
+
+    def row_sum(self, x: Tensor) -> Tensor:
+        """``Σ_t x[i,t]`` per row as float32 (accumulated in float64); ``(B,)``."""
+        return kernels.segment_sum(x, self.row_offsets).float()
+
+    def per_token(self, per_row: Tensor) -> Tensor:
+        """Broadcast ``(B,)`` to the row's tokens ``(N,)``."""
+        return per_row[self.row_ids]
+
+    def with_mask(self, response_mask: Tensor) -> "Batch":
+        return replace(self, response_mask=response_mask)
+
+
+def list_offsets(arr: pa.Array) -> np.ndarray:
+    """Row offsets ``(B+1,) int64`` of a (possibly sliced) Arrow list array, rebased to 0."""
+    off = np.asarray(arr.offsets, dtype=np.int64)
+    return off - off[0]
+
+
+def flat_values(table: pa.Table, name: str, dtype=np.float32) -> np.ndarray:
+    """The values of list column ``name`` as one flat array (slicing respected)."""
+    values = table[name].combine_chunks().flatten()
+    return values.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+
+
+def scalar_values(table: pa.Table, name: str, dtype=np.float32) -> np.ndarray:
+    return table[name].combine_chunks().to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+
+
+def assemble_scores(table: pa.Table, row_offsets: np.ndarray, attention: np.ndarray | None) -> np.ndarray:
+    """``token_level_scores (N,) float32``: ``rm_scores`` verbatim, or the scalar ``score`` at position
+    ``p_i = (number of non-padding tokens) − 1`` of each row (SEMANTICS §1); ``p_i = −1`` (an all-padding
+    row) wraps to the row's last position, as verl's indexing does."""
+    if "rm_scores" in table.column_names:
+        return flat_values(table, "rm_scores").copy()
+    score = scalar_values(table, "score")
+    out = np.zeros(int(row_offsets[-1]), dtype=np.float32)
+    lengths = np.diff(row_offsets)
+    if attention is None:
+        last = lengths - 1
+    else:
+        ones = np.add.reduceat(attention.astype(np.int64), row_offsets[:-1]) if len(lengths) else lengths
+        last = np.where(ones > 0, ones - 1, lengths - 1)
+    out[row_offsets[:-1] + last] = score
+    return out
+
+
+def from_arrow(table: pa.Table, first_row: int, device: torch.device) -> Batch:
+    """Build a ``Batch`` from a validated chunk; optional columns become tensors when present."""
+    names = table.column_names
+    offsets = list_offsets(table["response_mask"].combine_chunks())
+    mask = flat_values(table, "response_mask", np.float32)
+    attention = flat_values(table, "attention_mask", np.int8) if "attention_mask" in names else None
+    scores = assemble_scores(table, offsets, attention)
+
+    def t(a: np.ndarray) -> Tensor:
+        # Arrow buffers are read-only; the tensors made from them are never written in place.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            return torch.from_numpy(np.ascontiguousarray(a)).to(device)
+
+    optional = {
+        name: t(flat_values(table, name))
+        for name in ("values", "old_log_probs", "ref_log_prob", "rollout_log_probs")
+        if name in names
+    }
+    m0 = t(mask)
+    s = t(scores)
+    return Batch(
+        row_offsets=t(offsets),
+        original_mask=m0,
+        response_mask=m0,
+        token_level_scores=s,
+        token_level_rewards=s,
+        row_index=torch.arange(first_row, first_row + table.num_rows, device=device),
+        padding=None if attention is None else t((attention == 0).astype(np.float32)),
+        **optional,
+    )

@@ -1,0 +1,191 @@
+"""The ``rladv`` command: a thin typer layer over ``rladv_cli.api``; the one place errors become exit codes."""
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Callable, Optional
+
+import typer
+
+from .errors import RladvError
+from .estimators.registry import ESTIMATORS
+
+app = typer.Typer(
+    help="rladv: recompute verl's per-token advantages offline from rollout Parquet files.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+EstimatorName = Enum("EstimatorName", {name: name for name in ESTIMATORS}, type=str)
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class MaskMode(str, Enum):
+    reset = "reset"
+    carry = "carry"
+
+
+class KLCtrl(str, Enum):
+    fixed = "fixed"
+    adaptive = "adaptive"
+
+
+class ISLevel(str, Enum):
+    token = "token"
+    sequence = "sequence"
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"Error: {message}", err=True)
+    raise typer.Exit(code=2)
+
+
+def _run(action: Callable[[], object]) -> object:
+    """Run a library call; an ``RladvError`` or an OS-level failure becomes one line and exit code 2."""
+    try:
+        return action()
+    except RladvError as err:
+        _fail(str(err))
+    except OSError as err:
+        _fail(f"{err.filename or ''}: {err.strerror or err}".lstrip(": "))
+
+
+Datasets = Annotated[list[Path], typer.Argument(help="Parquet file(s) or folder(s) of *.parquet, read as one dataset.")]
+
+
+@app.command()
+def compute(
+    dataset: Datasets,
+    estimator: Annotated[EstimatorName, typer.Option(help="Advantage estimator, by verl's name.")],
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Output Parquet (default DATASET.adv.parquet).")] = None,
+    report: Annotated[Optional[Path], typer.Option(help="Also write the report as JSON here.")] = None,
+    gamma: Annotated[float, typer.Option(help="Discount factor.")] = 1.0,
+    lam: Annotated[float, typer.Option(help="GAE lambda.")] = 1.0,
+    norm_adv_by_std: Annotated[bool, typer.Option("--norm-adv-by-std/--no-norm-adv-by-std", help="grpo: divide by the group std.")] = True,
+    epsilon: Annotated[float, typer.Option(help="grpo: added to the group std.")] = 1e-6,
+    rpp_mask_mode: Annotated[MaskMode, typer.Option(help="reinforce_plus_plus at mask-0 positions: reset (chapter) or carry (verl 0.9.1).")] = MaskMode.reset,
+    kl_coef: Annotated[float, typer.Option(help="KL-in-reward coefficient; 0 turns KL shaping off.")] = 0.0,
+    kl_penalty: Annotated[str, typer.Option(help="KL estimate: kl|k1, abs, mse|k2, low_var_kl|k3, or <mode>+.")] = "kl",
+    kl_ctrl: Annotated[KLCtrl, typer.Option(help="KL coefficient controller.")] = KLCtrl.fixed,
+    kl_target: Annotated[float, typer.Option(help="Adaptive controller: target KL.")] = 0.1,
+    kl_horizon: Annotated[int, typer.Option(help="Adaptive controller: horizon.")] = 10000,
+    rollout_rs: Annotated[Optional[str], typer.Option(help="Rollout rejection options, verl's string (e.g. token_k1,seq_max_k2).")] = None,
+    rollout_rs_threshold: Annotated[Optional[str], typer.Option(help="Rejection thresholds, verl's string (e.g. 0.5_2.0,2.5).")] = None,
+    rollout_is: Annotated[Optional[ISLevel], typer.Option(help="Importance weights per token or per sequence.")] = None,
+    rollout_is_threshold: Annotated[str, typer.Option(help="IS truncation (a number) or IcePop band lo_hi.")] = "2.0",
+    rollout_is_batch_normalize: Annotated[bool, typer.Option(help="Divide IS weights by their batch mean.")] = False,
+    batch_key: Annotated[Optional[str], typer.Option(help="Column whose values split the dataset into independent batches.")] = None,
+    chunk_rows: Annotated[int, typer.Option(help="Rows held in memory at once (results do not depend on it).")] = 1024,
+    device: Annotated[Device, typer.Option(help="Torch device; auto = cuda when available.")] = Device.auto,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.")] = False,
+) -> None:
+    """Compute advantages and returns and write them beside every input column."""
+    from rich.console import Console
+
+    from .api import compute_file
+    from .config import Config
+    from .report import render
+
+    cfg = _run(lambda: Config.build(
+        estimator=estimator.value, gamma=gamma, lam=lam, norm_adv_by_std=norm_adv_by_std, epsilon=epsilon,
+        rpp_mask_mode=rpp_mask_mode.value, kl_coef=kl_coef, kl_penalty=kl_penalty, kl_ctrl=kl_ctrl.value,
+        kl_target=kl_target, kl_horizon=kl_horizon, rollout_rs=rollout_rs, rollout_rs_threshold=rollout_rs_threshold,
+        rollout_is=rollout_is.value if rollout_is else None, rollout_is_threshold=rollout_is_threshold,
+        rollout_is_batch_normalize=rollout_is_batch_normalize, batch_key=batch_key, chunk_rows=chunk_rows,
+        device=device.value,
+    ))
+    err = Console(stderr=True)
+    with _progress(err, enabled=not quiet and err.is_terminal) as progress:
+        result = _run(lambda: compute_file([str(p) for p in dataset], cfg, output=output, report_path=report,
+                                           progress=progress))
+    if not quiet:
+        render(result, Console())
+
+
+class _progress:
+    """A rich progress bar per pass (rows, rate, ETA) on a terminal; a no-op callback otherwise."""
+
+    def __init__(self, console, enabled: bool):
+        self.console, self.enabled, self.bar, self.tasks = console, enabled, None, {}
+
+    def __enter__(self):
+        if not self.enabled:
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("rows"), TimeRemainingColumn(), console=self.console, transient=True)
+        self.bar.start()
+        return self.update
+
+    def update(self, stage: str, done: int, total: int) -> None:
+        if stage not in self.tasks:
+            self.tasks[stage] = self.bar.add_task(f"{stage} pass", total=total)
+        self.bar.update(self.tasks[stage], completed=done)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+@app.command()
+def validate(
+    dataset: Datasets,
+    estimator: Annotated[Optional[EstimatorName], typer.Option(help="Also check the columns this estimator needs.")] = None,
+    kl: Annotated[bool, typer.Option("--kl", help="Also check the columns KL shaping needs.")] = False,
+) -> None:
+    """Check a dataset against the data contract without computing anything (no torch)."""
+    from .api import validate as run_validate
+
+    summary = _run(lambda: run_validate([str(p) for p in dataset], estimator.value if estimator else None, kl=kl))
+    typer.echo(f"ok: {summary.rows} rows, {summary.tokens} tokens in {len(summary.paths)} file(s)")
+
+
+@app.command()
+def estimators(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """List the estimators: what each needs, its baseline, and how credit crosses a tool observation."""
+    rows = [
+        {
+            "name": e.name,
+            "needs": ["response_mask", "rm_scores|score", *e.columns, *(["uid"] if e.groups else [])],
+            "critic": "values" in e.columns,
+            "groups": e.groups,
+            "whitened": e.whiten,
+            "baseline": e.baseline,
+            "observation_credit": e.observation_credit,
+            "singleton": e.singleton,
+            "summary": e.summary,
+        }
+        for e in ESTIMATORS.values()
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(header_style="bold", show_lines=True)
+    for col in ("estimator", "needs", "critic", "groups", "baseline", "credit across a tool observation"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], ", ".join(r["needs"]), "yes" if r["critic"] else "no", "yes" if r["groups"] else "no",
+                      r["baseline"], r["observation_credit"])
+    Console().print(table)
+
+
+def main() -> None:
+    app(prog_name="rladv")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

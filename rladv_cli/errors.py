@@ -1,0 +1,46 @@
+"""The one exception family rladv raises; the CLI turns it into ``Error: <message>`` and exit code 2."""
+from __future__ import annotations
+
+
+class RladvError(Exception):
+    """Base of every error rladv reports to a user; ``str(err)`` is one line a person can act on.
+
+    Example: ``rollouts.parquet: row 1042, column response_mask: value 2; masks must be 0 or 1``
+    """
+
+
+class ConfigError(RladvError):
+    """An option or a combination of options is invalid, found before any data is read.
+
+    Example: ``--gamma must be in [0, 1], got 1.5``
+    """
+
+
+class InputError(RladvError):
+    """The dataset breaks the data contract (CONTRACT.md §1); names file, row and column.
+
+    Example: ``data/a.parquet: row 7, column rm_scores: length 12 differs from response_mask's 13``
+    """
+
+    def __init__(self, path: str, message: str, *, row: int | None = None, column: str | None = None):
+        where = [str(path)]
+        if row is not None:
+            where.append(f"row {row}")
+        if column is not None:
+            where.append(f"column {column}")
+        super().__init__(", ".join(where[:1]) + (": " + ", ".join(where[1:]) if len(where) > 1 else "") + f": {message}")
+        self.path, self.row, self.column = str(path), row, column
+
+
+class ComputeError(RladvError):
+    """The data is well formed but the reference computation is undefined for it (verl would raise).
+
+    Example: ``reinforce_plus_plus: batch step=3 has 1 valid token; whitening needs at least 2``
+    """
+
+
+class OutputError(RladvError):
+    """The output cannot be written where asked.
+
+    Example: ``-o rollouts.parquet is one of the inputs; rladv never writes onto its input``
+    """

@@ -1,0 +1,47 @@
+"""REINFORCE++ (Hu 2025, arXiv:2501.03262): verl's ``reinforce_plus_plus`` and ``reinforce_plus_plus_baseline``."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..batch import Batch
+from ..config import Config
+from ..kernels import broadcast_rows, reverse_linear_scan, shift_left_in_row
+
+
+def reinforce_plus_plus(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
+    """Discounted reward-to-go ``G (N,)`` over actor tokens; the pipeline whitens it over the batch (§7.7).
+
+    ``m_t = 1``: ``G_t = r_t + γ·run``. At ``m_t = 0`` the running return
+    ``reset`` (default, the chapter and verl's earlier trainer): restarts at 0, so tokens left of an
+    observation or rejected token never see rewards right of it; ``carry`` (verl 0.9.1): passes through
+    unchanged, the position's own reward dropped. returns = G, 0 off-mask.
+    """
+    m = batch.response_mask
+    keep = cfg.gamma * m if cfg.rpp_mask_mode == "reset" else cfg.gamma * m + (1 - m)
+    returns = reverse_linear_scan(keep, batch.token_level_rewards * m, batch.row_offsets) * m
+    return returns, returns
+
+
+def credit_cut_rows(batch: Batch, cfg: Config) -> Tensor:
+    """Rows ``(B,) bool`` where ``reset`` mode cut a non-zero running return off from an earlier actor token:
+    some ``m_t = 0`` position has ``r_t + γ·run_{t+1} ≠ 0`` and an ``m = 1`` token before it in its row."""
+    m = batch.response_mask
+    if cfg.rpp_mask_mode != "reset":
+        return torch.zeros(batch.num_rows, dtype=torch.bool, device=m.device)
+    r = batch.token_level_rewards
+    run = reverse_linear_scan(cfg.gamma * m, r * m, batch.row_offsets)
+    carried = r + cfg.gamma * shift_left_in_row(run, batch.row_offsets)
+    # Kept tokens strictly before t in its row: a running count (exact in float64) minus the row's start.
+    count = m.double().cumsum(0) - m.double()
+    kept_before = count - broadcast_rows(count[batch.row_offsets[:-1]], batch.row_offsets) > 0
+    cut = (m == 0) & (carried != 0) & kept_before
+    return batch.row_sum(cut.float()) > 0
+
+
+def reinforce_plus_plus_baseline(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
+    """``X[i,t] = (R_i − b_g)·m[i,t]`` with ``b_g`` the float32 group mean (0 for a singleton); the pipeline
+    whitens ``X`` over the batch (§7.8). returns = advantages."""
+    total = batch.reward_total()
+    x = batch.per_token(total - batch.groups.mean[batch.group_index]) * batch.response_mask
+    return x, x

@@ -1,0 +1,210 @@
+"""Parquet in (sorted files, column projection, chunks of rows) and Parquet out (temp file + atomic rename)."""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import InputError, OutputError
+
+# Output row groups have a fixed number of rows so the file's bytes do not depend on --chunk-rows.
+ROW_GROUP_ROWS = 1024
+COMPRESSION = "zstd"
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Rows ``[start, start + num_rows)`` of file ``file_index``; ``first_row`` is the dataset-wide index."""
+
+    file_index: int
+    path: str
+    start: int
+    first_row: int
+    table: pa.Table
+
+
+class Dataset:
+    """One Parquet file, several files, or folders of ``*.parquet`` (sorted), read as one sequence of rows."""
+
+    def __init__(self, inputs: Sequence[str | os.PathLike]):
+        if not inputs:
+            raise InputError("DATASET", "no input given")
+        files: list[Path] = []
+        for raw in inputs:
+            p = Path(raw)
+            if p.is_dir():
+                found = sorted(q for q in p.glob("*.parquet") if q.is_file())
+                if not found:
+                    raise InputError(str(p), "folder holds no *.parquet file")
+                files.extend(found)
+            elif p.is_file():
+                files.append(p)
+            else:
+                raise InputError(str(p), "no such file or folder")
+        self.paths = [str(p) for p in files]
+        self._files = [self._open(p) for p in self.paths]
+        self.schema = self._files[0].schema_arrow
+        for path, f in zip(self.paths[1:], self._files[1:]):
+            self._check_same_schema(path, f.schema_arrow)
+        self.file_rows = [f.metadata.num_rows for f in self._files]
+        self.num_rows = sum(self.file_rows)
+
+    @staticmethod
+    def _open(path: str) -> pq.ParquetFile:
+        try:
+            return pq.ParquetFile(path)
+        except (pa.ArrowException, OSError) as err:
+            raise InputError(path, f"not a readable Parquet file ({str(err).splitlines()[0]})") from None
+
+    def _check_same_schema(self, path: str, schema: pa.Schema) -> None:
+        if schema.names != self.schema.names:
+            raise InputError(
+                path, f"columns {schema.names} differ from {self.paths[0]}'s {self.schema.names}; all files of a dataset need the same columns"
+            )
+        for field in schema:
+            expected = self.schema.field(field.name).type
+            if field.type != expected:
+                raise InputError(path, f"type {field.type} differs from {self.paths[0]}'s {expected}", column=field.name)
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.schema.names)
+
+    def chunks(self, columns: Sequence[str] | None, chunk_rows: int) -> Iterator[Chunk]:
+        """Yield chunks of at most ``chunk_rows`` rows holding only ``columns`` (all when None), in file order."""
+        first_row = 0
+        for i, (path, f) in enumerate(zip(self.paths, self._files)):
+            start = 0
+            try:
+                for rb in f.iter_batches(batch_size=chunk_rows, columns=list(columns) if columns is not None else None):
+                    table = pa.Table.from_batches([rb])
+                    yield Chunk(i, path, start, first_row + start, table)
+                    start += rb.num_rows
+            except (pa.ArrowException, OSError) as err:
+                raise InputError(path, f"cannot be read past row {start} ({str(err).splitlines()[0]})") from None
+            first_row += self.file_rows[i]
+
+    def locate(self, row: int) -> tuple[str, int]:
+        """(file path, 0-based row within that file) of dataset-wide row ``row``."""
+        for path, n in zip(self.paths, self.file_rows):
+            if row < n:
+                return path, row
+            row -= n
+        raise IndexError(row)
+
+
+def default_output(inputs: Sequence[str | os.PathLike]) -> str:
+    """``DATASET.adv.parquet`` beside a single input file; several inputs or a folder need ``-o``."""
+    if len(inputs) != 1 or Path(inputs[0]).is_dir():
+        raise OutputError("-o OUT.parquet is required when the dataset is a folder or several files")
+    p = Path(inputs[0])
+    return str(p.with_name(p.name.removesuffix(".parquet") + ".adv.parquet"))
+
+
+def check_output_path(out: str, dataset: Dataset, option: str = "-o") -> None:
+    """Refuse to write onto an input, into a missing folder, or into a folder we cannot write."""
+    target = Path(out)
+    for p in dataset.paths:
+        if target.exists() and target.resolve() == Path(p).resolve():
+            raise OutputError(f"{option} {out} is one of the inputs; rladv never writes onto its input")
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise OutputError(f"{option} {out}: folder {folder} does not exist")
+    if target.is_dir():
+        raise OutputError(f"{option} {out} is a folder; give a file name")
+    if not os.access(folder, os.W_OK):
+        raise OutputError(f"{option} {out}: folder {folder} is not writable")
+
+
+class AtomicParquetWriter:
+    """Writes to a temporary file beside ``path`` and renames it over ``path`` only on ``commit()``.
+
+    Rows are regrouped into row groups of exactly ``ROW_GROUP_ROWS`` rows (the last one shorter), so the
+    bytes written depend only on the rows, not on how they were chunked. ``abort()`` (or leaving the
+    context with an exception) removes the temporary file and leaves any existing ``path`` untouched.
+    """
+
+    def __init__(self, path: str, schema: pa.Schema):
+        self.path = path
+        self.schema = schema
+        folder = os.path.dirname(os.path.abspath(path))
+        fd, self._tmp = tempfile.mkstemp(prefix=".rladv-", suffix=".parquet.tmp", dir=folder)
+        os.close(fd)
+        self._writer = pq.ParquetWriter(self._tmp, schema, compression=COMPRESSION)
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
+        while self._pending_rows >= ROW_GROUP_ROWS:
+            self._flush(ROW_GROUP_ROWS)
+
+    def _flush(self, rows: int) -> None:
+        buffered = pa.concat_tables(self._pending)
+        self._writer.write_table(buffered.slice(0, rows).combine_chunks(), row_group_size=rows)
+        rest = buffered.slice(rows)
+        self._pending = [rest] if rest.num_rows else []
+        self._pending_rows = rest.num_rows
+
+    def commit(self) -> None:
+        if self._pending_rows:
+            self._flush(self._pending_rows)
+        self._writer.close()
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        try:
+            self._writer.close()
+        finally:
+            if os.path.exists(self._tmp):
+                os.unlink(self._tmp)
+
+    def __enter__(self) -> "AtomicParquetWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
+
+
+def write_json_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".rladv-", suffix=".json.tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class TableSource:
+    """An in-memory Arrow table with the reading interface of ``Dataset`` (one 'file' named ``name``)."""
+
+    def __init__(self, table: pa.Table, name: str = "<table>"):
+        self.table = table
+        self.paths = [name]
+        self.schema = table.schema
+        self.file_rows = [table.num_rows]
+        self.num_rows = table.num_rows
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.schema.names)
+
+    def chunks(self, columns: Sequence[str] | None, chunk_rows: int) -> Iterator[Chunk]:
+        table = self.table.select(list(columns)) if columns is not None else self.table
+        for start in range(0, table.num_rows, chunk_rows):
+            yield Chunk(0, self.paths[0], start, start, table.slice(start, chunk_rows))
+
+    def locate(self, row: int) -> tuple[str, int]:
+        return self.paths[0], row

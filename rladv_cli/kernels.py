@@ -1,0 +1,236 @@
+"""Segmented tensor kernels on flat ragged data.
+
+A chunk of ``B`` rows is held flat: every per-token tensor has shape ``(N,)`` with ``N = Σ L_i``, and
+``row_offsets (B+1,) int64`` marks where each row starts (Arrow list offsets, rebased to 0). No kernel pads
+to ``[B, T]`` and no kernel loops over tokens in Python. Every result for a row depends only on that row's
+own values, never on which chunk it sits in or where, so chunked and whole-batch runs agree bit for bit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+from torch import Tensor
+
+
+def row_lengths(row_offsets: Tensor) -> Tensor:
+    """``L_i = row_offsets[i+1] - row_offsets[i]``; ``(B,) int64``."""
+    return row_offsets[1:] - row_offsets[:-1]
+
+
+def row_ids(row_offsets: Tensor) -> Tensor:
+    """Row index of every token: ``(N,) int64`` with ``row_ids[t] = i`` for ``row_offsets[i] <= t < row_offsets[i+1]``."""
+    lengths = row_lengths(row_offsets)
+    return torch.repeat_interleave(torch.arange(lengths.numel(), device=row_offsets.device), lengths)
+
+
+def segment_sum(x: Tensor, row_offsets: Tensor) -> Tensor:
+    """``out_i = Σ_{t in row i} x_t``, accumulated in float64 and returned as float64; ``(B,)``.
+
+    Float64 accumulation keeps a row sum within one float32 rounding of the exact value, whatever the row
+    length, and the result does not depend on the row's neighbours.
+    """
+    if x.numel() == 0:
+        return torch.zeros(row_offsets.numel() - 1, dtype=torch.float64, device=x.device)
+    return torch.segment_reduce(x.double(), "sum", offsets=row_offsets, unsafe=True)
+
+
+def padded_row_sum(x: Tensor, row_offsets: Tensor, width: Tensor) -> Tensor:
+    """``Σ_t x[i,t]`` in float32 exactly as verl sums a row of a ``[B, T]`` tensor right-padded with zeros to
+    ``T = width[i]`` (the longest response of the row's batch); ``(B,)``.
+
+    torch's float32 sum is a vectorised cascade whose rounding depends on the padded width, and in a
+    low-variance group a 1-ulp change of ``R_i`` moves a std-normalised advantage by up to ~1e-3. Summing
+    the same zero-padded rows reproduces verl bit for bit. On the CPU the sum runs on one thread: torch
+    splits long single rows across threads, which would make a row's total depend on its chunk; one
+    thread gives what a many-row batch gives.
+    """
+    out = torch.empty(row_offsets.numel() - 1, dtype=x.dtype, device=x.device)
+    position = torch.arange(x.numel(), device=x.device) - broadcast_rows(row_offsets[:-1], row_offsets)
+    for w in torch.unique(width).tolist():
+        in_rows = width == w
+        local_row = torch.cumsum(in_rows, 0) - 1
+        take = broadcast_rows(in_rows, row_offsets)
+        padded = torch.zeros(int(in_rows.sum()), int(w), dtype=x.dtype, device=x.device)
+        padded[broadcast_rows(local_row, row_offsets)[take], position[take]] = x[take]
+        with _one_thread(x.device):
+            out[in_rows] = padded.sum(dim=1)
+    return out
+
+
+class _one_thread:
+    """Run torch CPU ops on one thread inside the block (no-op on other devices)."""
+
+    def __init__(self, device: torch.device):
+        self.cpu = device.type == "cpu"
+
+    def __enter__(self) -> None:
+        if self.cpu:
+            self.threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+
+    def __exit__(self, *exc) -> None:
+        if self.cpu:
+            torch.set_num_threads(self.threads)
+
+
+def segment_max(x: Tensor, row_offsets: Tensor, empty: float = 0.0) -> Tensor:
+    """``out_i = max_{t in row i} x_t`` (``empty`` for a row of length 0); ``(B,)`` in ``x.dtype``."""
+    out = torch.segment_reduce(x, "max", offsets=row_offsets, unsafe=True, initial=float("-inf"))
+    return torch.where(row_lengths(row_offsets) > 0, out, torch.full_like(out, empty))
+
+
+def segment_min(x: Tensor, row_offsets: Tensor, empty: float = 0.0) -> Tensor:
+    """``out_i = min_{t in row i} x_t`` (``empty`` for a row of length 0); ``(B,)`` in ``x.dtype``."""
+    return -segment_max(-x, row_offsets, empty=-empty)
+
+
+def broadcast_rows(per_row: Tensor, row_offsets: Tensor) -> Tensor:
+    """Repeat a per-row value over the row's tokens: ``(B,) -> (N,)``."""
+    return torch.repeat_interleave(per_row, row_lengths(row_offsets), output_size=int(row_offsets[-1]))
+
+
+def row_last_index(row_offsets: Tensor) -> Tensor:
+    """Flat index of each row's last token, ``(B,) int64`` (rows have ``L_i >= 1``)."""
+    return row_offsets[1:] - 1
+
+
+def shift_left_in_row(x: Tensor, row_offsets: Tensor) -> Tensor:
+    """``out_t = x_{t+1}`` inside a row and ``0`` at each row's last token; ``(N,)``."""
+    out = torch.zeros_like(x)
+    out[:-1] = x[1:]
+    out[row_last_index(row_offsets)] = 0
+    return out
+
+
+def reverse_linear_scan(a: Tensor, b: Tensor, row_offsets: Tensor) -> Tensor:
+    """Solve ``h_t = b_t + a_t · h_{t+1}`` right to left inside every row, with ``h = 0`` after a row's end.
+
+    a, b: ``(N,)`` float32; returns ``h (N,)``. Masks are encoded by the caller: a skipped token that passes
+    the state through has ``a = 1, b = 0``; a reset has ``a = 0``; a kept token has ``a = γ`` (or ``γλ``).
+
+    Log-depth Hillis-Steele scan over the flat tokens: after step k, ``(A_t, B_t)`` summarises the window
+    ``[t, t + 2^k)`` as ``h_t = B_t + A_t · h_{t+2^k}``; windows merge by
+    ``(A1, B1) ∘ (A2, B2) = (A1·A2, B1 + A1·B2)``. ``A`` is forced to 0 at each row's last token, so a window
+    that runs into the next row adds exactly ``0 · B2`` and rows never mix. Only products and sums of the
+    inputs appear (no division by ``γ^t``), so nothing underflows into inf/NaN. ``ceil(log2 max L_i)`` steps
+    of elementwise work; each window's merge tree depends only on offsets relative to ``t``, so a row's
+    result is the same wherever it sits.
+    """
+    n = a.numel()
+    if n == 0:
+        return b.clone()
+    A = a.clone()
+    A[row_last_index(row_offsets)] = 0.0
+    B = b.clone()
+    longest = int(row_lengths(row_offsets).max())
+    step = 1
+    while step < longest:
+        # Positions t + step beyond N behave as an empty window (A = 0 there already ends every row).
+        B_next = B[step:]
+        A_next = A[step:]
+        B_new = B.clone()
+        A_new = A.clone()
+        B_new[: n - step] = B[: n - step] + A[: n - step] * B_next
+        A_new[: n - step] = A[: n - step] * A_next
+        A, B = A_new, B_new
+        step *= 2
+    return B
+
+
+@dataclass
+class GroupStats:
+    """Batch-wide statistics of the row totals ``R_i`` per group, indexed by dense group id; ``(G,)`` each.
+
+    size: rows in the group. mean, std: float32 ``torch.mean`` / ``torch.std`` (Bessel) over the members in
+    row order, as verl's ``grpo`` stacks them; a singleton has ``mean = 0, std = 1``. seq_sum: float32 sum
+    accumulated member by member in row order; seq_mean = seq_sum / max(size, 1); seq_std =
+    sqrt(Σ (R − seq_mean)² / max(size − 1, 1)) (verl 0.9.1's two-pass ``group_mean_std``, no floor).
+    """
+
+    size: Tensor
+    mean: Tensor
+    std: Tensor
+    seq_sum: Tensor
+    seq_std: Tensor
+
+    @property
+    def seq_mean(self) -> Tensor:
+        return self.seq_sum / self.size.clamp_min(1).to(self.seq_sum.dtype)
+
+    def to(self, device: torch.device) -> "GroupStats":
+        return GroupStats(*(getattr(self, f.name).to(device) for f in fields(self)))
+
+
+def group_stats(row_total: Tensor, group_index: Tensor, num_groups: int) -> GroupStats:
+    """Group statistics of ``row_total (B,) float32`` with dense ``group_index (B,) int64`` in ``[0, G)``.
+
+    Groups are bucketed by size and each bucket reduced as a ``[G_s, s]`` matrix, so a group's mean/std
+    use the same float32 reduction as a 1-D ``torch.mean``/``torch.std`` of its members. Sequential
+    sums use ``index_add_`` in row order (CPU).
+    """
+    size = torch.bincount(group_index, minlength=num_groups)
+    mean = torch.zeros(num_groups, dtype=row_total.dtype)
+    std = torch.ones(num_groups, dtype=row_total.dtype)
+    order = torch.sort(group_index, stable=True).indices
+    sorted_total = row_total[order]
+    start = torch.cumsum(size, 0) - size
+    for s in torch.unique(size).tolist():
+        if s < 2:
+            continue
+        ids = torch.nonzero(size == s).flatten()
+        members = sorted_total[start[ids, None] + torch.arange(s)]
+        mean[ids] = members.mean(dim=1)
+        std[ids] = members.std(dim=1)
+    seq_sum = torch.zeros(num_groups, dtype=row_total.dtype).index_add_(0, group_index, row_total)
+    seq_mean = seq_sum / size.clamp_min(1).to(row_total.dtype)
+    dev = row_total - seq_mean[group_index]
+    sq = torch.zeros(num_groups, dtype=row_total.dtype).index_add_(0, group_index, dev * dev)
+    seq_std = torch.sqrt((sq / (size - 1).clamp_min(1).to(row_total.dtype)).clamp_min(0.0))
+    return GroupStats(size, mean, std, seq_sum, seq_std)
+
+
+def row_moments(x: Tensor, mask: Tensor, row_offsets: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-row moments of ``x`` over mask-1 tokens, float64: ``count``, ``sum`` and ``m2 = Σ (x − mean_i)²``; ``(B,)`` each.
+
+    ``x`` is selected (not multiplied) by the mask, so values at mask-0 positions never enter.
+    """
+    xm = torch.where(mask > 0, x.double(), 0.0)
+    count = segment_sum(mask, row_offsets)
+    total = segment_sum(xm, row_offsets)
+    mean = total / count.clamp_min(1.0)
+    dev = torch.where(mask > 0, x.double() - broadcast_rows(mean, row_offsets), 0.0)
+    return count, total, segment_sum(dev * dev, row_offsets)
+
+
+def combine_moments(count: Tensor, total: Tensor, m2: Tensor) -> tuple[float, float, float]:
+    """Merge per-row moments ``(B,)`` (Chan et al.) into ``(N, mean, M2)`` over all rows, in float64.
+
+    ``M2 = Σ m2_i + Σ n_i (mean_i − mean)²``. Reduces whole per-row arrays at once, so the result depends
+    on the rows, not on how they were chunked.
+    """
+    n = float(count.sum())
+    if n == 0:
+        return 0.0, 0.0, 0.0
+    mean = float(total.sum()) / n
+    row_mean = total / count.clamp_min(1.0)
+    m2_total = float(m2.sum()) + float((count * (row_mean - mean) ** 2).sum())
+    return n, mean, m2_total
+
+
+def masked_whiten(x: Tensor, mean: Tensor, var: Tensor) -> Tensor:
+    """``(x − μ) · rsqrt(var + 1e-8)``: verl's ``masked_whiten`` (shift_mean=True, the 1e-8 inside the root).
+
+    ``μ`` and the unbiased ``var`` are the batch's, float32, given per token ``(N,)`` (rows of several
+    batches may share a chunk) or as scalars; ``x (N,)`` float32.
+    """
+    return (x - mean) * torch.rsqrt(var + 1e-8)
+
+
+def select_rows(keep_row: Tensor, row_offsets: Tensor) -> tuple[Tensor, Tensor]:
+    """Tokens of the rows with ``keep_row (B,) bool``: ``(token_index (M,), new row_offsets (B'+1,))``."""
+    lengths = row_lengths(row_offsets)
+    token_keep = broadcast_rows(keep_row, row_offsets)
+    new_offsets = torch.zeros(int(keep_row.sum()) + 1, dtype=row_offsets.dtype, device=row_offsets.device)
+    new_offsets[1:] = torch.cumsum(lengths[keep_row], 0)
+    return torch.nonzero(token_keep).flatten(), new_offsets

@@ -1,0 +1,73 @@
+"""Dense ids for batches (``--batch-key`` values) and groups (``(batch, uid)`` pairs), by first appearance."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .errors import InputError
+
+
+def _encode(column: pa.ChunkedArray) -> tuple[np.ndarray, list]:
+    """(chunk-local codes ``(B,)``, distinct values) of an Arrow column."""
+    enc = pc.dictionary_encode(column).combine_chunks()
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+
+
+class Labels:
+    """Maps rows to dense batch ids and group ids; groups never cross batches, and need not be contiguous."""
+
+    def __init__(self, batch_key: str | None):
+        self.batch_key = batch_key
+        self.batches: dict[object, int] = {}
+        self.groups: dict[tuple[int, object], int] = {}
+
+    @staticmethod
+    def _first_appearance(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Distinct codes in order of first appearance, and each row's position in that list."""
+        uniq, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        return uniq[order], rank[inverse]
+
+    def batch_ids(self, table: pa.Table, path: str, start: int) -> np.ndarray:
+        """Dense batch id ``(B,) int64`` of each row of a chunk (all 0 without ``--batch-key``)."""
+        n = table.num_rows
+        if self.batch_key is None:
+            if n:
+                self.batches.setdefault(None, 0)
+            return np.zeros(n, dtype=np.int64)
+        col = table[self.batch_key]
+        if col.null_count:
+            bad = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+            raise InputError(path, "is null; --batch-key needs a value in every row", row=start + bad, column=self.batch_key)
+        codes, values = _encode(col)
+        ids = np.array([self.batches.setdefault(v, len(self.batches)) for v in values], dtype=np.int64)
+        return ids[codes] if n else np.zeros(0, dtype=np.int64)
+
+    def group_ids(self, table: pa.Table, batch_ids: np.ndarray) -> np.ndarray:
+        """Dense id ``(B,) int64`` of each row's ``(batch, uid)`` group, new groups numbered by first appearance."""
+        if table.num_rows == 0:
+            return np.zeros(0, dtype=np.int64)
+        codes, values = _encode(table["uid"])
+        width = max(len(values), 1)
+        uniq, position = self._first_appearance(batch_ids * width + codes)
+        gids = np.array(
+            [self.groups.setdefault((int(p // width), values[int(p % width)]), len(self.groups)) for p in uniq],
+            dtype=np.int64,
+        )
+        return gids[position]
+
+    def batch_name(self, batch_id: int) -> str | None:
+        for value, i in self.batches.items():
+            if i == batch_id:
+                return None if value is None else f"{self.batch_key}={value}"
+        raise KeyError(batch_id)
+
+    def batch_order(self) -> list[int]:
+        """Batch ids in ascending order of their key values (the order training steps ran in)."""
+        return [i for _, i in sorted(self.batches.items(), key=lambda kv: (kv[0] is None, kv[0]))]
+
+    def uids_of_batch(self, batch_id: int) -> list:
+        return [uid for (b, uid) in self.groups if b == batch_id]

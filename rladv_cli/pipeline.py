@@ -1,0 +1,520 @@
+"""The ordered stages of ``rladv compute`` and the passes that stream them, nothing else.
+
+Per chunk, in verl's order (SEMANTICS §10): validate -> score assembly -> KL shaping on the original mask
+-> rollout rejection (rewrites ``response_mask``) -> estimator -> whitening -> write.
+
+Passes over the data (each reads only the columns it needs; a one-chunk dataset is read from disk once):
+  kl      only for an adaptive KL controller with ``--batch-key``: per-row KL, so each batch's coefficient is
+          known before its rewards are shaped;
+  scan    per-row totals ``R_i``, token counts, group labels, diagnostics, rollout-correction statistics,
+          and whitening moments of estimators that need no group statistics;
+  moments only for whitened estimators that need group statistics (``reinforce_plus_plus_baseline``);
+  write   advantages and returns, written as they are computed.
+Batch-wide statistics (group means and stds, whitening moments) come from per-row values of the earlier
+passes, reduced over whole per-row arrays, so results do not depend on ``--chunk-rows``.
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional
+
+import numpy as np
+import pyarrow as pa
+import torch
+from torch import Tensor
+
+from . import __version__, kernels, validation
+from .batch import Batch, flat_values, from_arrow, list_offsets
+from .config import Config
+from .diagnostics import RowTable, WarningBuilder, group_flags, row_stats, token_stats, uid_merges, value_rows
+from .errors import ComputeError, ConfigError, InputError
+from .estimators import ESTIMATORS
+from .io import Chunk
+from .labels import Labels
+from .report import KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens
+from .shaping import KLController, apply_kl, kl_penalty
+
+Progress = Callable[[str, int, int], None]
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` = cuda when available, else cpu; asking for cuda without one is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: torch sees no CUDA device here; use --device cpu or auto")
+    return torch.device(name)
+
+
+def output_schema(schema: pa.Schema, with_is_weights: bool) -> pa.Schema:
+    """Input columns in their order (rewritten masks as int8 lists), then the added columns (CONTRACT §3)."""
+    f32, i8 = pa.list_(pa.float32()), pa.list_(pa.int8())
+    added = {"token_level_rewards": f32, "response_mask": i8, "loss_mask": i8, "advantages": f32, "returns": f32}
+    if with_is_weights:
+        added["rollout_is_weights"] = f32
+    fields = [pa.field(f.name, added.pop(f.name)) if f.name in added else f for f in schema]
+    return pa.schema(fields + [pa.field(name, t) for name, t in added.items()], metadata=schema.metadata)
+
+
+@dataclass
+class Prepared:
+    """A chunk after the stages that precede the estimator."""
+
+    batch: Batch
+    kld: Optional[Tensor]
+    beta: Tensor | float
+    is_weights: Optional[Tensor] = None
+
+
+class Pipeline:
+    """One run of the stages over a row source (``io.Dataset`` or an in-memory table)."""
+
+    def __init__(self, source, cfg: Config, progress: Optional[Progress] = None):
+        self.source, self.cfg, self.progress = source, cfg, progress
+        self.est = ESTIMATORS[cfg.estimator]
+        self.device = resolve_device(cfg.device)
+        names = set(source.columns)
+        self.correction = None
+        if cfg.rollout_rs or cfg.rollout_is:
+            from .rejection import parse_rollout_is, parse_rollout_rs
+
+            self.rules = parse_rollout_rs(cfg.rollout_rs, cfg.rollout_rs_threshold) if cfg.rollout_rs else ()
+            self.is_cfg = (
+                parse_rollout_is(cfg.rollout_is, cfg.rollout_is_threshold, cfg.rollout_is_batch_normalize)
+                if cfg.rollout_is else None
+            )
+        else:
+            self.rules, self.is_cfg = (), None
+        self.required = validation.required_columns(
+            source.columns, cfg.estimator, kl=cfg.use_kl, rollout_correction=bool(self.rules or self.is_cfg),
+            batch_key=cfg.batch_key,
+        )
+        validation.check_schema(source.paths[0], source.schema, self.required)
+        if source.num_rows == 0:
+            raise InputError(source.paths[0], "holds no rows")
+        # verl runs rollout correction (at least its metrics) whenever rollout log-probs are present.
+        self.correct = {"old_log_probs", "rollout_log_probs"} <= names
+        self.has_uid = "uid" in names
+        self.labels = Labels(cfg.batch_key)
+        self.rows = RowTable()
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.beta_by_batch: Optional[Tensor] = None
+        self.pad_width: Optional[Tensor] = None
+        self.groups = None
+        self.whiten_mean: Optional[Tensor] = None
+        self.whiten_var: Optional[Tensor] = None
+        self.correction_stats: dict[int, object] = {}
+        self._cache: Optional[list[Chunk]] = None
+
+    # ----------------------------------------------------------------- columns
+    def _scan_columns(self) -> list[str]:
+        names = self.source.columns
+        wanted = set(self.required) | {c for c in ("attention_mask", "uid", "old_log_probs", "rollout_log_probs") if c in names}
+        return [c for c in names if c in wanted]
+
+    # ----------------------------------------------------------------- reading
+    @contextmanager
+    def _timed(self, stage: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] += time.perf_counter() - t0
+
+    def _chunks(self, columns: Optional[list[str]], stage: str) -> Iterator[Chunk]:
+        """Chunks of the source; a dataset that fits one chunk is read once and served from memory."""
+        if self._cache is not None:
+            chunks: Iterator[Chunk] = iter(self._cache)
+        else:
+            chunks = self.source.chunks(None if self._single_chunk() else columns, self.cfg.chunk_rows)
+        done = 0
+        while True:
+            with self._timed("read"):
+                chunk = next(chunks, None)
+            if chunk is None:
+                return
+            if self._single_chunk() and self._cache is None:
+                self._cache = [chunk]
+            yield chunk.__class__(chunk.file_index, chunk.path, chunk.start, chunk.first_row,
+                                  chunk.table.select(columns) if columns is not None else chunk.table)
+            done += chunk.table.num_rows
+            if self.progress:
+                self.progress(stage, done, self.source.num_rows)
+
+    def _single_chunk(self) -> bool:
+        return len(self.source.paths) == 1 and self.source.num_rows <= self.cfg.chunk_rows
+
+    def _row_range(self, chunk: Chunk) -> slice:
+        return slice(chunk.first_row, chunk.first_row + chunk.table.num_rows)
+
+    # ----------------------------------------------------------------- stages
+    def _prepare(self, chunk: Chunk, batch_ids: Tensor, group_ids: Optional[Tensor], with_weights: bool = False) -> Prepared:
+        """validate -> tensors -> KL shaping (original mask) -> rollout rejection (rewrites the mask)."""
+        with self._timed("validate"):
+            validation.check_chunk(chunk.table, chunk.path, chunk.start)
+        with self._timed("convert"):
+            batch = from_arrow(chunk.table, chunk.first_row, self.device)
+            batch.group_index = None if group_ids is None else group_ids.to(self.device)
+            batch.pad_width = self.pad_width[batch_ids].to(self.device)
+        kld, beta = None, 0.0
+        with self._timed("shaping"):
+            if self.cfg.use_kl:
+                beta = self._beta(batch, batch_ids)
+                shaped = apply_kl(batch.token_level_scores, batch.old_log_probs, batch.ref_log_prob,
+                                  batch.original_mask, beta, self.cfg.kl_penalty)
+                batch.token_level_rewards, kld = shaped.token_level_rewards, shaped.kld
+        weights = None
+        with self._timed("rejection"):
+            if self.rules:
+                from .rejection import rejection_keep
+
+                keep, _ = rejection_keep(self.rules, batch.old_log_probs, batch.rollout_log_probs,
+                                         batch.original_mask, batch.row_offsets)
+                batch.response_mask = (batch.original_mask * keep).to(batch.original_mask.dtype)
+            if with_weights and self.is_cfg is not None:
+                weights = self._is_weights(batch, batch_ids)
+        return Prepared(batch, kld, beta, weights)
+
+    def _beta(self, batch: Batch, batch_ids: Tensor) -> Tensor | float:
+        if self.beta_by_batch is None:
+            return self.cfg.kl_coef
+        return batch.per_token(self.beta_by_batch[batch_ids].to(torch.float32).to(self.device))
+
+    def _is_weights(self, batch: Batch, batch_ids: Tensor) -> Tensor:
+        from .rejection import importance_weights
+
+        w = importance_weights(self.is_cfg, batch.old_log_probs, batch.rollout_log_probs, batch.original_mask,
+                               batch.row_offsets)
+        if self.is_cfg.batch_normalize:
+            factors = torch.tensor(
+                [self.correction_stats[b].norm_factor() or 1.0 for b in range(len(self.labels.batches))],
+                dtype=torch.float32,
+            )
+            w = w / batch.per_token(factors[batch_ids].to(self.device))
+        return w
+
+    # ----------------------------------------------------------------- passes
+    def _layout_pass(self) -> None:
+        """Row lengths and batch ids of the whole dataset (verl pads each batch to its longest response, and
+        that width fixes how row totals round); with an adaptive KL controller and several batches, also
+        each row's KL, so the controller can be stepped in batch order before any reward is shaped."""
+        adaptive = self.cfg.use_kl and self.cfg.kl_ctrl == "adaptive" and self.cfg.batch_key is not None
+        wanted = {"response_mask", self.cfg.batch_key} | ({"old_log_probs", "ref_log_prob"} if adaptive else set())
+        for chunk in self._chunks([c for c in self.source.columns if c in wanted], "layout"):
+            with self._timed("validate"):
+                validation.check_chunk(chunk.table, chunk.path, chunk.start)
+            offsets = torch.from_numpy(list_offsets(chunk.table["response_mask"].combine_chunks()))
+            cols = {"batch_id": torch.from_numpy(self.labels.batch_ids(chunk.table, chunk.path, chunk.start)),
+                    "length": kernels.row_lengths(offsets)}
+            if adaptive:
+                m0 = torch.from_numpy(flat_values(chunk.table, "response_mask"))
+                kld = kl_penalty(torch.from_numpy(flat_values(chunk.table, "old_log_probs")),
+                                 torch.from_numpy(flat_values(chunk.table, "ref_log_prob")), self.cfg.kl_penalty) * m0
+                cols["kl_row"] = kernels.segment_sum(kld, offsets) / (kernels.segment_sum(m0, offsets) + 1e-8)
+            self.rows.add(**cols)
+        batch_of_row = self.rows["batch_id"]
+        n_batches = len(self.labels.batches)
+        self.pad_width = torch.zeros(n_batches, dtype=torch.long).scatter_reduce(
+            0, batch_of_row, self.rows["length"], "amax")
+        if adaptive:
+            ctrl = KLController(self.cfg.kl_ctrl, self.cfg.kl_coef, self.cfg.kl_target, self.cfg.kl_horizon)
+            beta = torch.zeros(n_batches, dtype=torch.float64)
+            for b in self.labels.batch_order():
+                sel = batch_of_row == b
+                beta[b] = ctrl.value
+                ctrl.update(float(self.rows["kl_row"][sel].mean()), int(sel.sum()))
+            self.beta_by_batch = beta
+
+    def _scan_pass(self) -> None:
+        need_moments = self.est.whiten and not self.est.groups
+        for chunk in self._chunks(self._scan_columns(), "scan"):
+            bids = self.rows["batch_id"][self._row_range(chunk)]
+            gids = None
+            if self.has_uid:
+                gids = torch.from_numpy(self.labels.group_ids(chunk.table, bids.numpy()))
+                self.rows.add(group_id=gids)
+            p = self._prepare(chunk, bids, gids)
+            b = p.batch
+            self._scan_rows(p)
+            if self.correct:
+                self._update_correction(b, bids)
+            if need_moments:
+                with self._timed("estimator"):
+                    raw, _ = self.est.fn(b, self.cfg)
+                self._add_moments(raw, b)
+
+    def _scan_rows(self, p: Prepared) -> None:
+        """Per-row totals, token counts and row-level warning flags of one prepared chunk."""
+        b = p.batch
+        off = b.row_offsets
+        m0, m, s = b.original_mask, b.response_mask, b.token_level_scores
+        score_total = b.row_total(s)
+        reward_total = b.reward_total()
+        actor = kernels.segment_sum(m0, off)
+        cols = dict(
+            score_total=score_total, reward_total=reward_total, actor=actor, used=kernels.segment_sum(m, off),
+            padding=kernels.segment_sum(b.padding, off) if b.padding is not None else torch.zeros_like(actor),
+            score_on_masked_position=kernels.segment_sum(((s != 0) & (m0 == 0)).float(), off) > 0,
+        )
+        if p.kld is not None and self.beta_by_batch is None:  # else the layout pass measured it
+            cols["kl_row"] = kernels.segment_sum(p.kld, off) / (actor + 1e-8)
+            cols["kl_raises_reward"] = kernels.segment_sum(((p.beta * p.kld) < 0).float(), off) > 0
+            sign_s = torch.sign(score_total)
+            cols["kl_flips_sign"] = (sign_s != 0) & (torch.sign(reward_total) != sign_s)
+        self.rows.add(**cols)
+
+    def _update_correction(self, b: Batch, batch_ids: Tensor) -> None:
+        from .rejection import RolloutCorrectionStats
+
+        with self._timed("rejection"):
+            for bid in torch.unique(batch_ids).tolist():
+                stats = self.correction_stats.setdefault(bid, RolloutCorrectionStats(self.rules, self.is_cfg))
+                sel = (batch_ids == bid).to(b.row_offsets.device)
+                if bool(sel.all()):
+                    stats.update(b.old_log_probs, b.rollout_log_probs, b.original_mask, b.row_offsets)
+                else:
+                    tokens, offsets = kernels.select_rows(sel, b.row_offsets)
+                    stats.update(b.old_log_probs[tokens], b.rollout_log_probs[tokens], b.original_mask[tokens], offsets)
+
+    def _add_moments(self, raw: Tensor, b: Batch) -> None:
+        count, total, m2 = kernels.row_moments(raw, b.response_mask, b.row_offsets)
+        self.rows.add(w_count=count, w_sum=total, w_m2=m2)
+
+    def _group_pass(self) -> None:
+        """Group statistics of the row totals over the whole dataset (groups never cross batches)."""
+        if not self.has_uid:
+            return
+        self.groups = kernels.group_stats(self.rows["reward_total"], self.rows["group_id"], len(self.labels.groups))
+        self.groups_on_device = self.groups.to(self.device)
+
+    def _moments_pass(self) -> None:
+        for chunk in self._chunks(self._scan_columns(), "moments"):
+            rows = self._row_range(chunk)
+            p = self._prepare(chunk, self.rows["batch_id"][rows], self.rows["group_id"][rows])
+            p.batch.groups = self.groups_on_device
+            with self._timed("estimator"):
+                raw, _ = self.est.fn(p.batch, self.cfg)
+            self._add_moments(raw, p.batch)
+
+    def _whitening(self) -> None:
+        """Per-batch mean and unbiased variance of the raw advantages over valid tokens (float64 -> float32)."""
+        n_batches = len(self.labels.batches)
+        mean = torch.zeros(n_batches, dtype=torch.float64)
+        var = torch.zeros(n_batches, dtype=torch.float64)
+        batch_of_row = self.rows["batch_id"]
+        for b in range(n_batches):
+            sel = batch_of_row == b
+            n, mu, m2 = kernels.combine_moments(self.rows["w_count"][sel], self.rows["w_sum"][sel], self.rows["w_m2"][sel])
+            if n <= 1:
+                where = self.labels.batch_name(b)
+                raise ComputeError(
+                    f"{self.cfg.estimator}: {'batch ' + where if where else 'the dataset'} has {int(n)} valid token(s) "
+                    "after masking; whitening needs at least 2 (verl raises ValueError here)"
+                )
+            mean[b], var[b] = mu, m2 / (n - 1)
+        self.whiten_mean, self.whiten_var = mean.float().to(self.device), var.float().to(self.device)
+
+    def _write_pass(self, write: Callable[[pa.Table], None], schema: pa.Schema) -> None:
+        checks = self.est.checks()
+        for chunk in self._chunks(None, "write"):
+            rows = self._row_range(chunk)
+            bids = self.rows["batch_id"][rows]
+            gids = self.rows["group_id"][rows] if self.has_uid else None
+            p = self._prepare(chunk, bids, gids, with_weights=True)
+            b = p.batch
+            b.groups = self.groups_on_device if self.groups is not None else None
+            with self._timed("estimator"):
+                advantages, returns = self.est.fn(b, self.cfg)
+                if self.est.whiten:
+                    tok_batch = b.per_token(bids.to(self.device))
+                    advantages = kernels.masked_whiten(advantages, self.whiten_mean[tok_batch], self.whiten_var[tok_batch])
+                    if self.est.returns_are_advantages:
+                        returns = advantages
+                m = b.response_mask
+                advantages, returns = advantages * m, returns * m
+                flags = {code: fn(b, self.cfg) for code, fn in checks.items()}
+            adv_rows = value_rows(advantages, m, b.row_offsets)
+            ret_rows = value_rows(returns, m, b.row_offsets)
+            self.rows.add(**{f"adv_{k}": v for k, v in adv_rows.items()}, **{f"ret_{k}": v for k, v in ret_rows.items()}, **flags)
+            with self._timed("write"):
+                write(_output_table(chunk.table, b, advantages, returns, p.is_weights, schema))
+
+    # ----------------------------------------------------------------- run
+    def run(self, write: Callable[[pa.Table], None]) -> Report:
+        t0 = time.perf_counter()
+        self._layout_pass()
+        self._scan_pass()
+        self._check_correction_batches()
+        self._group_pass()
+        if self.est.whiten:
+            if self.est.groups:
+                self._moments_pass()
+            self._whitening()
+        self._write_pass(write, output_schema(self.source.schema, self.is_cfg is not None))
+        self.seconds["total"] = time.perf_counter() - t0
+        return self._report()
+
+    def _check_correction_batches(self) -> None:
+        """verl's rollout correction refuses a batch with no valid token (SEMANTICS §5.1)."""
+        if not self.correct:
+            return
+        actor = self.rows["actor"]
+        for b in range(len(self.labels.batches)):
+            if float(actor[self.rows["batch_id"] == b].sum()) == 0:
+                where = self.labels.batch_name(b)
+                raise ComputeError(
+                    f"rollout correction: {'batch ' + where if where else 'the dataset'} has no token with "
+                    "response_mask 1 (verl: response_mask must contain at least one valid token (1).)"
+                )
+
+    # ----------------------------------------------------------------- report
+    def _report(self) -> Report:
+        rows, cfg, est = self.rows, self.cfg, self.est
+        warn = WarningBuilder(self.source.locate)
+        tokens_total = int(rows["length"].sum())
+        actor, used, padding = int(rows["actor"].sum()), int(rows["used"].sum()), int(rows["padding"].sum())
+        groups = self._groups_report(warn)
+        warn.add_rows("score_on_masked_position",
+                      "{n} row(s) carry a non-zero score on a position whose response_mask is 0 (a tool observation or padding): "
+                      "outcome estimators still count it, GAE/REINFORCE++ drop it", rows["score_on_masked_position"])
+        warn.add_rows("row_without_actor_tokens", "{n} row(s) have no position with response_mask 1: they get no advantage",
+                      rows["actor"] == 0)
+        if "credit_reset_at_mask" in rows:
+            warn.add_rows("credit_reset_at_mask",
+                          "{n} row(s): reinforce_plus_plus in reset mode cut a reward off from earlier tokens at a mask-0 "
+                          "position (--rpp-mask-mode carry passes it through, as verl 0.9.1 does)", rows["credit_reset_at_mask"])
+        if self.rules:
+            rejected = rows["actor"] - rows["used"]
+            warn.add_rows("row_fully_rejected", "{n} row(s) lost every valid token to rollout rejection",
+                          (rows["actor"] > 0) & (rows["used"] == 0))
+            if est.groups:
+                warn.add_rows("rejected_in_group_baseline",
+                              "{n} row(s) with rejected tokens still contribute their full reward to their group's baseline",
+                              rejected > 0)
+        kl = self._kl_report(warn)
+        correction = {}
+        if self.correction_stats:
+            per = {self.labels.batch_name(b) or "all": s.metrics() for b, s in sorted(self.correction_stats.items())}
+            correction = next(iter(per.values())) if len(per) == 1 else {"batches": per}
+        total_s = self.seconds.get("total", 0.0)
+        return Report(
+            rladv_version=__version__,
+            inputs=Inputs(
+                paths=list(self.source.paths),
+                files=self._file_infos(),
+                rows=self.source.num_rows, tokens=tokens_total,
+            ),
+            output=None,
+            config={**cfg.model_dump(), "score_column": "rm_scores" if "rm_scores" in self.source.columns else "score",
+                    "device_resolved": str(self.device)},
+            tokens=Tokens(total=tokens_total, actor=actor, observation=tokens_total - actor - padding,
+                          padding=padding, rejected=actor - used, used=used),
+            groups=groups,
+            scores=Scores(score_total=row_stats(rows["score_total"]), reward_total=row_stats(rows["reward_total"])),
+            kl=kl,
+            rollout_rejection=correction,
+            advantages=token_stats(rows, "adv"),
+            returns=token_stats(rows, "ret"),
+            warnings=warn.items,
+            timing=Timing(
+                seconds={k: round(v, 6) for k, v in self.seconds.items()},
+                tokens_per_second=tokens_total / total_s if total_s > 0 else 0.0,
+                device=str(self.device),
+            ),
+        )
+
+    def _file_infos(self) -> list[FileInfo]:
+        lengths = self.rows["length"]
+        infos, start = [], 0
+        for path, n in zip(self.source.paths, self.source.file_rows):
+            infos.append(FileInfo(path=path, rows=n, tokens=int(lengths[start:start + n].sum())))
+            start += n
+        return infos
+
+    def _groups_report(self, warn: WarningBuilder) -> Groups:
+        n_batches = len(self.labels.batches)
+        if self.groups is None:
+            return Groups(count=0, sizes={}, singletons=0, all_equal=0, batches=n_batches)
+        gid = self.rows["group_id"]
+        size = self.groups.size
+        flags = group_flags(self.rows["reward_total"], gid, size)
+        first_row = torch.full((size.numel(),), gid.numel(), dtype=torch.long).scatter_reduce(
+            0, gid, torch.arange(gid.numel()), "amin")
+        singleton_text = self.est.singleton or "no group fallback (this estimator does not use groups)"
+        for code, text in (
+            ("singleton_group", f"{{n}} uid group(s) have one row; {self.cfg.estimator}: {singleton_text}"),
+            ("all_equal_group", "{n} group(s) of 2+ rows have equal total rewards: no learning signal from them "
+                                "(float32 rounding can leave tiny non-zero advantages, as in verl)"),
+        ):
+            hit = torch.nonzero(flags[code]).flatten()
+            warn.add(code, text.format(n=hit.numel()), hit.numel(), torch.sort(first_row[hit]).values)
+        group_batch = torch.zeros(size.numel(), dtype=torch.long).scatter_(0, gid, self.rows["batch_id"])
+        mismatched = [b for b in range(n_batches) if torch.unique(size[group_batch == b]).numel() > 1]
+        if mismatched:
+            warn.add("group_size_mismatch",
+                     f"group sizes differ within {len(mismatched)} batch(es) ({', '.join(str(s) for s in torch.unique(size).tolist())} rows): "
+                     "check that every prompt got rollout.n samples", len(mismatched),
+                     [int(first_row[group_batch == b].min()) for b in mismatched])
+        merges = [m for b in range(n_batches) for m in uid_merges(self.labels.uids_of_batch(b))]
+        if merges:
+            shown = "; ".join("/".join(repr(u) for u in m) for m in merges[:3])
+            merged_uids = {u for m in merges for u in m}
+            rows = [int(first_row[gi]) for (bb, u), gi in self.labels.groups.items() if u in merged_uids]
+            warn.add("uid_merge_grpo_vectorized",
+                     f"{len(merges)} set(s) of uids that verl's grpo_vectorized would merge into one group ({shown}); "
+                     "rladv keeps them apart", len(merges), sorted(rows))
+        hist = torch.bincount(size)
+        return Groups(
+            count=size.numel(), sizes={str(k): int(v) for k, v in enumerate(hist.tolist()) if v},
+            singletons=int((size == 1).sum()), all_equal=int(flags["all_equal_group"].sum()), batches=n_batches,
+        )
+
+    def _kl_report(self, warn: WarningBuilder) -> KL:
+        cfg = self.cfg
+        if not cfg.use_kl:
+            return KL(enabled=False, penalty=cfg.kl_penalty, ctrl=cfg.kl_ctrl, coef=cfg.kl_coef)
+        rows = self.rows
+        warn.add_rows("kl_raises_reward",
+                      "{n} row(s) have a token whose KL estimate times the coefficient is negative, so shaping raised its reward",
+                      rows["kl_raises_reward"])
+        warn.add_rows("kl_flips_sign", "{n} row(s) changed the sign of their total reward through KL shaping",
+                      rows["kl_flips_sign"])
+        kl_row, batch_of_row = rows["kl_row"], rows["batch_id"]
+        batches = []
+        for b in self.labels.batch_order():
+            sel = batch_of_row == b
+            coef = cfg.kl_coef if self.beta_by_batch is None else float(self.beta_by_batch[b])
+            batches.append(KLBatch(batch=self.labels.batch_name(b), rows=int(sel.sum()),
+                                   kl=float(kl_row[sel].mean()), coef=coef))
+        return KL(enabled=True, penalty=cfg.kl_penalty, ctrl=cfg.kl_ctrl, mean=float(kl_row.mean()),
+                  coef=cfg.kl_coef, batches=batches)
+
+
+def _output_table(table: pa.Table, b: Batch, advantages: Tensor, returns: Tensor,
+                  is_weights: Optional[Tensor], schema: pa.Schema) -> pa.Table:
+    """The chunk's input columns plus rladv's columns, all lists sharing the chunk's row offsets."""
+    offsets = b.row_offsets.cpu().numpy()
+    if offsets[-1] >= 2**31:
+        raise ComputeError("a chunk holds 2^31 tokens or more; lower --chunk-rows")
+    off = pa.array(offsets.astype(np.int32))
+
+    def as_list(x: Tensor | np.ndarray, t: pa.DataType) -> pa.Array:
+        values = x.cpu().numpy() if isinstance(x, Tensor) else x
+        return pa.ListArray.from_arrays(off, pa.array(values, type=t))
+
+    loss_mask = (flat_values(table, "loss_mask", np.int8) if "loss_mask" in table.column_names
+                 else b.original_mask.to(torch.int8))
+    added = {
+        "token_level_rewards": as_list(b.token_level_rewards, pa.float32()),
+        "response_mask": as_list(b.response_mask.to(torch.int8), pa.int8()),
+        "loss_mask": as_list(loss_mask, pa.int8()),
+        "advantages": as_list(advantages, pa.float32()),
+        "returns": as_list(returns, pa.float32()),
+    }
+    if is_weights is not None:
+        added["rollout_is_weights"] = as_list(is_weights, pa.float32())
+    arrays = [added[name] if name in added else table[name].combine_chunks() for name in schema.names]
+    return pa.Table.from_arrays(arrays, schema=schema)

@@ -1,0 +1,587 @@
+"""Rollout correction (SEMANTICS §5, verl 0.9.1 = [P]): rejection keep-masks, IS weights and their metrics.
+
+Tokens are flat: per-token tensors are ``(N,)`` float32, ``row_offsets (B+1,)`` int64, ``m0`` is the original
+``response_mask`` as float32 0/1. ``ℓ = old_log_probs − rollout_log_probs`` and ``ℓs = clamp(ℓ, −20, 20)``.
+Per-token arithmetic stays in float32 as in verl (a Python threshold is rounded to float32 when it meets a
+tensor); row sums are float64 (``segment_sum``) rounded to float32 where verl holds a float32 row value.
+Batch metrics are reduced from per-row arrays with ``math.fsum``, so they do not depend on chunking.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from rladv_cli.errors import ComputeError, ConfigError
+from rladv_cli.kernels import broadcast_rows, segment_max, segment_min, segment_sum
+
+SAFETY_BOUND = 20.0
+
+RS_OPTIONS: tuple[str, ...] = (
+    "token_k1", "token_k2", "token_k3",
+    "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
+    "seq_mean_k1", "seq_mean_k2", "seq_mean_k3",
+    "seq_max_k2", "seq_max_k3",
+)
+
+_RS_FLAG, _RS_THR = "--rollout-rs", "--rollout-rs-threshold"
+_IS_FLAG, _IS_THR = "--rollout-is", "--rollout-is-threshold"
+
+
+@dataclass(frozen=True)
+class RejectionRule:
+    """One ``--rollout-rs`` option: keep where ``lower ≤ stat ≤ upper`` (k1, log space) or ``stat ≤ upper``."""
+
+    option: str
+    stat: str  # 'k1' | 'k2' | 'k3'
+    agg: str  # 'token' | 'sum' | 'mean' | 'max'
+    lower: float | None  # ln(lo) for k1, None otherwise
+    upper: float  # ln(hi) for k1, U otherwise
+
+    @property
+    def is_token(self) -> bool:
+        return self.agg == "token"
+
+
+@dataclass(frozen=True)
+class ImportanceSampling:
+    """``--rollout-is``: TIS ``min(w, threshold)`` or IcePop ``w·[lo ≤ w ≤ hi]`` (``band``); optional batch norm."""
+
+    level: str  # 'token' | 'sequence'
+    threshold: float | None  # TIS upper bound
+    band: tuple[float, float] | None  # IcePop lo, hi
+    batch_normalize: bool
+
+    @property
+    def upper(self) -> float:
+        """The upper bound verl uses for truncation, std/ESS clamping and the high fractions."""
+        return self.band[1] if self.band is not None else self.threshold
+
+    @property
+    def lower(self) -> float:
+        """The lower bound of the low fractions: IcePop's ``lo``, else ``1/threshold``."""
+        return self.band[0] if self.band is not None else 1.0 / self.threshold
+
+
+# --------------------------------------------------------------------------------------------------- parsing
+
+
+def _positive(text: str, flag: str, spec: str, option: str | None) -> float:
+    """``float(text)`` that must be ``> 0`` (NaN is refused too); ``ConfigError`` naming the flag and option."""
+    where = f"{flag} {spec!r}" + (f" for {option}" if option else "")
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{where}: {text.strip()!r} is not a number") from None
+    if not value > 0:
+        raise ConfigError(f"{where}: thresholds must be positive, got {value}")
+    return value
+
+
+def parse_rollout_rs(options: str, thresholds: str | float | None) -> tuple[RejectionRule, ...]:
+    """``--rollout-rs`` / ``--rollout-rs-threshold`` → one rule per de-duplicated option (§5.3, [P]).
+
+    Options: comma list, blanks stripped, empties dropped, first occurrence kept. Thresholds: a number ``x``
+    means ``str(x)``; a string is a comma list of 1 (shared) or one entry per option. k1: ``"lo_hi"`` (split at
+    the first ``_``) or ``"hi"`` with ``lo = 1/hi``, ``0 < lo ≤ hi``, stored as ``ln lo, ln hi``; k2/k3: one
+    ``U > 0`` without ``_``.
+    """
+    if not isinstance(options, str):
+        raise ConfigError(f"{_RS_FLAG} must be a comma-separated string of options, got {options!r}")
+    if thresholds is None:
+        raise ConfigError(f"{_RS_FLAG} {options!r} needs {_RS_THR}")
+    names = [name.strip() for name in options.split(",") if name.strip()]
+    if not names:
+        raise ConfigError(f"{_RS_FLAG} {options!r} names no option; choose from {', '.join(RS_OPTIONS)}")
+    unique: list[str] = []
+    for name in names:
+        if name not in RS_OPTIONS:
+            raise ConfigError(f"{_RS_FLAG}: invalid option {name!r}; choose from {', '.join(RS_OPTIONS)}")
+        if name not in unique:
+            unique.append(name)
+
+    # bool is an int subclass: str(True) then fails to parse as a number, as in verl.
+    if isinstance(thresholds, (int, float)):
+        specs = [str(thresholds)]
+    elif isinstance(thresholds, str):
+        specs = [part.strip() for part in thresholds.split(",") if part.strip()]
+    else:
+        raise ConfigError(f"{_RS_THR} must be a number or a string, got {type(thresholds).__name__}")
+    if not specs:
+        raise ConfigError(f"{_RS_THR} {thresholds!r} holds no threshold")
+    if len(specs) not in (1, len(unique)):
+        raise ConfigError(
+            f"{_RS_THR} {thresholds!r} has {len(specs)} entries; give 1 (shared) or {len(unique)}, "
+            f"one per option of {','.join(unique)}"
+        )
+    if len(specs) == 1:
+        specs = specs * len(unique)
+    return tuple(_rule(name, spec) for name, spec in zip(unique, specs))
+
+
+def _rule(option: str, spec: str) -> RejectionRule:
+    """One option and its threshold entry → ``RejectionRule`` (k1 bounds in log space)."""
+    agg = "token" if option.startswith("token") else option.split("_")[1]
+    stat = option[-2:]
+    if stat == "k1":
+        if "_" in spec:
+            lo_text, hi_text = spec.split("_", 1)
+            lo = _positive(lo_text, _RS_THR, spec, option)
+            hi = _positive(hi_text, _RS_THR, spec, option)
+        else:
+            hi = _positive(spec, _RS_THR, spec, option)
+            lo = 1.0 / hi
+            if not lo > 0:  # hi = inf
+                raise ConfigError(f"{_RS_THR} {spec!r} for {option}: the implied lower bound 1/{hi} is not positive")
+        if lo > hi:
+            raise ConfigError(f"{_RS_THR} {spec!r} for {option}: lower bound {lo} exceeds upper bound {hi}")
+        return RejectionRule(option, stat, agg, math.log(lo), math.log(hi))
+    if "_" in spec:
+        raise ConfigError(f"{_RS_THR} {spec!r} for {option}: give a single upper bound, without '_'")
+    return RejectionRule(option, stat, agg, None, _positive(spec, _RS_THR, spec, option))
+
+
+def parse_rollout_is(level: str, threshold: str | float = 2.0, batch_normalize: bool = False) -> ImportanceSampling:
+    """``--rollout-is`` level and ``--rollout-is-threshold`` (§5.2, [P]): a number → TIS, ``"lo_hi"`` → IcePop."""
+    if level not in ("token", "sequence"):
+        raise ConfigError(f"{_IS_FLAG} {level!r}: must be 'token' or 'sequence'")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, str)):
+        raise ConfigError(f"{_IS_THR} must be a number or a 'lo_hi' string, got {threshold!r}")
+    text = str(threshold).strip()
+    if not text:
+        raise ConfigError(f"{_IS_THR} is empty")
+    if "_" in text:  # str(number) never holds "_", so only strings reach IcePop
+        lo_text, hi_text = text.split("_", 1)
+        lo = _positive(lo_text, _IS_THR, text, None)
+        hi = _positive(hi_text, _IS_THR, text, None)
+        if lo > hi:
+            raise ConfigError(f"{_IS_THR} {text!r}: lower bound {lo} exceeds upper bound {hi}")
+        return ImportanceSampling(level, None, (lo, hi), bool(batch_normalize))
+    return ImportanceSampling(level, _positive(text, _IS_THR, text, None), None, bool(batch_normalize))
+
+
+# ------------------------------------------------------------------------------------------- per-row kernels
+
+
+def _row_sum(x: Tensor, m0: Tensor, row_offsets: Tensor) -> Tensor:
+    """``masked_sum(x, m0, row)``: ``Σ_t x_t`` over ``m0 = 1`` (a select: off-mask values never leak); ``(B,)`` f64."""
+    return segment_sum(torch.where(m0 > 0, x, torch.zeros_like(x)), row_offsets)
+
+
+def _row_mean(x: Tensor, m0: Tensor, row_offsets: Tensor, n32: Tensor) -> Tensor:
+    """``masked_mean(x, m0, row) = f32(Σ) / (n_i + 1e-8)`` in float32 (0 for a row without valid token); ``(B,)``."""
+    return _row_sum(x, m0, row_offsets).float() / (n32 + 1e-8)
+
+
+def _row_extreme(x: Tensor, valid: Tensor, row_offsets: Tensor, largest: bool) -> Tensor:
+    """Max (or min) over a row's valid tokens, ``∓inf`` for a row without one; ``(B,)`` float32."""
+    fill = float("-inf") if largest else float("inf")
+    x = torch.where(valid, x, torch.full_like(x, fill))
+    return segment_max(x, row_offsets, empty=fill) if largest else segment_min(x, row_offsets, empty=fill)
+
+
+def _row_count(flag: Tensor, row_offsets: Tensor) -> Tensor:
+    """Number of ``True`` tokens per row, ``(B,)`` float64 (exact)."""
+    return segment_sum(flag.to(torch.float32), row_offsets)
+
+
+def _safe_log_ratio(old_log_probs: Tensor, rollout_log_probs: Tensor) -> tuple[Tensor, Tensor]:
+    """``ℓ = old − rollout`` and ``ℓs = clamp(ℓ, −20, 20)``, both ``(N,)`` float32."""
+    lr = old_log_probs - rollout_log_probs
+    return lr, lr.clamp(-SAFETY_BOUND, SAFETY_BOUND)
+
+
+def _token_stat(stat: str, ls: Tensor) -> Tensor:
+    """``k1 = −ℓs``, ``k2 = 0.5·ℓs²``, ``k3 = (exp(ℓs) − 1) − ℓs`` (verl's operation order); ``(N,)``."""
+    if stat == "k1":
+        return -ls
+    if stat == "k2":
+        return 0.5 * ls.square()
+    return torch.exp(ls) - 1.0 - ls
+
+
+def _evaluate_rule(rule: RejectionRule, ls: Tensor, m0: Tensor, row_offsets: Tensor, n32: Tensor):
+    """``(stat_t (N,), row_stat (B,) | None, keep (N,) bool)`` for one rule; row stats broadcast to tokens.
+
+    Row aggregates use ``m0``: sum and mean as ``masked_sum``/``masked_mean``, max over valid tokens (0 if none).
+    Bounds are compared in float32, as verl compares a float32 tensor with a Python float.
+    """
+    k = _token_stat(rule.stat, ls)
+    row_stat = None
+    if rule.agg == "sum":
+        row_stat = _row_sum(k, m0, row_offsets).float()
+    elif rule.agg == "mean":
+        row_stat = _row_mean(k, m0, row_offsets, n32)
+    elif rule.agg == "max":
+        row_max = _row_extreme(k, m0 > 0, row_offsets, largest=True)
+        row_stat = torch.where(torch.isneginf(row_max), torch.zeros_like(row_max), row_max)
+    x = k if row_stat is None else row_stat
+    ok = x <= rule.upper
+    if rule.lower is not None:
+        ok = ok & (x >= rule.lower)
+    if row_stat is None:
+        return k, None, ok
+    return broadcast_rows(row_stat, row_offsets), row_stat, broadcast_rows(ok, row_offsets)
+
+
+def rejection_keep(
+    rules: tuple[RejectionRule, ...] | list[RejectionRule],
+    old_log_probs: Tensor,
+    rollout_log_probs: Tensor,
+    m0: Tensor,
+    row_offsets: Tensor,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """``keep = Π_o keep_o`` (AND of all rules), ``(N,)`` float32 0/1, and ``{option: keep_o (N,)}``.
+
+    A sequence rule's verdict covers the whole row. The caller forms ``m = m0 · keep``.
+    """
+    _, ls = _safe_log_ratio(old_log_probs, rollout_log_probs)
+    n32 = segment_sum(m0, row_offsets).float()
+    keep = torch.ones_like(ls)
+    per_option: dict[str, Tensor] = {}
+    for rule in rules:
+        keep_o = _evaluate_rule(rule, ls, m0, row_offsets, n32)[2].to(torch.float32)
+        per_option[rule.option] = keep_o
+        keep = keep * keep_o
+    return keep, per_option
+
+
+def _raw_and_applied_weights(cfg: ImportanceSampling, lr: Tensor, m0: Tensor, row_offsets: Tensor):
+    """``(w_raw, w, S)``: ``w_raw = exp(ℓs)·m0`` (token) or ``exp(clamp(S_i, ±20))·m0`` (sequence, ``S_i`` the
+    unclamped masked row sum of ``ℓ``); ``w = min(w_raw, thr)`` (TIS) or ``w_raw·[lo ≤ w_raw ≤ hi]`` (IcePop).
+    ``S (B,)`` float32 is returned for the sequence metrics (None at token level)."""
+    if cfg.level == "token":
+        S = None
+        raw = torch.exp(lr.clamp(-SAFETY_BOUND, SAFETY_BOUND)) * m0
+    else:
+        S = _row_sum(lr, m0, row_offsets).float()
+        raw = broadcast_rows(torch.exp(S.clamp(-SAFETY_BOUND, SAFETY_BOUND)), row_offsets) * m0
+    if cfg.band is None:
+        return raw, raw.clamp(max=cfg.threshold), S
+    lo, hi = cfg.band
+    return raw, torch.where((raw >= lo) & (raw <= hi), raw, torch.zeros_like(raw)), S
+
+
+def importance_weights(
+    cfg: ImportanceSampling,
+    old_log_probs: Tensor,
+    rollout_log_probs: Tensor,
+    m0: Tensor,
+    row_offsets: Tensor,
+    norm_factor: float | None = None,
+) -> Tensor:
+    """``rollout_is_weights (N,)`` float32: truncated (TIS) or IcePop weights on ``m0``, divided by ``norm_factor``
+    (``RolloutCorrectionStats.norm_factor()``) when ``cfg.batch_normalize``. Rejected tokens keep their weight."""
+    lr, _ = _safe_log_ratio(old_log_probs, rollout_log_probs)
+    w = _raw_and_applied_weights(cfg, lr, m0, row_offsets)[1]
+    if cfg.batch_normalize:
+        if norm_factor is None:
+            raise ValueError("batch-normalised IS weights need norm_factor from RolloutCorrectionStats")
+        w = w / norm_factor
+    return w
+
+
+# -------------------------------------------------------------------------------------------- batch metrics
+
+
+def _f32(x: float) -> np.float32:
+    return np.float32(x)
+
+
+def _masked_mean(total: float, count: float) -> np.float32:
+    """Batch ``masked_mean`` from an exact total: ``f32(Σ) / (f32(count) + 1e-8)`` in float32."""
+    return _f32(total) / (_f32(count) + _f32(1e-8))
+
+
+def _fsum(a: np.ndarray) -> float:
+    return math.fsum(a.tolist())
+
+
+def _mean(a: np.ndarray) -> np.float32:
+    """``a.mean()`` of float32 row values, from the exact sum."""
+    return _f32(_fsum(a) / a.size)
+
+
+def _std(a: np.ndarray) -> np.float32:
+    """Unbiased ``a.std()`` (two-pass in float64), 0 for ≤ 1 value."""
+    if a.size <= 1:
+        return _f32(0.0)
+    mu = _fsum(a) / a.size
+    return _f32(math.sqrt(_fsum((a - mu) ** 2) / (a.size - 1)))
+
+
+def _clamped_std(csum: float, c2sum: float, count: float) -> np.float32:
+    """``sqrt(max(E[c²] − E[c]², 0))`` over ``m0`` in float32 (verl's form), 0 when ``count ≤ 1``."""
+    if count <= 1:
+        return _f32(0.0)
+    mean_c = _masked_mean(csum, count)
+    var = _masked_mean(c2sum, count) - mean_c * mean_c
+    return np.sqrt(max(var, _f32(0.0)))
+
+
+class RolloutCorrectionStats:
+    """Batch-level accumulator of every §5.4 metric ([P]), fed chunk by chunk.
+
+    ``update`` reduces each chunk to per-row values (float64 row sums, counts, row extrema, float32 row
+    statistics) and keeps them; ``metrics``/``norm_factor`` reduce the concatenated rows with exact sums, so the
+    result is independent of how rows are split into chunks. IS metrics describe the weights before batch
+    normalisation (as verl reports them), so one pass of ``update`` over all chunks suffices.
+    """
+
+    def __init__(self, rules: tuple[RejectionRule, ...] | list[RejectionRule], is_cfg: ImportanceSampling | None):
+        self.rules = tuple(rules)
+        self.is_cfg = is_cfg
+        self._keys: list[str] | None = None
+        self._chunks: list[np.ndarray] = []
+
+    # -- accumulation
+
+    def update(self, old_log_probs: Tensor, rollout_log_probs: Tensor, m0: Tensor, row_offsets: Tensor) -> None:
+        """Add one chunk of rows: ``(N,)`` float32 log-probs and ``m0``, ``row_offsets (B+1,)``."""
+        if row_offsets.numel() <= 1:
+            return
+        cols: dict[str, Tensor] = {}
+        lr, ls = _safe_log_ratio(old_log_probs, rollout_log_probs)
+        valid = m0 > 0
+        n = segment_sum(m0, row_offsets)
+        n32 = n.float()
+        cols["n"] = n
+        self._offpolicy_rows(cols, old_log_probs, rollout_log_probs, lr, ls, m0, row_offsets, n32)
+        keep = torch.ones_like(valid)
+        for rule in self.rules:
+            keep = keep & self._rule_rows(cols, rule, ls, m0, valid, row_offsets, n32)
+        cols["rs/rejected"] = _row_count(~keep & valid, row_offsets)
+        if self.is_cfg is not None:
+            self._is_rows(cols, lr, m0, valid, row_offsets, n32)
+        keys = list(cols)
+        if self._keys is None:
+            self._keys = keys
+        # One stacked transfer per chunk; float32 values and counts are exact in float64.
+        self._chunks.append(torch.stack([cols[k].double() for k in keys]).cpu().numpy())
+
+    @staticmethod
+    def _offpolicy_rows(cols, old, rollout, lr, ls, m0, row_offsets, n32) -> None:
+        """Per-row pieces of the off-policy diagnostics: row mean log-probs, ``S_i``, token sums over ``m0``."""
+        lp_old = _row_mean(old, m0, row_offsets, n32)
+        lp_roll = _row_mean(rollout, m0, row_offsets, n32)
+        S = _row_sum(lr, m0, row_offsets).float()
+        diff = lp_roll - lp_old
+        cols["lp_old"] = lp_old
+        cols["lp_roll"] = lp_roll
+        cols["ppl_old"] = torch.exp(-lp_old)
+        cols["ppl_roll"] = torch.exp(-lp_roll)
+        cols["log_ppl_diff"] = diff
+        cols["ppl_ratio"] = torch.exp(diff)
+        cols["S"] = S
+        cols["rho2_seq"] = torch.exp(2.0 * S.clamp(-SAFETY_BOUND, SAFETY_BOUND))
+        cols["kl_sum"] = _row_sum(rollout - old, m0, row_offsets)
+        cols["k3_kl_sum"] = _row_sum(torch.exp(lr) - lr - 1, m0, row_offsets)
+        cols["rho2_sum"] = _row_sum(torch.exp(ls).square(), m0, row_offsets)
+
+    @staticmethod
+    def _rule_rows(cols, rule: RejectionRule, ls, m0, valid, row_offsets, n32) -> Tensor:
+        """Per-row pieces of ``rollout_rs_<option>_*``; returns the rule's token keep (bool)."""
+        stat_t, row_stat, keep = _evaluate_rule(rule, ls, m0, row_offsets, n32)
+        row_val = row_stat if row_stat is not None else _row_mean(stat_t, m0, row_offsets, n32)
+        lower = rule.lower if rule.lower is not None else 0.0
+        clamped = stat_t.clamp(min=lower, max=rule.upper)
+        p = f"rs/{rule.option}/"
+        cols[p + "sum"] = _row_sum(stat_t, m0, row_offsets)
+        cols[p + "csum"] = _row_sum(clamped, m0, row_offsets)
+        cols[p + "c2sum"] = _row_sum(clamped.square(), m0, row_offsets)
+        cols[p + "row"] = row_val
+        cols[p + "row_high"] = row_val > rule.upper
+        if rule.lower is not None:
+            cols[p + "row_low"] = row_val < rule.lower
+        if rule.is_token:  # a sequence rule's extrema and fractions come from the row values instead
+            cols[p + "max"] = _row_extreme(stat_t, valid, row_offsets, largest=True)
+            cols[p + "min"] = _row_extreme(stat_t, valid, row_offsets, largest=False)
+            cols[p + "tok_high"] = _row_count((stat_t > rule.upper) & valid, row_offsets)
+            if rule.lower is not None:
+                cols[p + "tok_low"] = _row_count((stat_t < rule.lower) & valid, row_offsets)
+        cols[p + "rejected"] = _row_count(~keep & valid, row_offsets)
+        return keep
+
+    def _is_rows(self, cols, lr, m0, valid, row_offsets, n32) -> None:
+        """Per-row pieces of ``rollout_is_*``: sums of applied/clamped weights, raw-weight counts, row means."""
+        cfg = self.is_cfg
+        raw, w, S = _raw_and_applied_weights(cfg, lr, m0, row_offsets)
+        upper, lower = cfg.upper, cfg.lower
+        clamped = w.clamp(min=0.0, max=upper)
+        q = _row_mean(w, m0, row_offsets, n32)
+        q_raw = _row_mean(raw, m0, row_offsets, n32)
+        cols["is/w_sum"] = _row_sum(w, m0, row_offsets)
+        cols["is/csum"] = _row_sum(clamped, m0, row_offsets)
+        cols["is/c2sum"] = _row_sum(clamped.square(), m0, row_offsets)
+        cols["is/q"] = q
+        cols["is/q_dev"] = (q - 1.0).abs()
+        cols["is/q_high"] = q_raw > upper
+        cols["is/q_low"] = q_raw < lower
+        if cfg.level == "token":
+            cols["is/max"] = _row_extreme(w, valid, row_offsets, largest=True)
+            cols["is/min"] = _row_extreme(w, valid, row_offsets, largest=False)
+            cols["is/tok_high"] = _row_count((raw > upper) & valid, row_offsets)
+            cols["is/tok_low"] = _row_count((raw < lower) & valid, row_offsets)
+        else:
+            # verl compares S_i with log thresholds taken in float32.
+            log_upper = torch.log(torch.tensor(upper, dtype=torch.float32, device=S.device))
+            log_lower = torch.log(torch.tensor(lower, dtype=torch.float32, device=S.device))
+            cols["is/row_high"] = S > log_upper
+            cols["is/row_low"] = S < log_lower
+        if cfg.band is not None:
+            cols["is/oob"] = _row_count(((raw < lower) | (raw > upper)) & valid, row_offsets)
+
+    # -- reduction
+
+    def _rows(self) -> dict[str, np.ndarray]:
+        """Concatenated per-row arrays (float64), one per accumulated quantity."""
+        if not self._chunks:
+            raise ComputeError("rollout correction: the batch has no row")
+        table = np.concatenate(self._chunks, axis=1)
+        rows = dict(zip(self._keys, table))
+        if _fsum(rows["n"]) == 0:
+            raise ComputeError(
+                "rollout correction: response_mask has no valid token (1) in the batch; verl 0.9.1 raises here"
+            )
+        return rows
+
+    def norm_factor(self) -> float | None:
+        """IS batch-normalisation ``μ`` (§5.2) or None when not normalising; 1.0 when ``μ ≤ 1e-8``.
+
+        token: ``μ = masked_mean(w, m0)``; sequence: ``μ = Σ_i q_i / max(#valid rows, 1e-8)``.
+        """
+        if self.is_cfg is None or not self.is_cfg.batch_normalize:
+            return None
+        return self._norm_factor(self._rows())
+
+    def _norm_factor(self, rows: dict[str, np.ndarray]) -> float:
+        if self.is_cfg.level == "token":
+            mu = _masked_mean(_fsum(rows["is/w_sum"]), _fsum(rows["n"]))
+        else:
+            valid_rows = _f32(np.count_nonzero(rows["n"]))
+            mu = _f32(_fsum(rows["is/q"][rows["n"] > 0])) / max(valid_rows, _f32(1e-8))
+        return float(mu) if mu > _f32(1e-8) else 1.0
+
+    def metrics(self) -> dict[str, float]:
+        """Every §5.4 metric of verl 0.9.1 (keys without ``rollout_corr/``), in verl's order: IS, RS, off-policy."""
+        rows = self._rows()
+        out: dict[str, np.floating | float] = {}
+        if self.is_cfg is not None:
+            out.update(self._is_metrics(rows))
+        for rule in self.rules:
+            out.update(self._rule_metrics(rule, rows))
+        if self.rules:
+            n = rows["n"]
+            rejected_rows = np.count_nonzero(rows["rs/rejected"] > 0)
+            out["rollout_rs_masked_fraction"] = _masked_mean(_fsum(rows["rs/rejected"]), _fsum(n))
+            out["rollout_rs_seq_masked_fraction"] = _f32(rejected_rows) / _f32(n.size)
+        out.update(self._offpolicy_metrics(rows))
+        return {key: float(value) for key, value in out.items()}
+
+    @staticmethod
+    def _rule_metrics(rule: RejectionRule, rows: dict[str, np.ndarray]) -> dict[str, np.floating | float]:
+        """``rollout_rs_<option>_*``: token-weighted mean/std, token (token rule) or row (sequence rule)
+        extrema and fractions, and row-value summaries over valid rows."""
+        p = f"rs/{rule.option}/"
+        key = f"rollout_rs_{rule.option}_"
+        n = rows["n"]
+        count = _fsum(n)
+        valid = n > 0
+        row_val = rows[p + "row"][valid]
+        k1 = rule.lower is not None
+        m: dict[str, np.floating | float] = {key + "mean": _masked_mean(_fsum(rows[p + "sum"]), count)}
+        if rule.is_token:
+            m[key + "max"] = _f32(rows[p + "max"][valid].max())
+            m[key + "min"] = _f32(rows[p + "min"][valid].min())
+            m[key + "fraction_high"] = _masked_mean(_fsum(rows[p + "tok_high"]), count)
+            m[key + "fraction_low"] = _masked_mean(_fsum(rows[p + "tok_low"]), count) if k1 else 0.0
+        else:
+            m[key + "max"] = _f32(row_val.max())
+            m[key + "min"] = _f32(row_val.min())
+            m[key + "fraction_high"] = _mean(rows[p + "row_high"][valid])
+            m[key + "fraction_low"] = _mean(rows[p + "row_low"][valid]) if k1 else 0.0
+        m[key + "std"] = _clamped_std(_fsum(rows[p + "csum"]), _fsum(rows[p + "c2sum"]), count)
+        m[key + "seq_mean"] = _mean(row_val)
+        m[key + "seq_std"] = _std(row_val)
+        m[key + "seq_max"] = _f32(row_val.max())
+        m[key + "seq_min"] = _f32(row_val.min())
+        m[key + "seq_max_deviation"] = _f32(np.abs(row_val).max())
+        m[key + "seq_fraction_high"] = _mean(rows[p + "row_high"][valid])
+        if k1:
+            m[key + "seq_fraction_low"] = _mean(rows[p + "row_low"][valid])
+        m[key + "masked_fraction"] = _masked_mean(_fsum(rows[p + "rejected"]), count)
+        m[key + "seq_masked_fraction"] = _f32(np.count_nonzero(rows[p + "rejected"] > 0)) / _f32(
+            np.count_nonzero(valid)
+        )
+        return m
+
+    def _is_metrics(self, rows: dict[str, np.ndarray]) -> dict[str, np.floating | float]:
+        """``rollout_is_*`` ([P]): mean/max/min/std/ESS/seq_* from the applied weights (std/ESS clamped to
+        ``[0, upper]``), high/low fractions from the raw weights (sequence level: from ``S_i`` over all rows)."""
+        cfg = self.is_cfg
+        n = rows["n"]
+        count = _fsum(n)
+        valid = n > 0
+        m: dict[str, np.floating | float] = {}
+        if cfg.level == "sequence":
+            S = torch.tensor([rows["S"].min(), rows["S"].max()], dtype=torch.float32)
+            m["rollout_is_max"] = torch.exp(S[1].clamp(max=SAFETY_BOUND)).item()
+            m["rollout_is_min"] = torch.exp(S[0]).item()
+            m["rollout_is_mean"] = _masked_mean(_fsum(rows["is/w_sum"]), count)
+            m["rollout_is_ratio_fraction_high"] = _mean(rows["is/row_high"])
+            m["rollout_is_ratio_fraction_low"] = _mean(rows["is/row_low"])
+        else:
+            m["rollout_is_mean"] = _masked_mean(_fsum(rows["is/w_sum"]), count)
+            m["rollout_is_ratio_fraction_high"] = _masked_mean(_fsum(rows["is/tok_high"]), count)
+            m["rollout_is_ratio_fraction_low"] = _masked_mean(_fsum(rows["is/tok_low"]), count)
+            m["rollout_is_max"] = _f32(rows["is/max"][valid].max())
+            m["rollout_is_min"] = _f32(rows["is/min"][valid].min())
+        csum, c2sum = _fsum(rows["is/csum"]), _fsum(rows["is/c2sum"])
+        m["rollout_is_std"] = _clamped_std(csum, c2sum, count)
+        # ESS = 1 / masked_mean((c / d)²) with d = masked_mean(c) + 1e-8; Σ(c/d)² = Σc² / d² row by row.
+        d = np.float64(_masked_mean(csum, count) + _f32(1e-8))
+        mean_sq = _masked_mean(c2sum / (d * d), count)
+        if mean_sq == 0:
+            raise ComputeError(
+                f"{_IS_THR}: every IS weight of the batch is 0 (IcePop band {cfg.band}); verl 0.9.1 fails computing "
+                "rollout_is_eff_sample_size (division by zero)"
+            )
+        m["rollout_is_eff_sample_size"] = 1.0 / float(mean_sq)
+        q = rows["is/q"]
+        m["rollout_is_seq_mean"] = _mean(q)
+        m["rollout_is_seq_std"] = _std(q)
+        m["rollout_is_seq_max"] = _f32(q.max())
+        m["rollout_is_seq_min"] = _f32(q.min())
+        m["rollout_is_seq_max_deviation"] = _f32(rows["is/q_dev"].max())
+        m["rollout_is_seq_fraction_high"] = _mean(rows["is/q_high"])
+        m["rollout_is_seq_fraction_low"] = _mean(rows["is/q_low"])
+        if cfg.band is not None:
+            m["rollout_is_oob_ratio"] = _masked_mean(_fsum(rows["is/oob"]), count)
+        if cfg.batch_normalize:
+            m["rollout_is_batch_norm_factor"] = self._norm_factor(rows)
+        return m
+
+    @staticmethod
+    def _offpolicy_metrics(rows: dict[str, np.ndarray]) -> dict[str, np.floating | float]:
+        """Off-policy diagnostics over ``m0``: PPLs and log-PPL differences are means over all ``B`` rows of row
+        values; ``kl``, ``k3_kl``, ``chi2_token`` are token means; ``chi2_seq`` a row mean."""
+        count = _fsum(rows["n"])
+        diff = rows["log_ppl_diff"]
+        return {
+            "training_ppl": _mean(rows["ppl_old"]),
+            "training_log_ppl": _mean(-rows["lp_old"]),
+            "kl": _masked_mean(_fsum(rows["kl_sum"]), count),
+            "k3_kl": _masked_mean(_fsum(rows["k3_kl_sum"]), count),
+            "rollout_ppl": _mean(rows["ppl_roll"]),
+            "rollout_log_ppl": _mean(-rows["lp_roll"]),
+            "log_ppl_diff": _mean(diff),
+            "log_ppl_abs_diff": _mean(np.abs(diff)),
+            "log_ppl_diff_max": _f32(diff.max()),
+            "log_ppl_diff_min": _f32(diff.min()),
+            "ppl_ratio": _mean(rows["ppl_ratio"]),
+            "chi2_token": _masked_mean(_fsum(rows["rho2_sum"]), count) - _f32(1.0),
+            "chi2_seq": _mean(rows["rho2_seq"]) - _f32(1.0),
+        }

@@ -1,0 +1,169 @@
+"""The run report (CONTRACT §4): pydantic models, JSON out, and a rich rendering of the same content."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FileInfo(_Model):
+    path: str
+    rows: int
+    tokens: int
+
+
+class Inputs(_Model):
+    paths: list[str]
+    files: list[FileInfo]
+    rows: int
+    tokens: int
+
+
+class Tokens(_Model):
+    """Token counts: actor (input response_mask 1), observation (0, not padding), padding, rejected by rollout rejection."""
+
+    total: int
+    actor: int
+    observation: int
+    padding: int
+    rejected: int
+    used: int = Field(description="actor tokens left for the estimator after rejection")
+
+
+class Groups(_Model):
+    count: int
+    sizes: dict[str, int] = Field(description="group size -> number of groups")
+    singletons: int
+    all_equal: int = Field(description="groups of 2+ rows whose total rewards (after shaping) are all equal")
+    batches: int
+
+
+class Stats(_Model):
+    """Summary of values: over rows (scores) or over valid tokens (advantages, returns)."""
+
+    count: int
+    mean: Optional[float]
+    std: Optional[float]
+    min: Optional[float]
+    max: Optional[float]
+    fraction_positive: Optional[float] = None
+    fraction_negative: Optional[float] = None
+    fraction_zero: Optional[float] = None
+
+
+class Scores(_Model):
+    score_total: Stats = Field(description="per-row sum of the assembled scores, before shaping")
+    reward_total: Stats = Field(description="per-row sum of token_level_rewards, after shaping (R_i)")
+
+
+class KLBatch(_Model):
+    batch: Optional[str]
+    rows: int
+    kl: float = Field(description="mean over rows of the row-mean KL estimate on the original mask")
+    coef: float = Field(description="coefficient applied to this batch")
+
+
+class KL(_Model):
+    enabled: bool
+    penalty: str
+    ctrl: str
+    mean: Optional[float] = Field(None, description="verl's actor/reward_kl_penalty over the whole dataset")
+    coef: float
+    batches: list[KLBatch] = []
+
+
+class ReportWarning(_Model):
+    code: str
+    message: str
+    count: int
+    rows: list[int] = Field(description="first few rows (0-based within their file)")
+    where: list[str] = Field(description="the same rows as file:row")
+
+
+class Timing(_Model):
+    seconds: dict[str, float]
+    tokens_per_second: float
+    device: str
+
+
+class Report(_Model):
+    """Everything rladv measured in one run; ``warnings`` carry stable codes (CONTRACT §4)."""
+
+    rladv_version: str
+    inputs: Inputs
+    output: Optional[str]
+    config: dict[str, Any]
+    tokens: Tokens
+    groups: Groups
+    scores: Scores
+    kl: KL
+    rollout_rejection: dict[str, Any]
+    advantages: Stats
+    returns: Stats
+    warnings: list[ReportWarning]
+    timing: Timing
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2) + "\n"
+
+    def warning_codes(self) -> list[str]:
+        return [w.code for w in self.warnings]
+
+
+def _fmt(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.6g}"
+
+
+def render(report: Report, console) -> None:
+    """Print the report with rich: inputs, tokens, groups, scores, KL, advantages, warnings, timing."""
+    from rich.table import Table
+
+    r = report
+    console.print(
+        f"[bold]rladv {r.rladv_version}[/bold]  estimator [cyan]{r.config['estimator']}[/cyan]  "
+        f"{r.inputs.rows} rows, {r.inputs.tokens} tokens from {len(r.inputs.paths)} file(s)"
+        + (f" -> {r.output}" if r.output else "")
+    )
+    t = Table(title="tokens and groups", show_header=False, box=None, pad_edge=False)
+    t.add_row("actor / observation / padding", f"{r.tokens.actor} / {r.tokens.observation} / {r.tokens.padding}")
+    t.add_row("rejected / used", f"{r.tokens.rejected} / {r.tokens.used}")
+    sizes = ", ".join(f"{k}x{v}" for k, v in r.groups.sizes.items()) or "-"
+    t.add_row("groups (size x count)", f"{r.groups.count} ({sizes}) in {r.groups.batches} batch(es)")
+    t.add_row("singletons / all-equal", f"{r.groups.singletons} / {r.groups.all_equal}")
+    if r.kl.enabled:
+        t.add_row("KL", f"{r.kl.penalty}, mean {_fmt(r.kl.mean)}, coef {_fmt(r.kl.coef)} ({r.kl.ctrl})")
+    console.print(t)
+    s = Table(title="values", header_style="bold")
+    for col in ("", "mean", "std", "min", "max", "+", "-", "0"):
+        s.add_column(col, justify="right" if col else "left")
+    for name, st in (
+        ("score total / row", r.scores.score_total),
+        ("reward total / row", r.scores.reward_total),
+        ("advantages / token", r.advantages),
+        ("returns / token", r.returns),
+    ):
+        s.add_row(
+            name, _fmt(st.mean), _fmt(st.std), _fmt(st.min), _fmt(st.max),
+            _fmt(st.fraction_positive), _fmt(st.fraction_negative), _fmt(st.fraction_zero),
+        )
+    console.print(s)
+    if r.rollout_rejection:
+        rr = Table(title="rollout correction", show_header=False, box=None)
+        for k, v in r.rollout_rejection.items():
+            rr.add_row(k, _fmt(v) if isinstance(v, (int, float)) else str(v))
+        console.print(rr)
+    if r.warnings:
+        w = Table(title="warnings", header_style="bold")
+        for col in ("code", "count", "rows", "what it means"):
+            w.add_column(col)
+        for item in r.warnings:
+            w.add_row(f"[yellow]{item.code}[/yellow]", str(item.count), ", ".join(item.where[:3]), item.message)
+        console.print(w)
+    else:
+        console.print("[green]no warnings[/green]")
+    secs = ", ".join(f"{k} {v:.3f}s" for k, v in r.timing.seconds.items())
+    console.print(f"[dim]{secs}; {r.timing.tokens_per_second:,.0f} tokens/s on {r.timing.device}[/dim]")

@@ -1,0 +1,122 @@
+"""The column contract of a rollout dataset (CONTRACT.md §1, §3): names, Arrow kinds, roles.
+
+``COLUMNS`` is the single source; the pydantic ``RolloutRow`` (and so ``schemas/rollout.schema.json``) and the
+row-level Arrow checks in ``validation.py`` are both derived from it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+Kind = Literal["mask", "float_list", "int_list", "float", "label"]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One contract column: ``kind`` fixes the accepted Arrow types; ``token_aligned`` lists share row lengths."""
+
+    name: str
+    kind: Kind
+    description: str
+
+    @property
+    def token_aligned(self) -> bool:
+        return self.kind in ("mask", "float_list", "int_list")
+
+
+COLUMNS: dict[str, Column] = {
+    c.name: c
+    for c in (
+        Column("uid", "label", "prompt-group id: rows with the same uid were sampled from the same prompt"),
+        Column("response_mask", "mask", "1 = token sampled by the actor; 0 = tool observation or padding"),
+        Column("responses", "int_list", "response token ids (assistant and tool-observation tokens)"),
+        Column("attention_mask", "mask", "0 marks padding; padding may only be a suffix of the row"),
+        Column("loss_mask", "mask", "the original assistant mask; defaults to response_mask as read"),
+        Column("rm_scores", "float_list", "token-level scores from the reward manager"),
+        Column("score", "float", "scalar outcome score, placed on the last non-padding position"),
+        Column("old_log_probs", "float_list", "log-prob of each token under the policy before the update"),
+        Column("ref_log_prob", "float_list", "log-prob under the frozen reference policy"),
+        Column("rollout_log_probs", "float_list", "log-prob under the policy that generated the rollout"),
+        Column("values", "float_list", "critic value at each response position"),
+        Column("reward_baselines", "float", "reward of the greedy rollout for the same prompt (remax)"),
+        Column("sum_pi_squared", "float_list", "sum over the vocabulary of pi(v)^2 at each position"),
+    )
+}
+
+# Columns rladv writes (CONTRACT §3); response_mask and loss_mask are rewritten as int8 lists.
+OUTPUT_COLUMNS: dict[str, str] = {
+    "token_level_rewards": "scores after every shaping stage",
+    "response_mask": "the mask the estimator used (input mask after rollout rejection), int8",
+    "loss_mask": "the original assistant mask, int8 (added when absent)",
+    "advantages": "the estimator's advantages; 0 wherever response_mask is 0",
+    "returns": "the estimator's returns; 0 wherever response_mask is 0",
+}
+
+_PY_TYPES = {
+    "mask": Optional[list[Literal[0, 1]]],
+    "float_list": Optional[list[float]],
+    "int_list": Optional[list[int]],
+    "float": Optional[float],
+    "label": Optional[str | int],
+}
+
+RolloutRow = create_model(
+    "RolloutRow",
+    __config__=ConfigDict(extra="allow", title="rladv rollout row"),
+    __doc__="One trajectory of a rollout dataset (one Parquet row). Token-aligned lists share one length "
+    "L >= 1; extra columns are carried through unchanged.",
+    **{
+        c.name: (list[Literal[0, 1]], Field(description=c.description)) if c.name == "response_mask"
+        else (_PY_TYPES[c.kind], Field(default=None, description=c.description))
+        for c in COLUMNS.values()
+    },
+)
+
+
+class OutputRow(BaseModel):
+    """Columns rladv adds to each row (all lists have the row's length)."""
+
+    model_config = ConfigDict(extra="allow", title="rladv output row")
+    token_level_rewards: list[float] = Field(description=OUTPUT_COLUMNS["token_level_rewards"])
+    response_mask: list[Literal[0, 1]] = Field(description=OUTPUT_COLUMNS["response_mask"])
+    loss_mask: list[Literal[0, 1]] = Field(description=OUTPUT_COLUMNS["loss_mask"])
+    advantages: list[float] = Field(description=OUTPUT_COLUMNS["advantages"])
+    returns: list[float] = Field(description=OUTPUT_COLUMNS["returns"])
+    rollout_is_weights: Optional[list[float]] = Field(
+        default=None, description="only with --rollout-is: the importance weights"
+    )
+
+
+def json_schemas() -> dict[str, dict]:
+    """The JSON Schemas rladv publishes in ``schemas/``, by file name."""
+    from .config import Config
+    from .report import Report
+
+    return {
+        "rollout.schema.json": RolloutRow.model_json_schema(),
+        "output.schema.json": OutputRow.model_json_schema(),
+        "config.schema.json": Config.model_json_schema(),
+        "report.schema.json": Report.model_json_schema(),
+    }
+
+
+def write_json_schemas(folder: str) -> list[str]:
+    """Regenerate ``schemas/*.json`` (``python -m rladv_cli.schema schemas``); returns the paths written."""
+    import json
+    from pathlib import Path
+
+    written = []
+    for name, schema in json_schemas().items():
+        path = Path(folder) / name
+        path.write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
+        written.append(str(path))
+    return written
+
+
+if __name__ == "__main__":
+    import sys
+
+    for p in write_json_schemas(sys.argv[1] if len(sys.argv) > 1 else "schemas"):
+        print(p)

@@ -1,0 +1,69 @@
+"""Reward shaping before the estimator: KL penalty in the reward (SEMANTICS §4) and its coefficient controllers."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+def kl_penalty(logprob: Tensor, ref_logprob: Tensor, mode: str) -> Tensor:
+    """Per-token KL estimate ``(N,)`` of verl 0.9.1, with ``d = logprob − ref_logprob``:
+
+    ``kl``/``k1``: ``d``; ``abs``: ``|d|``; ``mse``/``k2``: ``0.5·d²``;
+    ``low_var_kl``/``k3``: ``k = clamp(ref − logprob, −20, 20)``, ``clamp((exp(k) − k) − 1, −10, 10)``.
+    ``<mode>+`` has the value of ``<mode>`` (the ``+`` is a straight-through k2 gradient in verl), written
+    as ``base + (k2 − k2)`` so that it is NaN exactly where verl's is.
+    """
+    base_mode = mode.removesuffix("+")
+    d = logprob - ref_logprob
+    if base_mode in ("kl", "k1"):
+        value = d
+    elif base_mode == "abs":
+        value = d.abs()
+    elif base_mode in ("mse", "k2"):
+        value = 0.5 * d.square()
+    elif base_mode in ("low_var_kl", "k3"):
+        k = torch.clamp(ref_logprob - logprob, min=-20, max=20)
+        value = torch.clamp((torch.exp(k) - k) - 1, min=-10, max=10)
+    else:
+        raise NotImplementedError(mode)
+    if mode.endswith("+"):
+        k2 = 0.5 * d.square()
+        value = value + (k2 - k2)
+    return value
+
+
+@dataclass(frozen=True)
+class KLShaping:
+    """Result of ``apply_kl``: token rewards ``(N,)`` and the masked estimate ``kld (N,)``."""
+
+    token_level_rewards: Tensor
+    kld: Tensor
+
+
+def apply_kl(token_level_scores: Tensor, old_log_probs: Tensor, ref_log_prob: Tensor, original_mask: Tensor,
+             beta: Tensor | float, mode: str) -> KLShaping:
+    """``kld = kl_penalty(old, ref) × m0``; ``r = s − β·kld`` (SEMANTICS §4.2), on the ORIGINAL mask.
+
+    ``beta`` is a Python float, or a per-token ``(N,)`` float32 tensor when rows of several batches (each
+    with its own controller value) share a chunk.
+    """
+    kld = kl_penalty(old_log_probs, ref_log_prob, mode) * original_mask
+    return KLShaping(token_level_scores - beta * kld, kld)
+
+
+class KLController:
+    """verl's ``FixedKLController`` / ``AdaptiveKLController`` (SEMANTICS §4.3).
+
+    adaptive: ``e = clip(current_kl / target − 1, −0.2, 0.2)``; ``β ← β·(1 + e·n_steps/horizon)`` (float64),
+    applied to the next batch.
+    """
+
+    def __init__(self, kind: str, coef: float, target: float, horizon: int):
+        self.kind, self.value, self.target, self.horizon = kind, float(coef), float(target), int(horizon)
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        if self.kind == "adaptive":
+            error = min(max(current_kl / self.target - 1.0, -0.2), 0.2)
+            self.value *= 1.0 + error * n_steps / self.horizon

@@ -1,0 +1,169 @@
+"""Checks of the data contract (CONTRACT §1) on Arrow data: schema-level once, row-level per chunk. No torch.
+
+Every failure is an ``InputError`` naming file, row (0-based within the file) and column.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .errors import InputError
+from .schema import COLUMNS, Column
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
+def _is_number(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t)
+
+
+def _type_problem(col: Column, t: pa.DataType) -> str | None:
+    """Why Arrow type ``t`` cannot hold contract column ``col`` (None when it can)."""
+    if col.kind == "label":
+        ok = pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t) or (
+            pa.types.is_dictionary(t) and (pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type))
+        )
+        return None if ok else f"has type {t}; expected string or integer group ids"
+    if col.kind == "float":
+        return None if _is_number(t) else f"has type {t}; expected a number per row"
+    if not _is_list(t):
+        return f"has type {t}; expected a list per row"
+    v = t.value_type
+    if col.kind == "mask":
+        ok = pa.types.is_integer(v) or pa.types.is_boolean(v)
+        return None if ok else f"has type {t}; expected a list of 0/1 (integers or bool)"
+    if col.kind == "int_list":
+        return None if pa.types.is_integer(v) else f"has type {t}; expected a list of integer token ids"
+    return None if _is_number(v) else f"has type {t}; expected a list of numbers"
+
+
+def required_columns(columns: Iterable[str], estimator: str | None = None, *, kl: bool = False,
+                     rollout_correction: bool = False, batch_key: str | None = None) -> list[str]:
+    """Columns the chosen stages read: the mask, a score column, and what the estimator and stages declare."""
+    from .estimators.registry import ESTIMATORS
+
+    names = set(columns)
+    need = ["response_mask", "rm_scores" if "rm_scores" in names or "score" not in names else "score"]
+    if estimator is not None:
+        est = ESTIMATORS[estimator]
+        need += list(est.columns) + (["uid"] if est.groups else [])
+    if kl:
+        need += ["old_log_probs", "ref_log_prob"]
+    if rollout_correction:
+        need += ["old_log_probs", "rollout_log_probs"]
+    if batch_key:
+        need.append(batch_key)
+    return list(dict.fromkeys(need))
+
+
+def check_schema(path: str, schema: pa.Schema, required: Iterable[str]) -> None:
+    """Every required column is present and every contract column present has an accepted type."""
+    for name in required:
+        if name not in schema.names:
+            why = ("a dataset needs rm_scores (token-level) or score (one per row)" if name == "rm_scores"
+                   else "the chosen stages need it")
+            raise InputError(path, f"missing; {why}", column=name)
+    for field in schema:
+        col = COLUMNS.get(field.name)
+        if col is not None:
+            problem = _type_problem(col, field.type)
+            if problem:
+                raise InputError(path, problem, column=field.name)
+
+
+def _first(mask: np.ndarray) -> int | None:
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) if hits.size else None
+
+
+def check_chunk(table: pa.Table, path: str, start: int) -> None:
+    """Row-level checks of every contract column present in ``table`` (rows ``start..`` of ``path``).
+
+    Nulls, list lengths (all token-aligned lists share ``L_i >= 1``), 0/1 masks, finite numbers, and
+    padding (``attention_mask == 0``) only as a suffix and never under ``response_mask == 1``.
+    """
+    lengths = None
+    flat: dict[str, np.ndarray] = {}
+    for name in table.column_names:
+        col = COLUMNS.get(name)
+        if col is None:
+            continue
+        arr = table[name].combine_chunks()
+        bad = _first(arr.is_null().to_numpy(zero_copy_only=False))
+        if bad is not None:
+            raise InputError(path, "is null; every row needs a value", row=start + bad, column=name)
+        if not col.token_aligned:
+            if col.kind == "float":
+                bad = _first(~pc.is_finite(pc.cast(arr, pa.float64())).to_numpy(zero_copy_only=False))
+                if bad is not None:
+                    raise InputError(path, f"is {arr[bad].as_py()}; scores must be finite", row=start + bad, column=name)
+            continue
+        row_len = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+        if lengths is None:
+            lengths = row_len
+            bad = _first(row_len == 0)
+            if bad is not None:
+                raise InputError(path, "is an empty list; every row needs at least one token", row=start + bad, column=name)
+        else:
+            bad = _first(row_len != lengths)
+            if bad is not None:
+                raise InputError(
+                    path,
+                    f"has length {row_len[bad]} but {first_list} has {lengths[bad]}; token lists of a row must have one length",
+                    row=start + bad, column=name,
+                )
+        if lengths is row_len:
+            first_list = name
+        values = arr.flatten()
+        parents = None
+        if values.null_count:
+            parents = pc.list_parent_indices(arr).to_numpy()
+            bad = _first(values.is_null().to_numpy(zero_copy_only=False))
+            raise InputError(path, f"has a null at position {_pos(arr, parents, bad)}", row=start + int(parents[bad]), column=name)
+        v = values.to_numpy(zero_copy_only=False)
+        if col.kind == "mask":
+            v = v.astype(np.int64, copy=False)
+            bad = _first((v != 0) & (v != 1))
+            if bad is not None:
+                parents = pc.list_parent_indices(arr).to_numpy()
+                raise InputError(path, f"has value {v[bad]}; masks must be 0 or 1", row=start + int(parents[bad]), column=name)
+            flat[name] = v
+        elif col.kind == "float_list":
+            bad = _first(~np.isfinite(v.astype(np.float64, copy=False)))
+            if bad is not None:
+                parents = pc.list_parent_indices(arr).to_numpy()
+                raise InputError(
+                    path, f"has {v[bad]} at position {_pos(arr, parents, bad)}; NaN and infinity are not allowed",
+                    row=start + int(parents[bad]), column=name,
+                )
+    if "attention_mask" in flat:
+        _check_padding(table, path, start, flat)
+
+
+def _pos(arr: pa.Array, parents: np.ndarray, flat_index: int) -> int:
+    """Position inside its row of flat value ``flat_index``."""
+    row = int(parents[flat_index])
+    return flat_index - int(np.searchsorted(parents, row, side="left"))
+
+
+def _check_padding(table: pa.Table, path: str, start: int, flat: dict[str, np.ndarray]) -> None:
+    att = flat["attention_mask"]
+    parents = pc.list_parent_indices(table["attention_mask"].combine_chunks()).to_numpy()
+    same_row = parents[1:] == parents[:-1]
+    bad = _first(same_row & (att[:-1] == 0) & (att[1:] == 1))
+    if bad is not None:
+        raise InputError(
+            path, "has a 1 after a 0; padding (attention_mask 0) may only be a suffix of the row",
+            row=start + int(parents[bad]), column="attention_mask",
+        )
+    if "response_mask" in flat:
+        bad = _first((att == 0) & (flat["response_mask"] == 1))
+        if bad is not None:
+            raise InputError(
+                path, "is 1 on a padding position (attention_mask 0)", row=start + int(parents[bad]), column="response_mask"
+            )

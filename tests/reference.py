@@ -1,0 +1,350 @@
+"""Slow, obvious oracle for verl 0.9.1's reward shaping and advantage estimators.
+
+Written from SEMANTICS.md ([P] = verl 0.9.1), not from rladv: plain Python loops over rows and time
+steps, every step in float32 in the order verl evaluates it.  Inputs are lists of rows (ragged lists or
+arrays of floats; masks 0/1); outputs are lists of float32 numpy rows of the same lengths, holding
+verl's *raw* values (nothing is zeroed that verl does not zero).
+
+Numeric conventions (SEMANTICS §0):
+- a Python constant (γ, ε, β, 1e-8) is rounded to float32 when it meets a float32 value (``_f``);
+- γ·λ is formed in float64 and rounded once;
+- "× m" is a multiplication by the 0/1 mask, never a selection (NaN·0 = NaN, (−a)·0 = −0.0);
+- sums accumulate in float32 in row order.  torch's SIMD order differs by a few ulps; std-normalised
+  group advantages of near-tied groups (σ ~ 1e-4) amplify that by 1/σ, which the golden test allows
+  for explicitly (tests/test_reference.py, ``_reduction_slack``).
+"""
+
+import numpy as np
+
+F32 = np.float32
+
+
+def _f(c):
+    """Round a Python constant to float32, as torch does when it meets a float32 tensor."""
+    return F32(c)
+
+
+def _rows(rows):
+    return [np.asarray(row, dtype=F32) for row in rows]
+
+
+def _fsum(values):
+    """Σ values, accumulated sequentially in float32."""
+    s = F32(0.0)
+    for v in values:
+        s = F32(s + v)
+    return s
+
+
+def _groups(uids):
+    """{uid: [row indices]} keyed on the raw label (a Python dict: equal labels share a group),
+    members in row order (SEMANTICS §2.3)."""
+    groups = {}
+    for i, uid in enumerate(uids):
+        groups.setdefault(uid, []).append(i)
+    return groups
+
+
+# --------------------------------------------------------------------------- §1 score assembly
+
+
+def assemble_scores(lengths, score=None, rm_scores=None, attention_mask=None):
+    """token_level_scores per row (SEMANTICS §1).
+
+    rm_scores given: copied verbatim (float32).  Scalar ``score[i]``: a float32 zero row with
+    float32(score_i) at p_i = (#ones in attention_mask[i]) − 1, or L_i − 1 without an attention mask.
+    p_i = −1 (nothing to count) wraps, as verl's indexing does, to the last column T − 1 of the
+    padded [B, T] tensor (T = max L_i); the rows are then cut back to their lengths L_i.
+    """
+    if rm_scores is not None:
+        return _rows(rm_scores)
+    if score is None:
+        raise ValueError("need score or rm_scores")
+    lengths = [int(n) for n in lengths]
+    T = max(lengths, default=0)
+    padded = np.zeros((len(lengths), T), dtype=F32)
+    for i, s_i in enumerate(score):
+        if attention_mask is not None:
+            p_i = int(sum(1 for a in attention_mask[i] if a == 1)) - 1
+        else:
+            p_i = lengths[i] - 1
+        padded[i, p_i] = F32(s_i)  # p_i = −1 → column T − 1, like torch
+    return [padded[i, :n].copy() for i, n in enumerate(lengths)]
+
+
+# --------------------------------------------------------------------------- §2.1 masked reductions
+
+
+def masked_sum(row, mask):
+    """Σ_t where(m_t ≠ 0, x_t, 0) · m_t over one row (select first, then multiply)."""
+    return _fsum(F32(F32(x if m != 0 else 0.0) * F32(m)) for x, m in zip(row, mask))
+
+
+def masked_mean_row(row, mask):
+    """masked_sum / (float32(Σ m) + 1e-8): a row without valid tokens gives 0, not NaN."""
+    n = _fsum(F32(m) for m in mask)
+    return F32(masked_sum(row, mask) / F32(n + _f(1e-8)))
+
+
+def masked_mean(rows, masks):
+    """masked_mean over the whole batch (all rows, row-major order)."""
+    flat_x = [x for row in rows for x in row]
+    flat_m = [m for mask in masks for m in mask]
+    return masked_mean_row(flat_x, flat_m)
+
+
+def masked_var(rows, masks):
+    """Unbiased batch variance: v = masked_mean((x − μ)², m) · (N / (N − 1)), N = Σ m.
+
+    Deviations are taken at every position, then masked.  Raises verl's ValueErrors for N ≤ 1.
+    """
+    rows = _rows(rows)
+    masks = _rows(masks)
+    mu = masked_mean(rows, masks)
+    dev = [(row - mu).astype(F32) for row in rows]
+    v = masked_mean([(d * d).astype(F32) for d in dev], masks)
+    N = _fsum(m for mask in masks for m in mask)
+    if N == 0:
+        raise ValueError("At least one element in the mask has to be 1.")
+    if N == 1:
+        raise ValueError("The sum of the mask is one, which can cause a division by zero.")
+    bessel = F32(N / F32(N - F32(1.0)))  # one float32 division
+    return F32(v * bessel)
+
+
+def masked_whiten(rows, masks):
+    """out[i,t] = (x[i,t] − μ) · rsqrt(var + 1e-8) at EVERY position (masked or not), [B, T] → [B, T].
+
+    μ = masked_mean(x, m), var = masked_var(x, m) over the whole batch.
+    """
+    rows = _rows(rows)
+    mu = masked_mean(rows, _rows(masks))
+    var = masked_var(rows, masks)
+    inv_std = F32(F32(1.0) / np.sqrt(F32(var + _f(1e-8))))
+    return [((row - mu).astype(F32) * inv_std).astype(F32) for row in rows]
+
+
+# --------------------------------------------------------------------------- §4 KL shaping
+
+
+def _kl_forward(logprob, ref_logprob, mode):
+    d = (logprob - ref_logprob).astype(F32)
+    if mode in ("kl", "k1"):
+        return d
+    if mode == "abs":
+        return np.abs(d)
+    if mode in ("mse", "k2"):
+        return (_f(0.5) * (d * d).astype(F32)).astype(F32)
+    if mode in ("low_var_kl", "k3"):
+        k = np.clip((ref_logprob - logprob).astype(F32), _f(-20), _f(20)).astype(F32)
+        # exp correctly rounded from float64: torch's float32 exp is within 1 ulp of that, numpy's
+        # float32 exp often is not, and that ulp is amplified in near-tied GRPO groups
+        ratio = np.exp(k.astype(np.float64)).astype(F32)
+        e = ((ratio - k).astype(F32) - _f(1)).astype(F32)
+        return np.clip(e, _f(-10), _f(10)).astype(F32)
+    if mode == "full":
+        raise NotImplementedError("full KL is not implemented")
+    raise NotImplementedError(f"unknown kl_penalty mode: {mode!r}")
+
+
+def kl_penalty(logprob, ref_logprob, mode):
+    """Per-token KL estimate of one row, d = logprob − ref_logprob (SEMANTICS §4.1, [P]).
+
+    kl/k1: d; abs: |d|; mse/k2: 0.5·d²; low_var_kl/k3: clamp(exp(k) − k − 1, −10, 10) with
+    k = clamp(−d, −20, 20).  ``<mode>+`` ([P]): straight-through b − b + value(mode) with
+    b = 0.5·d², so the value is the base mode's unless b is inf/NaN (then NaN).
+    """
+    logprob = np.asarray(logprob, dtype=F32)
+    ref_logprob = np.asarray(ref_logprob, dtype=F32)
+    # float32 overflow to inf (and inf − inf = NaN below) is what verl computes, not an accident
+    with np.errstate(over="ignore", invalid="ignore"):
+        if not mode.endswith("+"):
+            return _kl_forward(logprob, ref_logprob, mode)
+        forward = _kl_forward(logprob, ref_logprob, mode[:-1])
+        d = (logprob - ref_logprob).astype(F32)
+        b = (_f(0.5) * (d * d).astype(F32)).astype(F32)
+        return ((b - b).astype(F32) + forward).astype(F32)
+
+
+def apply_kl(scores_rows, old_rows, ref_rows, m0_rows, beta, mode):
+    """use_kl_in_reward (SEMANTICS §4.2): kld = kl_penalty(old, ref) × m0, r = s − β·kld.
+
+    Returns (rewards rows, current_kl) with current_kl = mean over ALL rows of the per-row
+    masked_mean(kld, m0) (rows without a valid token count as 0), as a Python float.
+    """
+    rewards, row_kl = [], []
+    for s, old, ref, m0 in zip(_rows(scores_rows), old_rows, ref_rows, _rows(m0_rows)):
+        kld = (kl_penalty(old, ref, mode) * m0).astype(F32)
+        rewards.append((s - (_f(beta) * kld).astype(F32)).astype(F32))
+        row_kl.append(masked_mean_row(kld, m0))
+    current_kl = F32(_fsum(row_kl) / F32(len(row_kl)))
+    return rewards, float(current_kl)
+
+
+def adaptive_kl_step(value, current_kl, target, horizon, n_steps):
+    """AdaptiveKLController.update (float64): e = clip(kl/target − 1, ±0.2);
+    value · (1 + e · n_steps / horizon)."""
+    assert horizon > 0, f"horizon must be > 0, got {horizon}"
+    e = float(np.clip(current_kl / target - 1, -0.2, 0.2))
+    return value * (1 + e * n_steps / horizon)
+
+
+# --------------------------------------------------------------------------- §7.1 GAE
+
+
+def gae(rewards, values, masks, gamma, lam):
+    """verl's compute_gae_advantage_return, row by row, t = T−1 … 0 (SEMANTICS §7.1).
+
+        delta      = (r_t + γ·nextvalues) − V_t
+        lastgaelam_ = delta + float32(γ·λ)·lastgaelam
+        nextvalues = V_t·m_t + (1 − m_t)·nextvalues          # mask-0 steps pass the state through
+        lastgaelam = lastgaelam_·m_t + (1 − m_t)·lastgaelam
+
+    returns = A_raw + V; advantages = masked_whiten(A_raw, m), NOT multiplied by the mask.
+    """
+    g, c = _f(gamma), _f(gamma * lam)  # γ·λ in float64, rounded once
+    a_raw = []
+    for r, V, m in zip(_rows(rewards), _rows(values), _rows(masks)):
+        nextvalues, lastgaelam = F32(0.0), F32(0.0)
+        A = np.zeros(len(r), dtype=F32)
+        for t in reversed(range(len(r))):
+            delta = F32(F32(r[t] + F32(g * nextvalues)) - V[t])
+            lastgaelam_ = F32(delta + F32(c * lastgaelam))
+            keep, skip = m[t], F32(F32(1.0) - m[t])
+            nextvalues = F32(F32(V[t] * keep) + F32(skip * nextvalues))
+            lastgaelam = F32(F32(lastgaelam_ * keep) + F32(skip * lastgaelam))
+            A[t] = lastgaelam
+        a_raw.append(A)
+    returns = [(A + V).astype(F32) for A, V in zip(a_raw, _rows(values))]
+    return masked_whiten(a_raw, masks), returns
+
+
+# --------------------------------------------------------------------------- §7.2–7.6 outcome estimators
+
+
+def _outcome(rewards):
+    """R_i = Σ_t r[i,t] over all positions (never masked)."""
+    return [_fsum(r) for r in _rows(rewards)]
+
+
+def _broadcast(a, masks):
+    """advantages[i,t] = a_i · m[i,t]; returns = advantages."""
+    adv = [(F32(a_i) * m).astype(F32) for a_i, m in zip(a, _rows(masks))]
+    return adv, [x.copy() for x in adv]
+
+
+def _mean_std(xs):
+    """float32 mean Σx/n and torch.std (Bessel, about that same mean)."""
+    n = len(xs)
+    mu = F32(_fsum(xs) / F32(n))
+    var = F32(_fsum(F32(F32(x - mu) * F32(x - mu)) for x in xs) / F32(n - 1))
+    return mu, F32(np.sqrt(var))
+
+
+def grpo(rewards, masks, uids, norm_adv_by_std=True, epsilon=1e-6):
+    """a_i = (R_i − μ_g)/(σ_g + ε)  (or R_i − μ_g without std), times m (SEMANTICS §7.2).
+
+    Singleton groups: μ = 0, σ = 1, so a = R/(1 + ε).
+    """
+    R = _outcome(rewards)
+    stats = {}
+    for uid, idx in _groups(uids).items():
+        stats[uid] = (F32(0.0), F32(1.0)) if len(idx) == 1 else _mean_std([R[i] for i in idx])
+    a = []
+    for R_i, uid in zip(R, uids):
+        mu, sigma = stats[uid]
+        centred = F32(R_i - mu)
+        a.append(F32(centred / F32(sigma + _f(epsilon))) if norm_adv_by_std else centred)
+    return _broadcast(a, masks)
+
+
+def grpo_vectorized(rewards, masks, uids):
+    """grpo_vectorized [P] (SEMANTICS §7.3, §2.2): two-pass group_mean_std with eps = 0 (no floor),
+    always divided by σ + 1e-6 (the dispatcher never passes the std flag).
+
+    μ = s1/c, var = Σ(x − μ)²/max(c − 1, 1), σ = sqrt(max(var, 0)); groups with c ≤ 1: μ = 0, σ = 1.
+    """
+    R = _outcome(rewards)
+    stats = {}
+    for uid, idx in _groups(uids).items():
+        c = len(idx)
+        if c <= 1:
+            stats[uid] = (F32(0.0), F32(1.0))
+            continue
+        mu = F32(_fsum(R[i] for i in idx) / F32(c))
+        var = F32(_fsum(F32(F32(R[i] - mu) * F32(R[i] - mu)) for i in idx) / F32(c - 1))
+        stats[uid] = (mu, F32(np.sqrt(max(var, F32(0.0)))))
+    a = [F32(F32(R_i - stats[u][0]) / F32(stats[u][1] + _f(1e-6))) for R_i, u in zip(R, uids)]
+    return _broadcast(a, masks)
+
+
+def rloo(rewards, masks, uids):
+    """a_i = (R_i·n)/(n−1) − (μ·n)/(n−1) for groups of n > 1; a singleton keeps R_i (SEMANTICS §7.5)."""
+    R = _outcome(rewards)
+    groups = _groups(uids)
+    mean = {u: F32(_fsum(R[i] for i in idx) / F32(len(idx))) for u, idx in groups.items()}
+    a = []
+    for R_i, uid in zip(R, uids):
+        n = len(groups[uid])
+        if n > 1:
+            R_i = F32(F32(F32(R_i * F32(n)) / F32(n - 1)) - F32(F32(mean[uid] * F32(n)) / F32(n - 1)))
+        a.append(R_i)
+    return _broadcast(a, masks)
+
+
+def rloo_vectorized(rewards, masks, uids):
+    """a_i = (c·R_i − S)/max(c − 1, 1) · [c > 1], S = group sum of R in row order (SEMANTICS §7.6).
+
+    A singleton gets 0 (rloo keeps its raw score).
+    """
+    R = _outcome(rewards)
+    groups = _groups(uids)
+    S = {u: _fsum(R[i] for i in idx) for u, idx in groups.items()}
+    a = []
+    for R_i, uid in zip(R, uids):
+        c = F32(len(groups[uid]))
+        x = F32(F32(F32(c * R_i) - S[uid]) / max(F32(c - F32(1.0)), F32(1.0)))
+        a.append(F32(x * F32(c > 1)))
+    return _broadcast(a, masks)
+
+
+# --------------------------------------------------------------------------- §7.7–7.8 REINFORCE++
+
+
+def reinforce_plus_plus(rewards, masks, gamma, mode="reset"):
+    """Discounted reward-to-go G, batch-whitened (SEMANTICS §7.7); scan t = T−1 … 0, run = 0.
+
+    reset ([S], rladv's default): run = r_t + γ·run; G_t = run; run = run·m_t.
+    carry ([P], verl 0.9.1):      new = r_t + γ·run; G_t = new·m_t; run = new·m_t + run·(1 − m_t).
+    advantages = masked_whiten(G, m) · m; returns = G.
+    """
+    if mode not in ("reset", "carry"):
+        raise ValueError(f"mode must be 'reset' or 'carry', got {mode!r}")
+    g = _f(gamma)
+    G_rows = []
+    for r, m in zip(_rows(rewards), _rows(masks)):
+        run = F32(0.0)
+        G = np.zeros(len(r), dtype=F32)
+        for t in reversed(range(len(r))):
+            new = F32(r[t] + F32(g * run))
+            if mode == "reset":
+                G[t] = new
+                run = F32(new * m[t])
+            else:
+                G[t] = F32(new * m[t])
+                run = F32(F32(new * m[t]) + F32(run * F32(F32(1.0) - m[t])))
+        G_rows.append(G)
+    adv = [(w * m).astype(F32) for w, m in zip(masked_whiten(G_rows, masks), _rows(masks))]
+    return adv, G_rows
+
+
+def reinforce_plus_plus_baseline(rewards, masks, uids):
+    """x_i = R_i − b_g (b_g = float32 group mean, 0 for singletons); X = x_i · m;
+    advantages = masked_whiten(X, m) · m; returns = advantages (SEMANTICS §7.8)."""
+    R = _outcome(rewards)
+    b = {}
+    for uid, idx in _groups(uids).items():
+        b[uid] = F32(0.0) if len(idx) == 1 else F32(_fsum(R[i] for i in idx) / F32(len(idx)))
+    X = [(F32(R_i - b[uid]) * m).astype(F32) for R_i, uid, m in zip(R, uids, _rows(masks))]
+    adv = [(w * m).astype(F32) for w, m in zip(masked_whiten(X, masks), _rows(masks))]
+    return adv, [x.copy() for x in adv]

@@ -1,0 +1,229 @@
+"""Every worked example of SEMANTICS.md, through the library, with the numbers from the document."""
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+import rladv_cli
+from rladv_cli.shaping import KLController, kl_penalty
+
+
+def table(rm_scores, masks, uids=None, **lists):
+    cols = {
+        "response_mask": pa.array(masks, pa.list_(pa.int8())),
+        "rm_scores": pa.array(rm_scores, pa.list_(pa.float32())),
+    }
+    if uids is not None:
+        cols["uid"] = pa.array(uids, pa.string())
+    for name, rows in lists.items():
+        cols[name] = pa.array(rows, pa.list_(pa.float32()))
+    return pa.table(cols)
+
+
+def run(t, estimator, **settings):
+    out, report = rladv_cli.compute(t, estimator=estimator, device="cpu", **settings)
+    return out["advantages"].to_pylist(), out["returns"].to_pylist(), report
+
+
+def close(got, want, atol=1e-6):
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g, dtype=np.float64), np.asarray(w, dtype=np.float64), rtol=0, atol=atol)
+
+
+# --- §7.1 GAE -------------------------------------------------------------------------------------------
+def test_gae_chapter_example():
+    adv, ret, _ = run(table([[0, 0, 1]], [[1, 1, 1]], values=[[0.2, 0.3, 0.4]]), "gae", gamma=1.0, lam=0.95)
+    close(ret, [[0.9365, 0.97, 1.0]])
+    close(adv, [[0.9913445, 0.0170926, -1.0084344]])
+
+
+def test_gae_skips_an_observation_and_bootstraps_across_it():
+    adv, ret, _ = run(table([[0, 0, 1]], [[1, 0, 1]], values=[[0.2, 0.3, 0.4]]), "gae", gamma=1.0, lam=0.95)
+    close(ret, [[0.97, 0.0, 1.0]])  # rladv writes 0 where response_mask is 0 (verl: 0.9)
+    close(adv, [[0.7071065, 0.0, -0.7071065]])
+
+
+# --- §7.2 GRPO ------------------------------------------------------------------------------------------
+ONE_GROUP = table([[1.0], [0.0], [0.5]], [[1], [1], [1]], ["a", "a", "a"])
+
+
+def test_grpo_one_group():
+    adv, ret, _ = run(ONE_GROUP, "grpo")
+    close(adv, [[0.999998], [-0.999998], [0.0]])
+    assert np.float32(adv[0][0]) == np.float32(0.9999980)
+    assert ret == adv
+
+
+def test_grpo_without_std_is_dr_grpo():
+    adv, _, _ = run(ONE_GROUP, "grpo", norm_adv_by_std=False)
+    close(adv, [[0.5], [-0.5], [0.0]])
+
+
+def test_grpo_broadcasts_to_actor_tokens_only():
+    t = table([[0, 0, 0, 0, 1.0], [0.0], [0.5]], [[1, 1, 0, 0, 1], [1], [1]], ["a", "a", "a"])
+    adv, _, _ = run(t, "grpo")
+    close(adv[:1], [[0.999998, 0.999998, 0, 0, 0.999998]])
+
+
+def test_grpo_two_groups_one_all_zero():
+    t = table([[1.0], [0.0], [0.5], [0.0], [0.0], [0.0]], [[1]] * 6, ["A", "A", "A", "B", "B", "B"])
+    adv, _, report = run(t, "grpo")
+    close(adv, [[0.999998], [-0.999998], [0], [0], [0], [0]])
+    assert "all_equal_group" in report.warning_codes()
+
+
+def test_grpo_singleton_keeps_its_score_and_is_reported():
+    t = table([[1.0], [0.0], [0.5]], [[1], [1], [1]], ["a", "a", "b"])
+    adv, _, report = run(t, "grpo")
+    close(adv, [[0.7071058], [-0.7071058], [0.4999995]])
+    (w,) = [w for w in report.warnings if w.code == "singleton_group"]
+    assert w.count == 1 and w.rows == [2] and "R/(1+eps)" in w.message
+
+
+# --- §7.3 grpo_vectorized ([P]) -------------------------------------------------------------------------
+def test_grpo_vectorized_ignores_the_std_flag():
+    a1, _, _ = run(ONE_GROUP, "grpo_vectorized", norm_adv_by_std=False)
+    close(a1, [[0.999998], [-0.999998], [0.0]])
+
+
+def test_grpo_vectorized_low_variance_group_equals_grpo():
+    t = table([[1.0], [1.0005]], [[1], [1]], ["a", "a"])
+    a_vec, _, _ = run(t, "grpo_vectorized")
+    a_grpo, _, _ = run(t, "grpo")
+    close(a_vec, [[-0.7051], [0.7051]], atol=1e-4)
+    close(a_vec, a_grpo, atol=1e-5)
+
+
+def test_grpo_vectorized_all_equal_group_shows_verls_ulp_noise():
+    t = table([[0.8132702]] * 3, [[1]] * 3, ["a"] * 3)
+    adv, _, _ = run(t, "grpo_vectorized")
+    assert sorted(abs(round(a[0], 4)) for a in adv) == [0.0555, 0.0555, 0.0555]
+
+
+# --- §7.5 / §7.6 RLOO -----------------------------------------------------------------------------------
+def test_rloo_examples():
+    close(run(ONE_GROUP, "rloo")[0], [[0.75], [-0.75], [0.0]])
+    t = table([[1.0], [0.0], [0.5]], [[1], [1], [1]], ["a", "a", "b"])
+    close(run(t, "rloo")[0], [[1.0], [-1.0], [0.5]])
+    close(run(t, "rloo_vectorized")[0], [[1.0], [-1.0], [0.0]])
+
+
+# --- §7.7 REINFORCE++ -----------------------------------------------------------------------------------
+def test_reinforce_plus_plus_full_mask_is_all_zero():
+    adv, ret, _ = run(table([[0, 0, 1]], [[1, 1, 1]]), "reinforce_plus_plus")
+    close(adv, [[0, 0, 0]])
+    close(ret, [[1, 1, 1]])
+
+
+def test_reinforce_plus_plus_reset_and_carry_one_row():
+    t = table([[0, 0, 1]], [[1, 0, 1]])
+    adv, ret, report = run(t, "reinforce_plus_plus")
+    close(adv, [[-0.7071068, 0, 0.7071068]])
+    close(ret, [[0, 0, 1]])  # [S] G = [0, 1, 1]; the mask-0 position is written as 0
+    assert "credit_reset_at_mask" in report.warning_codes()
+    adv, ret, report = run(t, "reinforce_plus_plus", rpp_mask_mode="carry")
+    close(adv, [[0, 0, 0]])
+    close(ret, [[1, 0, 1]])
+    assert "credit_reset_at_mask" not in report.warning_codes()
+
+
+def test_reinforce_plus_plus_two_rows():
+    t = table([[0, 0, 1], [0, 0, 0]], [[1, 0, 1], [1, 1, 1]])
+    adv, _, _ = run(t, "reinforce_plus_plus")
+    close(adv, [[-0.4472136, 0, 1.7888542], [-0.4472136] * 3])
+    adv, _, _ = run(t, "reinforce_plus_plus", rpp_mask_mode="carry")
+    close(adv[:1], [[1.0954452, 0, 1.0954452]])
+
+
+def test_reinforce_plus_plus_discounted():
+    t = table([[0, 0, 1], [0, 0, 0]], [[1, 1, 1], [1, 1, 0]])
+    adv, ret, _ = run(t, "reinforce_plus_plus", gamma=0.9)
+    close(ret[:1], [[0.8099999, 0.9, 1.0]])
+    close(adv, [[0.5367303, 0.7169757, 0.9172483], [-1.0854772, -1.0854772, 0]])
+
+
+# --- §7.8 REINFORCE++ with baseline ---------------------------------------------------------------------
+def test_reinforce_plus_plus_baseline_example():
+    t = table([[0, 0, 1.0], [0, 0, 0], [0, 0, 0.5], [0, 0, 0.2]],
+              [[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]], ["a", "a", "a", "b"])
+    adv, ret, _ = run(t, "reinforce_plus_plus_baseline")
+    close(adv, [[0.9612808] * 3, [-1.5832859, -1.5832859, 0], [-0.3110026, 0, 0], [0.1979108] * 3])
+    assert ret == adv
+
+
+# --- §11 pipeline: KL on the original mask, then rejection, then the estimator --------------------------
+def test_kl_then_rejection_then_grpo_and_rloo():
+    s = [[0, 0, 1], [0, 0, 0]]
+    old = [[-1, -2, -0.5], [-1, -1, -1]]
+    ref = [[-1.5, -1, -0.5], [-1, -1.2, -1]]
+    # rollout log-probs that make token 1 of row 0 the only one outside the token_k1 band [1/2, 2]
+    rollout = [[-1, -3, -0.5], [-1, -1, -1]]
+    t = table(s, [[1, 1, 1], [1, 1, 0]], ["u", "u"], old_log_probs=old, ref_log_prob=ref, rollout_log_probs=rollout)
+    settings = dict(kl_coef=0.1, kl_penalty="kl", rollout_rs="token_k1", rollout_rs_threshold="2.0")
+    out, report = rladv_cli.compute(t, estimator="grpo", device="cpu", **settings)
+    close(out["token_level_rewards"].to_pylist(), [[-0.05, 0.1, 1.0], [0, -0.02, 0]])
+    assert out["response_mask"].to_pylist() == [[1, 0, 1], [1, 1, 0]]
+    assert out["loss_mask"].to_pylist() == [[1, 1, 1], [1, 1, 0]]
+    assert report.kl.mean == pytest.approx(-0.0333333, abs=1e-6)
+    close(out["advantages"].to_pylist(), [[0.7071058, 0, 0.7071058], [-0.7071058, -0.7071058, 0]])
+    assert {"kl_raises_reward", "rejected_in_group_baseline"} <= set(report.warning_codes())
+    out, _ = rladv_cli.compute(t, estimator="rloo", device="cpu", **settings)
+    close(out["advantages"].to_pylist(), [[1.07, 0, 1.07], [-1.07, -1.07, 0]], atol=1e-6)
+
+
+def test_kl_chapter_example():
+    kld = [0.1, 0.2, 0.3]
+    t = table([[0, 0, 1]], [[1, 1, 1]], ["u"], old_log_probs=[kld], ref_log_prob=[[0, 0, 0]])
+    out, _ = rladv_cli.compute(t, estimator="grpo", device="cpu", kl_coef=0.01, kl_penalty="kl")
+    got = np.asarray(out["token_level_rewards"].to_pylist()[0], dtype=np.float32)
+    np.testing.assert_array_equal(got, np.float32([-0.0010000000475, -0.0020000000950, 0.9969999790]))
+
+
+# --- §4 KL estimates and controllers --------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "mode, want",
+    [("kl", 0.5), ("k1", 0.5), ("abs", 0.5), ("mse", 0.125), ("k2", 0.125),
+     ("low_var_kl", math.exp(-0.5) + 0.5 - 1), ("k3", math.exp(-0.5) + 0.5 - 1), ("k1+", 0.5), ("k3+", math.exp(-0.5) + 0.5 - 1)],
+)
+def test_kl_penalty_modes(mode, want):
+    assert kl_penalty(torch.tensor([-1.0]), torch.tensor([-1.5]), mode).item() == pytest.approx(want, rel=1e-6)
+
+
+def test_kl_signed_and_clamped():
+    assert kl_penalty(torch.tensor([-2.0]), torch.tensor([-1.0]), "kl").item() == -1.0
+    assert kl_penalty(torch.tensor([-100.0]), torch.tensor([0.0]), "low_var_kl").item() == 10.0
+
+
+def test_adaptive_controller_step():
+    ctrl = KLController("adaptive", 0.1, target=0.1, horizon=10000)
+    ctrl.update(current_kl=0.5, n_steps=100)  # error clipped to 0.2
+    assert ctrl.value == pytest.approx(0.1 * (1 + 0.2 * 100 / 10000))
+    fixed = KLController("fixed", 0.1, target=0.1, horizon=10000)
+    fixed.update(current_kl=0.5, n_steps=100)
+    assert fixed.value == 0.1
+
+
+# --- §1 score placement ---------------------------------------------------------------------------------
+def test_scalar_score_on_last_position_even_an_observation():
+    t = pa.table({
+        "uid": ["a", "a"],
+        "response_mask": pa.array([[1, 1, 0], [1, 1]], pa.list_(pa.int8())),
+        "score": pa.array([1.0, 0.0], pa.float32()),
+    })
+    out, report = rladv_cli.compute(t, estimator="grpo", device="cpu")
+    assert out["token_level_rewards"].to_pylist() == [[0, 0, 1.0], [0, 0]]
+    assert "score_on_masked_position" in report.warning_codes()
+
+
+def test_scalar_score_before_padding():
+    t = pa.table({
+        "uid": ["a", "a"],
+        "response_mask": pa.array([[1, 1, 0, 0], [1, 1, 1, 1]], pa.list_(pa.int8())),
+        "attention_mask": pa.array([[1, 1, 0, 0], [1, 1, 1, 1]], pa.list_(pa.int8())),
+        "score": pa.array([1.0, 0.5], pa.float32()),
+    })
+    out, report = rladv_cli.compute(t, estimator="grpo", device="cpu")
+    assert out["token_level_rewards"].to_pylist() == [[0, 1.0, 0, 0], [0, 0, 0, 0.5]]
+    assert report.tokens.padding == 2 and report.tokens.observation == 0

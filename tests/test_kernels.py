@@ -1,0 +1,106 @@
+"""Segmented kernels against plain loops; results must not depend on a row's neighbours."""
+import numpy as np
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rladv_cli import kernels
+
+
+def offsets_of(lengths):
+    return torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.long)
+
+
+ragged = st.lists(st.integers(1, 70), min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=ragged, seed=st.integers(0, 2**31 - 1), reset_p=st.floats(0, 0.5))
+def test_reverse_linear_scan_equals_the_loop(lengths, seed, reset_p):
+    g = torch.Generator().manual_seed(seed)
+    off = offsets_of(lengths)
+    n = int(off[-1])
+    a = torch.rand(n, generator=g) * (torch.rand(n, generator=g) > reset_p)
+    b = torch.randn(n, generator=g)
+    h = kernels.reverse_linear_scan(a, b, off)
+    want = np.zeros(n)
+    for i in range(len(lengths)):
+        acc = 0.0
+        for t in range(int(off[i + 1]) - 1, int(off[i]) - 1, -1):
+            acc = float(b[t]) + float(a[t]) * acc
+            want[t] = acc
+    np.testing.assert_allclose(h.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(lengths=ragged, seed=st.integers(0, 2**31 - 1), cut=st.integers(0, 12))
+def test_scan_and_row_sums_of_a_row_do_not_depend_on_its_neighbours(lengths, seed, cut):
+    g = torch.Generator().manual_seed(seed)
+    off = offsets_of(lengths)
+    n = int(off[-1])
+    a, b = torch.rand(n, generator=g), torch.randn(n, generator=g)
+    whole = kernels.reverse_linear_scan(a, b, off)
+    width = torch.full((len(lengths),), max(lengths) + 3)
+    sums = kernels.padded_row_sum(b, off, width)
+    k = min(cut, len(lengths) - 1)
+    lo, hi = int(off[k]), int(off[k + 1])
+    alone = kernels.reverse_linear_scan(a[lo:hi], b[lo:hi], torch.tensor([0, hi - lo]))
+    assert torch.equal(whole[lo:hi], alone)
+    assert torch.equal(sums[k:k + 1], kernels.padded_row_sum(b[lo:hi], torch.tensor([0, hi - lo]), width[:1]))
+
+
+def test_padded_row_sum_is_torch_sum_of_the_zero_padded_rows():
+    g = torch.Generator().manual_seed(0)
+    lengths = [5, 40, 17, 1, 33]
+    off = offsets_of(lengths)
+    x = torch.randn(int(off[-1]), generator=g)
+    for width in (40, 64, 97):
+        padded = torch.zeros(len(lengths), width)
+        for i, L in enumerate(lengths):
+            padded[i, :L] = x[off[i]:off[i + 1]]
+        got = kernels.padded_row_sum(x, off, torch.full((len(lengths),), width))
+        assert torch.equal(got, padded.sum(dim=1))
+
+
+def test_segment_ops_and_shift():
+    off = offsets_of([2, 3])
+    x = torch.tensor([1.0, -2.0, 3.0, 4.0, -5.0])
+    assert kernels.segment_sum(x, off).tolist() == [-1.0, 2.0]
+    assert kernels.segment_max(x, off).tolist() == [1.0, 4.0]
+    assert kernels.segment_min(x, off).tolist() == [-2.0, -5.0]
+    assert kernels.shift_left_in_row(x, off).tolist() == [-2.0, 0.0, 4.0, -5.0, 0.0]
+    assert kernels.broadcast_rows(torch.tensor([7, 9]), off).tolist() == [7, 7, 9, 9, 9]
+    tokens, new = kernels.select_rows(torch.tensor([False, True]), off)
+    assert tokens.tolist() == [2, 3, 4] and new.tolist() == [0, 3]
+
+
+def test_group_stats_match_torch_mean_and_std_of_each_group():
+    g = torch.Generator().manual_seed(1)
+    gid = torch.tensor([0, 1, 0, 2, 1, 0, 3, 3, 3, 3])
+    total = torch.randn(10, generator=g)
+    stats = kernels.group_stats(total, gid, 4)
+    for k in range(4):
+        members = total[gid == k]
+        assert stats.size[k] == members.numel()
+        if members.numel() > 1:
+            assert stats.mean[k] == members.mean() and stats.std[k] == members.std()
+        else:
+            assert stats.mean[k] == 0 and stats.std[k] == 1
+        np.testing.assert_allclose(stats.seq_mean[k], members.double().mean(), rtol=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=ragged, seed=st.integers(0, 2**31 - 1), split=st.integers(1, 11))
+def test_row_moments_combine_to_the_batch_moments(lengths, seed, split):
+    g = torch.Generator().manual_seed(seed)
+    off = offsets_of(lengths)
+    n = int(off[-1])
+    x = torch.randn(n, generator=g) * 3 + 1
+    m = (torch.rand(n, generator=g) > 0.3).float()
+    c, s, q = kernels.row_moments(x, m, off)
+    N, mean, m2 = kernels.combine_moments(c, s, q)
+    v = x.double().numpy()[m.numpy() > 0]
+    assert N == v.size
+    if v.size:
+        np.testing.assert_allclose(mean, v.mean(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(m2, ((v - v.mean()) ** 2).sum(), rtol=1e-9, atol=1e-9)

@@ -1,0 +1,33 @@
+"""The committed JSON Schemas are exactly what the pydantic models generate."""
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from rladv_cli.schema import COLUMNS, RolloutRow, json_schemas
+
+SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_data"
+
+
+def test_committed_schemas_match_models():
+    generated = json_schemas()
+    on_disk = {p.name for p in SCHEMAS.glob("*.json")}
+    assert on_disk == set(generated), "regenerate with: python -m rladv_cli.schema schemas"
+    for name, schema in generated.items():
+        committed = json.loads((SCHEMAS / name).read_text())
+        assert committed == schema, f"{name} drifted from the code; run: python -m rladv_cli.schema schemas"
+
+
+def test_rollout_schema_lists_every_contract_column():
+    props = json_schemas()["rollout.schema.json"]["properties"]
+    assert set(COLUMNS) <= set(props)
+    assert json_schemas()["rollout.schema.json"]["required"] == ["response_mask"]
+
+
+def test_sample_rows_satisfy_the_rollout_model():
+    for path in sorted(SAMPLES.glob("*.parquet")):
+        if path.name.endswith(".adv.parquet"):
+            continue
+        for row in pq.read_table(path).slice(0, 5).to_pylist():
+            RolloutRow.model_validate(row)
