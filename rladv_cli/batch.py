@@ -111,6 +111,14 @@ def assemble_scores(table: pa.Table, row_offsets: np.ndarray, attention: np.ndar
     return out
 
 
+def as_tensor(a: np.ndarray, device: torch.device | str = "cpu") -> Tensor:
+    """A tensor over ``a`` without a copy where possible, then moved to ``device``."""
+    # Arrow buffers are read-only; the tensors made from them are never written in place.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(np.ascontiguousarray(a)).to(device)
+
+
 def from_arrow(table: pa.Table, first_row: int, device: torch.device) -> Batch:
     """Build a ``Batch`` from a validated chunk; optional columns become tensors when present."""
     names = table.column_names
@@ -120,10 +128,7 @@ def from_arrow(table: pa.Table, first_row: int, device: torch.device) -> Batch:
     scores = assemble_scores(table, offsets, attention)
 
     def t(a: np.ndarray) -> Tensor:
-        # Arrow buffers are read-only; the tensors made from them are never written in place.
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            return torch.from_numpy(np.ascontiguousarray(a)).to(device)
+        return as_tensor(a, device)
 
     optional = {
         name: t(flat_values(table, name))

@@ -31,6 +31,8 @@ class RowTable:
         return name in self._parts
 
     def __getitem__(self, name: str) -> Tensor:
+        if name not in self._parts:
+            raise KeyError(name)
         if name not in self._whole:
             self._whole[name] = torch.cat(self._parts[name])
         return self._whole[name]

@@ -46,16 +46,23 @@ def padded_row_sum(x: Tensor, row_offsets: Tensor, width: Tensor) -> Tensor:
     thread gives what a many-row batch gives.
     """
     out = torch.empty(row_offsets.numel() - 1, dtype=x.dtype, device=x.device)
-    position = torch.arange(x.numel(), device=x.device) - broadcast_rows(row_offsets[:-1], row_offsets)
+    lengths = row_lengths(row_offsets)
     for w in torch.unique(width).tolist():
-        in_rows = width == w
-        local_row = torch.cumsum(in_rows, 0) - 1
-        take = broadcast_rows(in_rows, row_offsets)
-        padded = torch.zeros(int(in_rows.sum()), int(w), dtype=x.dtype, device=x.device)
-        padded[broadcast_rows(local_row, row_offsets)[take], position[take]] = x[take]
-        with _one_thread(x.device):
-            out[in_rows] = padded.sum(dim=1)
+        rows = torch.nonzero(width == w).flatten()
+        # Pad at most ~16M values at once: a long row in the batch must not blow up memory.
+        step = max(1, PADDED_SUM_BUDGET // int(w))
+        for part in rows.split(step):
+            keep = torch.zeros_like(lengths, dtype=torch.bool).index_fill_(0, part, True)
+            tokens, offsets = select_rows(keep, row_offsets)
+            padded = torch.zeros(part.numel(), int(w), dtype=x.dtype, device=x.device)
+            local = row_ids(offsets)
+            padded[local, torch.arange(tokens.numel(), device=x.device) - offsets[local]] = x[tokens]
+            with _one_thread(x.device):
+                out[part] = padded.sum(dim=1)
     return out
+
+
+PADDED_SUM_BUDGET = 1 << 24
 
 
 class _one_thread:

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from . import __version__, kernels, validation
-from .batch import Batch, flat_values, from_arrow, list_offsets
+from .batch import Batch, as_tensor, flat_values, from_arrow, list_offsets
 from .config import Config
 from .diagnostics import RowTable, WarningBuilder, group_flags, row_stats, token_stats, uid_merges, value_rows
 from .errors import ComputeError, ConfigError, InputError
@@ -206,13 +206,13 @@ class Pipeline:
         for chunk in self._chunks([c for c in self.source.columns if c in wanted], "layout"):
             with self._timed("validate"):
                 validation.check_chunk(chunk.table, chunk.path, chunk.start)
-            offsets = torch.from_numpy(list_offsets(chunk.table["response_mask"].combine_chunks()))
+            offsets = as_tensor(list_offsets(chunk.table["response_mask"].combine_chunks()))
             cols = {"batch_id": torch.from_numpy(self.labels.batch_ids(chunk.table, chunk.path, chunk.start)),
                     "length": kernels.row_lengths(offsets)}
             if adaptive:
-                m0 = torch.from_numpy(flat_values(chunk.table, "response_mask"))
-                kld = kl_penalty(torch.from_numpy(flat_values(chunk.table, "old_log_probs")),
-                                 torch.from_numpy(flat_values(chunk.table, "ref_log_prob")), self.cfg.kl_penalty) * m0
+                m0 = as_tensor(flat_values(chunk.table, "response_mask"))
+                kld = kl_penalty(as_tensor(flat_values(chunk.table, "old_log_probs")),
+                                 as_tensor(flat_values(chunk.table, "ref_log_prob")), self.cfg.kl_penalty) * m0
                 cols["kl_row"] = kernels.segment_sum(kld, offsets) / (kernels.segment_sum(m0, offsets) + 1e-8)
             self.rows.add(**cols)
         batch_of_row = self.rows["batch_id"]
@@ -259,8 +259,9 @@ class Pipeline:
             padding=kernels.segment_sum(b.padding, off) if b.padding is not None else torch.zeros_like(actor),
             score_on_masked_position=kernels.segment_sum(((s != 0) & (m0 == 0)).float(), off) > 0,
         )
-        if p.kld is not None and self.beta_by_batch is None:  # else the layout pass measured it
-            cols["kl_row"] = kernels.segment_sum(p.kld, off) / (actor + 1e-8)
+        if p.kld is not None:
+            if self.beta_by_batch is None:  # else the layout pass measured it
+                cols["kl_row"] = kernels.segment_sum(p.kld, off) / (actor + 1e-8)
             cols["kl_raises_reward"] = kernels.segment_sum(((p.beta * p.kld) < 0).float(), off) > 0
             sign_s = torch.sign(score_total)
             cols["kl_flips_sign"] = (sign_s != 0) & (torch.sign(reward_total) != sign_s)

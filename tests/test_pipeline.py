@@ -1,0 +1,93 @@
+"""Pipeline behaviour that crosses stages: adaptive KL per batch, batch order, padding, progress, devices."""
+import io
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from rich.console import Console
+
+import rladv_cli
+from rladv_cli.cli import _progress
+from rladv_cli.shaping import KLController
+
+
+def kl_table():
+    # two batches (step 2 listed first in the file); k1 estimate per token = old - ref
+    return pa.table({
+        "step": [2, 1, 1, 2],
+        "uid": ["b", "a", "a", "b"],
+        "response_mask": pa.array([[1, 1], [1, 1], [1, 1], [1, 0]], pa.list_(pa.int8())),
+        "rm_scores": pa.array([[0, 1.0], [0, 1.0], [0, 0.0], [0, 0.5]], pa.list_(pa.float32())),
+        "old_log_probs": pa.array([[-1, -1], [-0.5, -1], [-1, -1], [-1, -2]], pa.list_(pa.float32())),
+        "ref_log_prob": pa.array([[-1.2, -1], [-1, -1], [-1, -1.5], [-1, -1]], pa.list_(pa.float32())),
+    })
+
+
+def test_adaptive_kl_is_stepped_per_batch_in_key_order():
+    t = kl_table()
+    out, report = rladv_cli.compute(t, estimator="grpo", kl_coef=0.1, kl_penalty="kl", kl_ctrl="adaptive",
+                                    kl_target=0.01, kl_horizon=10, batch_key="step", device="cpu")
+    # batch step=1 (rows 1, 2) runs first with beta = 0.1; its current_kl = mean(0.25, 0.25) = 0.25
+    ctrl = KLController("adaptive", 0.1, 0.01, 10)
+    ctrl.update(0.25, n_steps=2)
+    beta2 = ctrl.value
+    assert [b.batch for b in report.kl.batches] == ["step=1", "step=2"]
+    assert [b.coef for b in report.kl.batches] == [0.1, pytest.approx(beta2)]
+    rewards = out["token_level_rewards"].to_pylist()
+    np.testing.assert_allclose(rewards[1], [0 - 0.1 * 0.5, 1.0], atol=1e-7)
+    np.testing.assert_allclose(rewards[0], [0 - np.float32(beta2) * np.float32(0.2), 1.0], atol=1e-7)
+    np.testing.assert_allclose(rewards[3], [0, 0.5], atol=1e-7)  # the -1 estimate sits on a mask-0 token
+
+
+def test_fixed_kl_single_batch_reports_verls_metric():
+    out, report = rladv_cli.compute(kl_table(), estimator="grpo", kl_coef=0.1, kl_penalty="kl", device="cpu")
+    # rows' masked means: 0.1, 0.25, 0.25, 0.0 -> mean 0.15
+    assert report.kl.mean == pytest.approx(0.15)
+    assert report.kl.coef == 0.1 and len(report.kl.batches) == 1
+
+
+def test_groups_never_cross_batches():
+    t = pa.table({
+        "step": [1, 2, 1, 2],
+        "uid": ["a", "a", "a", "a"],
+        "response_mask": pa.array([[1]] * 4, pa.list_(pa.int8())),
+        "score": pa.array([1.0, 1.0, 0.0, 0.0], pa.float32()),
+    })
+    _, whole = rladv_cli.compute(t, estimator="grpo", device="cpu")
+    _, split = rladv_cli.compute(t, estimator="grpo", device="cpu", batch_key="step")
+    assert whole.groups.count == 1 and split.groups.count == 2 and split.groups.batches == 2
+
+
+def test_progress_bar_shows_each_pass_on_a_terminal():
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=100)
+    t = kl_table()
+    with _progress(console, enabled=True) as update:
+        rladv_cli.compute(t, estimator="grpo", chunk_rows=1, device="cpu", progress=update)
+    text = buf.getvalue()
+    assert "scan pass" in text and "write pass" in text
+    with _progress(console, enabled=False) as update:
+        assert update is None
+
+
+def test_device_auto_resolves_to_cpu_without_cuda():
+    _, report = rladv_cli.compute(kl_table(), estimator="grpo")
+    import torch
+
+    assert report.timing.device == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("estimator", ["gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"])
+def test_cuda_equals_cpu(estimator):
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(Path(__file__).parents[1] / "sample_data" / "multiturn.parquet")
+    cpu, _ = rladv_cli.compute(t, estimator=estimator, device="cpu", kl_coef=0.01)
+    gpu, _ = rladv_cli.compute(t, estimator=estimator, device="cuda", kl_coef=0.01)
+    for column in ("token_level_rewards", "advantages", "returns"):
+        a = np.concatenate([np.asarray(r) for r in cpu[column].to_pylist()])
+        b = np.concatenate([np.asarray(r) for r in gpu[column].to_pylist()])
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
