@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 
 from . import validation
 from .config import Config
-from .errors import InputError
+from .errors import InputError, OutputError
 from .io import AtomicParquetWriter, Dataset, TableSource, check_output_path, default_output, write_json_atomic
 from .report import Report
 
@@ -54,6 +54,8 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
     check_output_path(out, dataset)
     if report_path is not None:
         check_output_path(str(report_path), dataset, "--report")
+        if os.path.abspath(report_path) == os.path.abspath(out):
+            raise OutputError(f"--report {report_path} is also the -o output; give them different names")
     pipeline = Pipeline(dataset, cfg, progress)
     with AtomicParquetWriter(out, output_schema(dataset.schema, pipeline.is_cfg is not None)) as sink:
         report = pipeline.run(sink.write).model_copy(update={"output": out})

@@ -8,11 +8,35 @@ from pathlib import Path
 from typing import Annotated, Callable, Optional
 
 import typer
+import typer.core
 
 from .errors import RladvError
 from .estimators.registry import ESTIMATORS
 
+class _OneLineErrors(typer.core.TyperGroup):
+    """Usage errors (unknown option, bad choice, missing argument) as one ``Error: ...`` line, exit code 2."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.Abort:
+            typer.echo("Aborted.", err=True)
+            sys.exit(1)
+        except Exception as err:
+            # click's (or typer's vendored click's) ClickException: duck-typed to stay version-proof
+            if not (hasattr(err, "format_message") and hasattr(err, "exit_code")):
+                raise
+            message = " ".join(err.format_message().replace("Value error, ", "").split())
+            if message:  # empty when the help text was the answer (no arguments given)
+                typer.echo(f"Error: {message}", err=True)
+            sys.exit(err.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=_OneLineErrors,
     help="rladv: recompute verl's per-token advantages offline from rollout Parquet files.",
     no_args_is_help=True,
     add_completion=False,
@@ -175,7 +199,8 @@ def estimators(
     from rich.table import Table
 
     table = Table(header_style="bold", show_lines=True)
-    for col in ("estimator", "needs", "critic", "groups", "baseline", "credit across a tool observation"):
+    table.add_column("estimator", no_wrap=True, min_width=max(len(n) for n in ESTIMATORS))
+    for col in ("needs", "critic", "groups", "baseline", "credit across a tool observation"):
         table.add_column(col)
     for r in rows:
         table.add_row(r["name"], ", ".join(r["needs"]), "yes" if r["critic"] else "no", "yes" if r["groups"] else "no",

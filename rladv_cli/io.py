@@ -133,8 +133,7 @@ class AtomicParquetWriter:
         self.path = path
         self.schema = schema
         folder = os.path.dirname(os.path.abspath(path))
-        fd, self._tmp = tempfile.mkstemp(prefix=".rladv-", suffix=".parquet.tmp", dir=folder)
-        os.close(fd)
+        self._tmp = _temp_file(folder, ".parquet.tmp")
         self._writer = pq.ParquetWriter(self._tmp, schema, compression=COMPRESSION)
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
@@ -173,12 +172,22 @@ class AtomicParquetWriter:
             self.abort()
 
 
+def _temp_file(folder: str, suffix: str) -> str:
+    """A new empty ``.rladv-*`` file in ``folder`` with the mode a plain ``open`` would give (umask applied;
+    ``mkstemp`` alone makes it 0600)."""
+    fd, tmp = tempfile.mkstemp(prefix=".rladv-", suffix=suffix, dir=folder)
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    return tmp
+
+
 def write_json_atomic(path: str, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".rladv-", suffix=".json.tmp", dir=folder)
+    tmp = _temp_file(os.path.dirname(os.path.abspath(path)), ".json.tmp")
     try:
-        with os.fdopen(fd, "w") as f:
+        with open(tmp, "w") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:

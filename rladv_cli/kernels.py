@@ -118,8 +118,8 @@ def reverse_linear_scan(a: Tensor, b: Tensor, row_offsets: Tensor) -> Tensor:
 
     Log-depth Hillis-Steele scan over the flat tokens: after step k, ``(A_t, B_t)`` summarises the window
     ``[t, t + 2^k)`` as ``h_t = B_t + A_t · h_{t+2^k}``; windows merge by
-    ``(A1, B1) ∘ (A2, B2) = (A1·A2, B1 + A1·B2)``. ``A`` is forced to 0 at each row's last token, so a window
-    that runs into the next row adds exactly ``0 · B2`` and rows never mix. Only products and sums of the
+    ``(A1, B1) ∘ (A2, B2) = (A1·A2, B1 + A1·B2)``, skipped when ``A1 = 0``. ``A`` is forced to 0 at each
+    row's last token, so a window that reaches its row's end takes nothing more and rows never mix. Only products and sums of the
     inputs appear (no division by ``γ^t``), so nothing underflows into inf/NaN. ``ceil(log2 max L_i)`` steps
     of elementwise work; each window's merge tree depends only on offsets relative to ``t``, so a row's
     result is the same wherever it sits.
@@ -138,7 +138,9 @@ def reverse_linear_scan(a: Tensor, b: Tensor, row_offsets: Tensor) -> Tensor:
         A_next = A[step:]
         B_new = B.clone()
         A_new = A.clone()
-        B_new[: n - step] = B[: n - step] + A[: n - step] * B_next
+        # Where A is 0 (the window already ends its row, or a reset) nothing from the right may enter,
+        # not even the sign of a zero from the next row.
+        B_new[: n - step] = torch.where(A[: n - step] == 0, B[: n - step], B[: n - step] + A[: n - step] * B_next)
         A_new[: n - step] = A[: n - step] * A_next
         A, B = A_new, B_new
         step *= 2

@@ -31,6 +31,13 @@ class Labels:
         rank[order] = np.arange(order.size)
         return uniq[order], rank[inverse]
 
+    @staticmethod
+    def _check_not_null(table: pa.Table, column: str, path: str, start: int, why: str) -> None:
+        col = table[column]
+        if col.null_count:
+            bad = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+            raise InputError(path, f"is null; {why}", row=start + bad, column=column)
+
     def batch_ids(self, table: pa.Table, path: str, start: int) -> np.ndarray:
         """Dense batch id ``(B,) int64`` of each row of a chunk (all 0 without ``--batch-key``)."""
         n = table.num_rows
@@ -38,18 +45,16 @@ class Labels:
             if n:
                 self.batches.setdefault(None, 0)
             return np.zeros(n, dtype=np.int64)
-        col = table[self.batch_key]
-        if col.null_count:
-            bad = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-            raise InputError(path, "is null; --batch-key needs a value in every row", row=start + bad, column=self.batch_key)
-        codes, values = _encode(col)
+        self._check_not_null(table, self.batch_key, path, start, "--batch-key needs a value in every row")
+        codes, values = _encode(table[self.batch_key])
         ids = np.array([self.batches.setdefault(v, len(self.batches)) for v in values], dtype=np.int64)
         return ids[codes] if n else np.zeros(0, dtype=np.int64)
 
-    def group_ids(self, table: pa.Table, batch_ids: np.ndarray) -> np.ndarray:
+    def group_ids(self, table: pa.Table, batch_ids: np.ndarray, path: str, start: int) -> np.ndarray:
         """Dense id ``(B,) int64`` of each row's ``(batch, uid)`` group, new groups numbered by first appearance."""
         if table.num_rows == 0:
             return np.zeros(0, dtype=np.int64)
+        self._check_not_null(table, "uid", path, start, "every row needs a group id")
         codes, values = _encode(table["uid"])
         width = max(len(values), 1)
         uniq, position = self._first_appearance(batch_ids * width + codes)

@@ -234,7 +234,7 @@ class Pipeline:
             bids = self.rows["batch_id"][self._row_range(chunk)]
             gids = None
             if self.has_uid:
-                gids = torch.from_numpy(self.labels.group_ids(chunk.table, bids.numpy()))
+                gids = torch.from_numpy(self.labels.group_ids(chunk.table, bids.numpy(), chunk.path, chunk.start))
                 self.rows.add(group_id=gids)
             p = self._prepare(chunk, bids, gids)
             b = p.batch

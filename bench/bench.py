@@ -1,0 +1,156 @@
+"""Benchmark: rladv end to end and its kernels against the padded-loop baseline and the Parquet I/O floor.
+
+    .venv/bin/python bench/bench.py [--tokens 0.2M,1.3M,5M] [--estimators gae,grpo,rloo,reinforce_plus_plus]
+
+For each dataset size (generated once into bench/data/, seeded; lengths uniform in [T/4, T], groups of 4,
+tool-observation spans) and estimator, one run prints:
+  e2e      `rladv compute` as a fresh process (start-up, both passes, writing), wall seconds and tokens/s
+  rss      that process's peak resident memory
+  kernel   rladv's estimator function alone on the whole dataset as one flat batch (in process)
+  loop     the baseline (bench/baseline.py): verl-style padded [B, T] tensors, Python loop over time
+  floor    reading the input with pyarrow + writing rladv's output table (already in memory), zstd
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import baseline  # noqa: E402
+
+import rladv_cli  # noqa: E402
+from rladv_cli.batch import from_arrow  # noqa: E402
+from rladv_cli.kernels import group_stats  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data"
+T_MAX = 4096
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().upper()
+    scale = {"K": 1e3, "M": 1e6}.get(text[-1], 1)
+    return int(float(text.rstrip("KM")) * scale)
+
+
+def make_dataset(tokens: int, path: Path) -> None:
+    """Rows of length uniform in [T/4, T] until ``tokens`` tokens; groups of 4; 1-3 observation spans."""
+    rng = np.random.default_rng(tokens)
+    lengths = []
+    while sum(lengths) < tokens:
+        lengths.append(int(rng.integers(T_MAX // 4, T_MAX + 1)))
+    B = len(lengths)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    N = int(offsets[-1])
+    mask = np.ones(N, dtype=np.int8)
+    for i in range(B):
+        for _ in range(rng.integers(1, 4)):
+            a = int(offsets[i] + rng.integers(0, lengths[i]))
+            mask[a:min(a + int(rng.integers(10, 200)), int(offsets[i + 1]) - 1)] = 0
+    scores = np.zeros(N, dtype=np.float32)
+    scores[offsets[1:] - 1] = rng.choice([0.0, 0.5, 1.0], B)
+    values = (rng.normal(size=N).astype(np.float32) * mask).astype(np.float32)
+    old = rng.normal(-1, 0.3, N).astype(np.float32)
+    ref = (old + rng.normal(0, 0.05, N)).astype(np.float32)
+
+    def lst(v):
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(v))
+
+    order = rng.permutation(B)
+    table = pa.table({
+        "uid": [f"p{i // 4}" for i in range(B)],
+        "response_mask": lst(mask), "rm_scores": lst(scores), "values": lst(values),
+        "old_log_probs": lst(old), "ref_log_prob": lst(ref),
+    }).take(order)
+    pq.write_table(table, path, compression="zstd", row_group_size=1024)
+
+
+def end_to_end(path: Path, estimator: str, out: Path) -> tuple[float, float]:
+    code = (
+        "import resource, sys\n"
+        "from rladv_cli.cli import main\n"
+        f"sys.argv = ['rladv', 'compute', {str(path)!r}, '--estimator', {estimator!r}, '-o', {str(out)!r}, '-q', '--device', 'cpu']\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return time.perf_counter() - t0, int(res.stdout.strip().splitlines()[-1]) / 1024
+
+
+def kernel_time(table: pa.Table, estimator: str) -> float:
+    cfg = rladv_cli.Config(estimator=estimator, lam=0.95, device="cpu")
+    batch = from_arrow(table, 0, torch.device("cpu"))
+    gid = torch.from_numpy(np.unique(table["uid"].to_numpy(zero_copy_only=False), return_inverse=True)[1])
+    batch.group_index = gid
+    batch.groups = group_stats(batch.reward_total(), gid, int(gid.max()) + 1)
+    fn = rladv_cli.ESTIMATORS[estimator].fn
+    fn(batch, cfg)
+    t0 = time.perf_counter()
+    fn(batch, cfg)
+    return time.perf_counter() - t0
+
+
+def loop_time(table: pa.Table, estimator: str) -> float:
+    rows = {c: table[c].to_pylist() for c in ("response_mask", "rm_scores", "values")}
+    B, T = table.num_rows, max(len(r) for r in rows["response_mask"])
+
+    def pad(name, dtype):
+        out = torch.zeros(B, T, dtype=dtype)
+        for i, r in enumerate(rows[name]):
+            out[i, : len(r)] = torch.tensor(r, dtype=dtype)
+        return out
+
+    m, r, v = pad("response_mask", torch.int64), pad("rm_scores", torch.float32), pad("values", torch.float32)
+    index = np.array(table["uid"].to_pylist(), dtype=object)
+    t0 = time.perf_counter()
+    baseline.run(estimator, r, v, m, index)
+    return time.perf_counter() - t0
+
+
+def io_floor(path: Path, out_table: pa.Table, scratch: Path) -> float:
+    t0 = time.perf_counter()
+    pq.read_table(path)
+    pq.write_table(out_table, scratch, compression="zstd")
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokens", default="0.2M,1.3M,5M")
+    ap.add_argument("--estimators", default="gae,grpo,rloo,reinforce_plus_plus")
+    ap.add_argument("--no-loop", action="store_true", help="skip the padded-loop baseline")
+    args = ap.parse_args()
+    DATA.mkdir(exist_ok=True)
+    print(f"machine: {os.cpu_count()} cores, torch {torch.__version__} (threads {torch.get_num_threads()})")
+    header = f"{'tokens':>9} {'estimator':<20} {'e2e s':>7} {'Mtok/s':>7} {'rss MiB':>8} {'kernel s':>9} {'loop s':>8} {'loop/kern':>9} {'floor s':>8} {'e2e/floor':>9}"
+    print(header)
+    for size in args.tokens.split(","):
+        n = parse_size(size)
+        path = DATA / f"bench_{n}.parquet"
+        if not path.exists():
+            make_dataset(n, path)
+        table = pq.read_table(path)
+        tokens = int(pa.compute.sum(pa.compute.list_value_length(table["response_mask"])).as_py())
+        for estimator in args.estimators.split(","):
+            out = DATA / f"out_{n}_{estimator}.parquet"
+            e2e, rss = end_to_end(path, estimator, out)
+            kern = kernel_time(table, estimator)
+            loop = float("nan") if args.no_loop else loop_time(table, estimator)
+            floor = io_floor(path, pq.read_table(out), DATA / "floor.parquet")
+            print(f"{tokens:>9} {estimator:<20} {e2e:>7.2f} {tokens / e2e / 1e6:>7.2f} {rss:>8.0f} {kern:>9.3f} "
+                  f"{loop:>8.3f} {loop / kern:>9.1f} {floor:>8.2f} {e2e / floor:>9.2f}")
+            out.unlink()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,831 @@
+"""The ``rladv`` command line end to end (CONTRACT.md §1-§4), on real Parquet files written into tmp_path.
+
+Every run goes through ``typer.testing.CliRunner`` (in-process, so torch is imported once for the file),
+except the import-cost checks, which need a fresh interpreter.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from rladv_cli.cli import app
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
+REPORT_KEYS = {
+    "rladv_version", "inputs", "config", "tokens", "groups", "scores", "kl", "rollout_rejection",
+    "advantages", "returns", "warnings", "timing",
+}
+ADDED = ["token_level_rewards", "loss_mask", "advantages", "returns"]  # response_mask is rewritten in place
+ESTIMATOR_NAMES = {
+    "gae", "grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "reinforce_plus_plus",
+    "reinforce_plus_plus_baseline",
+}
+
+runner = CliRunner()
+
+F32 = pa.list_(pa.float32())
+I8 = pa.list_(pa.int8())
+
+
+# --------------------------------------------------------------------------------------------- helpers
+def rladv(*args: object):
+    """Invoke the CLI in-process; arguments are stringified (paths, numbers). Python warnings raised during
+    the run (which a real terminal would show as extra stderr lines) are kept in ``result.py_warnings``."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = runner.invoke(app, [str(a) for a in args])
+    result.py_warnings = [f"{w.category.__name__}: {w.message}" for w in caught]
+    return result
+
+
+def write(path: Path, columns: dict, types: Optional[dict] = None) -> Path:
+    """Write ``columns`` (name -> python list) as Parquet; masks default to list<int8>, other lists to
+    list<float32>, ``uid``/``note`` to string, ``score`` to float32."""
+    types = dict(types or {})
+    fields = []
+    for name, values in columns.items():
+        if name in types:
+            t = types[name]
+        elif name in ("response_mask", "attention_mask", "loss_mask"):
+            t = I8
+        elif name in ("uid", "note"):
+            t = pa.string()
+        elif name == "score":
+            t = pa.float32()
+        elif name == "step":
+            t = pa.int64()
+        elif name == "responses":
+            t = pa.list_(pa.int32())
+        else:
+            t = F32
+        fields.append(pa.field(name, t))
+    table = pa.table({n: pa.array(v, type=f.type) for (n, v), f in zip(columns.items(), fields)})
+    pq.write_table(table, path)
+    return path
+
+
+def good_columns(n: int = 4) -> dict:
+    """A valid dataset with every column any check below needs: two uid groups of two, ragged rows."""
+    lengths = [3, 4, 2, 5, 3, 4, 2, 5][:n]
+    return {
+        "uid": [f"u{i // 2}" for i in range(n)],
+        "response_mask": [[1] * L if i % 2 == 0 else [1, 0] + [1] * (L - 2) for i, L in enumerate(lengths)],
+        "rm_scores": [[0.0] * (L - 1) + [float(i % 3)] for i, L in enumerate(lengths)],
+        "values": [[0.1 * (t + 1) for t in range(L)] for L in lengths],
+        "old_log_probs": [[-0.5] * L for L in lengths],
+        "ref_log_prob": [[-0.4] * L for L in lengths],
+        "note": [f"row-{i}" for i in range(n)],
+    }
+
+
+def listing(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def assert_one_line_error(result, *names: str, row: Optional[int] = None, column: Optional[str] = None) -> str:
+    """Non-zero exit, a single ``Error:`` line that mentions ``names`` (and row/column), no traceback."""
+    out = result.output
+    assert result.exit_code != 0, out
+    assert "Traceback" not in out
+    # a warning would print extra lines on a real terminal's stderr
+    assert not getattr(result, "py_warnings", []), result.py_warnings
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), repr(
+        result.exception
+    )
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line, got:\n{out}"
+    line = lines[0]
+    assert line.startswith("Error:"), line
+    for name in names:
+        assert name in line, f"{name!r} not named in: {line}"
+    if row is not None:
+        assert re.findall(r"\brow (\d+)\b", line) == [str(row)], line
+    if column is not None:
+        assert f"column {column}" in line, line
+    return line
+
+
+def assert_untouched(folder: Path, before: list[str], inputs: dict[Path, bytes]) -> None:
+    """Nothing new in ``folder`` (no output, no report, no ``.rladv-*`` temporary) and inputs byte-identical."""
+    assert listing(folder) == before
+    assert not list(folder.glob(".rladv-*"))
+    for path, data in inputs.items():
+        assert path.read_bytes() == data
+
+
+def read(path: Path) -> pa.Table:
+    return pq.read_table(path)
+
+
+def check_output(inp: Path, out: Path) -> pa.Table:
+    """CONTRACT §3: same rows, same order, input columns first and unchanged, rladv's columns typed."""
+    src, dst = read(inp), read(out)
+    assert dst.num_rows == src.num_rows
+    expected_names = src.column_names + [c for c in ADDED if c not in src.column_names]
+    assert dst.column_names == expected_names
+    for name in src.column_names:
+        if name == "response_mask":  # rewritten as int8 (no rejection here, so same values)
+            assert dst[name].to_pylist() == src[name].to_pylist()
+        else:
+            assert dst[name].equals(src[name]), name
+    assert dst.schema.field("response_mask").type == I8
+    assert dst.schema.field("loss_mask").type == I8
+    for name in ("token_level_rewards", "advantages", "returns"):
+        assert dst.schema.field(name).type == F32, name
+    m = np.concatenate([np.asarray(r) for r in dst["response_mask"].to_pylist()])
+    for name in ("advantages", "returns"):
+        v = np.concatenate([np.asarray(r, dtype=np.float32) for r in dst[name].to_pylist()])
+        assert v.shape == m.shape
+        assert np.all(v[m == 0] == 0), name
+        assert np.all(np.isfinite(v)), name
+    for name in ADDED:
+        lens = [len(r) for r in dst[name].to_pylist()]
+        assert lens == [len(r) for r in src["response_mask"].to_pylist()], name
+    return dst
+
+
+def copy_sample(tmp_path: Path, name: str) -> Path:
+    dst = tmp_path / name
+    shutil.copyfile(SAMPLES / name, dst)
+    return dst
+
+
+# --------------------------------------------------------------------------------- 1. compute outputs
+def test_compute_grpo_on_groups_sample(tmp_path):
+    inp = copy_sample(tmp_path, "groups.parquet")
+    report = tmp_path / "r.json"
+    result = rladv("compute", inp, "--estimator", "grpo", "--report", report)
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "groups.adv.parquet"
+    assert out.exists()
+    dst = check_output(inp, out)
+    # grpo: returns are the advantages; loss_mask is the input mask
+    assert dst["returns"].equals(dst["advantages"])
+    assert dst["loss_mask"].to_pylist() == dst["response_mask"].to_pylist()
+
+    data = json.loads(report.read_text())
+    assert REPORT_KEYS <= set(data)
+    codes = {w["code"] for w in data["warnings"]}
+    assert {"singleton_group", "all_equal_group", "group_size_mismatch"} <= codes
+    assert "score_on_masked_position" not in codes
+    for w in data["warnings"]:
+        assert {"code", "message", "count", "rows"} <= set(w)
+        assert w["count"] >= 1 and w["rows"]
+    src = read(inp)
+    assert data["inputs"]["rows"] == src.num_rows
+    assert data["inputs"]["tokens"] == sum(len(r) for r in src["response_mask"].to_pylist())
+    assert data["config"]["estimator"] == "grpo"
+    assert data["groups"]["singletons"] == 1
+    assert data["groups"]["count"] == len(set(src["uid"].to_pylist()))
+    for key in ("mean", "std", "min", "max", "fraction_positive", "fraction_negative", "fraction_zero"):
+        assert key in data["advantages"] and key in data["returns"]
+    # the singleton row's advantage is R / (1 + eps) (SEMANTICS §7.2)
+    (single,) = [w for w in data["warnings"] if w["code"] == "singleton_group"]
+    row = single["rows"][0]
+    score = src["score"][row].as_py()
+    assert dst["advantages"][row].as_py()[0] == pytest.approx(score / (1 + 1e-6), abs=1e-6)
+    # the rich summary went to stdout
+    assert "grpo" in result.stdout
+
+
+def test_compute_gae_on_multiturn_sample_warns_masked_score(tmp_path):
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    report = tmp_path / "r.json"
+    result = rladv("compute", inp, "--estimator", "gae", "--report", report, "-q")
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "multiturn.adv.parquet"
+    check_output(inp, out)
+    data = json.loads(report.read_text())
+    assert REPORT_KEYS <= set(data)
+    assert "score_on_masked_position" in {w["code"] for w in data["warnings"]}
+    assert data["tokens"]["observation"] > 0
+
+
+def test_compute_on_padded_sample(tmp_path):
+    inp = copy_sample(tmp_path, "padded.parquet")
+    report = tmp_path / "r.json"
+    result = rladv("compute", inp, "--estimator", "rloo", "--report", report, "-q")
+    assert result.exit_code == 0, result.output
+    dst = check_output(inp, tmp_path / "padded.adv.parquet")
+    data = json.loads(report.read_text())
+    assert data["tokens"]["padding"] > 0
+    # the scalar score sits on the last non-padding position (SEMANTICS §1)
+    for att, tlr, score in zip(read(inp)["attention_mask"].to_pylist(), dst["token_level_rewards"].to_pylist(),
+                               read(inp)["score"].to_pylist()):
+        p = sum(att) - 1
+        assert tlr[p] == pytest.approx(score)
+        assert all(v == 0 for i, v in enumerate(tlr) if i != p)
+
+
+F32_A = float(np.float32(0.5) / (np.float32(0.5) + np.float32(1e-6)))  # 0.999998 in float32
+
+
+@pytest.mark.parametrize(
+    ("uids", "scores", "expected"),
+    [
+        # SEMANTICS §7.2 worked examples
+        (["g", "g", "g"], [1.0, 0.0, 0.5], [0.999998, -0.999998, 0.0]),
+        (["a", "a", "b"], [1.0, 0.0, 0.5], [0.7071058, -0.7071058, 0.4999995]),
+    ],
+)
+def test_compute_grpo_exact_numbers(tmp_path, uids, scores, expected):
+    masks = [[1, 1, 0, 0, 1], [1, 1], [1]]
+    inp = write(tmp_path / "tiny.parquet", {"uid": uids, "response_mask": masks, "score": scores})
+    result = rladv("compute", inp, "--estimator", "grpo", "-q")
+    assert result.exit_code == 0, result.output
+    dst = read(tmp_path / "tiny.adv.parquet")
+    adv = dst["advantages"].to_pylist()
+    for row, (mask, a) in enumerate(zip(masks, expected)):
+        want = [a * m for m in mask]
+        assert adv[row] == pytest.approx(want, abs=1e-6), (row, adv[row])
+    if expected[0] == 0.999998:
+        assert adv[0][0] == F32_A  # bit-exact float32 0.9999980
+    assert dst["returns"].to_pylist() == adv
+    # the scalar score is assembled on the last position of each row
+    assert dst["token_level_rewards"].to_pylist() == [[0, 0, 0, 0, scores[0]], [0, scores[1]], [scores[2]]]
+    assert dst["loss_mask"].to_pylist() == masks
+
+
+def test_compute_grpo_without_std_and_all_equal_group(tmp_path):
+    inp = write(tmp_path / "tiny.parquet", {
+        "uid": ["A", "A", "A", "B", "B", "B"],
+        "response_mask": [[1], [1], [1], [1], [1], [1]],
+        "rm_scores": [[1.0], [0.0], [0.5], [0.0], [0.0], [0.0]],
+    })
+    report = tmp_path / "r.json"
+    result = rladv("compute", inp, "--estimator", "grpo", "--no-norm-adv-by-std", "-q", "--report", report)
+    assert result.exit_code == 0, result.output
+    adv = [r[0] for r in read(tmp_path / "tiny.adv.parquet")["advantages"].to_pylist()]
+    assert adv == [0.5, -0.5, 0.0, 0.0, 0.0, 0.0]
+    data = json.loads(report.read_text())
+    (w,) = [w for w in data["warnings"] if w["code"] == "all_equal_group"]
+    assert w["count"] == 1 and w["rows"] == [3]
+    assert data["groups"]["all_equal"] == 1
+
+
+def test_bool_mask_and_integer_uid(tmp_path):
+    masks = [[True, True, False, False, True], [True, True], [True]]
+    inp = write(tmp_path / "tiny.parquet", {"uid": [5, 5, 5], "response_mask": masks, "score": [1.0, 0.0, 0.5]},
+                types={"uid": pa.int64(), "response_mask": pa.list_(pa.bool_())})
+    result = rladv("compute", inp, "--estimator", "grpo", "-q")
+    assert result.exit_code == 0, result.output
+    dst = read(tmp_path / "tiny.adv.parquet")
+    assert dst.schema.field("response_mask").type == I8
+    assert dst["response_mask"].to_pylist() == [[int(v) for v in r] for r in masks]
+    assert dst["uid"].to_pylist() == [5, 5, 5]
+    assert dst["advantages"][0].as_py() == [F32_A, F32_A, 0, 0, F32_A]
+
+
+# ------------------------------------------------------------------------------ 2. output locations
+def test_explicit_output(tmp_path):
+    inp = copy_sample(tmp_path, "groups.parquet")
+    out = tmp_path / "sub" / "x.parquet"
+    out.parent.mkdir()
+    result = rladv("compute", inp, "--estimator", "grpo", "-o", out, "-q")
+    assert result.exit_code == 0, result.output
+    check_output(inp, out)
+    assert not (tmp_path / "groups.adv.parquet").exists()
+    assert not list(out.parent.glob(".rladv-*")) and not list(tmp_path.glob(".rladv-*"))
+
+
+def test_several_inputs_need_output(tmp_path):
+    a = write(tmp_path / "a.parquet", good_columns())
+    b = write(tmp_path / "b.parquet", good_columns())
+    before, data = listing(tmp_path), {a: a.read_bytes(), b: b.read_bytes()}
+    result = rladv("compute", a, b, "--estimator", "grpo")
+    assert_one_line_error(result, "-o")
+    assert_untouched(tmp_path, before, data)
+
+
+def test_folder_input_needs_output(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    write(folder / "a.parquet", good_columns())
+    before = listing(tmp_path)
+    result = rladv("compute", folder, "--estimator", "grpo")
+    assert_one_line_error(result, "-o")
+    assert listing(tmp_path) == before and listing(folder) == ["a.parquet"]
+
+
+def test_folder_input_with_output(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    cols = good_columns(8)
+    first = {k: v[:4] for k, v in cols.items()}
+    second = {k: v[4:] for k, v in cols.items()}
+    # written out of order: files are read in sorted path order
+    write(folder / "b.parquet", second)
+    write(folder / "a.parquet", first)
+    (folder / "README.txt").write_text("not data")
+    whole = write(tmp_path / "whole.parquet", cols)
+    out = tmp_path / "out.parquet"
+    result = rladv("compute", folder, "--estimator", "grpo", "-o", out, "-q")
+    assert result.exit_code == 0, result.output
+    ref = tmp_path / "ref.parquet"
+    assert rladv("compute", whole, "--estimator", "grpo", "-o", ref, "-q").exit_code == 0
+    got, want = read(out), read(ref)
+    assert got.column_names == want.column_names
+    assert got["note"].to_pylist() == [f"row-{i}" for i in range(8)]
+    assert got.equals(want)
+    assert listing(folder) == ["README.txt", "a.parquet", "b.parquet"]
+
+
+@pytest.mark.parametrize("spelling", ["same", "dotdot"])
+def test_output_onto_input_refused(tmp_path, spelling):
+    inp = copy_sample(tmp_path, "groups.parquet")
+    (tmp_path / "d").mkdir()
+    out = inp if spelling == "same" else tmp_path / "d" / ".." / "groups.parquet"
+    before, data = listing(tmp_path), {inp: inp.read_bytes()}
+    result = rladv("compute", inp, "--estimator", "grpo", "-o", out)
+    assert_one_line_error(result, "input")
+    assert_untouched(tmp_path, before, data)
+
+
+def test_output_into_missing_folder(tmp_path):
+    inp = copy_sample(tmp_path, "groups.parquet")
+    before, data = listing(tmp_path), {inp: inp.read_bytes()}
+    result = rladv("compute", inp, "--estimator", "grpo", "-o", tmp_path / "nope" / "out.parquet")
+    assert_one_line_error(result, "nope")
+    assert_untouched(tmp_path, before, data)
+
+
+def test_report_into_missing_folder(tmp_path):
+    inp = copy_sample(tmp_path, "groups.parquet")
+    before, data = listing(tmp_path), {inp: inp.read_bytes()}
+    result = rladv("compute", inp, "--estimator", "grpo", "--report", tmp_path / "nope" / "r.json")
+    assert_one_line_error(result, "nope")
+    assert_untouched(tmp_path, before, data)
+
+
+def test_report_onto_input_refused(tmp_path):
+    inp = copy_sample(tmp_path, "groups.parquet")
+    before, data = listing(tmp_path), {inp: inp.read_bytes()}
+    result = rladv("compute", inp, "--estimator", "grpo", "--report", inp)
+    assert_one_line_error(result, "--report", "input")
+    assert_untouched(tmp_path, before, data)
+
+
+def test_report_same_path_as_output_refused(tmp_path):
+    inp = copy_sample(tmp_path, "groups.parquet")
+    before, data = listing(tmp_path), {inp: inp.read_bytes()}
+    out = tmp_path / "same.parquet"
+    result = rladv("compute", inp, "--estimator", "grpo", "-o", out, "--report", out, "-q")
+    assert_one_line_error(result, "same.parquet")
+    assert_untouched(tmp_path, before, data)
+
+
+def test_output_files_respect_umask(tmp_path):
+    inp = copy_sample(tmp_path, "groups.parquet")
+    old = os.umask(0o022)
+    try:
+        result = rladv("compute", inp, "--estimator", "grpo", "--report", tmp_path / "r.json", "-q")
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "groups.adv.parquet").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_quiet_prints_nothing(tmp_path):
+    inp = copy_sample(tmp_path, "groups.parquet")
+    result = rladv("compute", inp, "--estimator", "grpo", "--quiet")
+    assert result.exit_code == 0
+    assert result.output == ""
+    assert (tmp_path / "groups.adv.parquet").exists()
+
+
+# ---------------------------------------------------------------------------- 3. input errors (§1)
+def _bad(cols: dict, mutate) -> dict:
+    cols = {k: [list(v) if isinstance(v, list) else v for v in vals] for k, vals in cols.items()}
+    mutate(cols)
+    return cols
+
+
+def _set(column: str, row: int, value):
+    def mutate(cols):
+        cols[column][row] = value
+    return mutate
+
+
+def _set_token(column: str, row: int, pos: int, value):
+    def mutate(cols):
+        cols[column][row][pos] = value
+    return mutate
+
+
+def _extend(column: str, row: int):
+    def mutate(cols):
+        cols[column][row] = cols[column][row] + [0.0]
+    return mutate
+
+
+def _drop(*columns: str):
+    def mutate(cols):
+        for c in columns:
+            del cols[c]
+    return mutate
+
+
+def _empty_row(row: int):
+    def mutate(cols):
+        for name, vals in cols.items():
+            if isinstance(vals[row], list):
+                vals[row] = []
+    return mutate
+
+
+def _scalar_score(mutate_score=None):
+    def mutate(cols):
+        cols["score"] = [float(r[-1]) for r in cols.pop("rm_scores")]
+        if mutate_score:
+            mutate_score(cols)
+    return mutate
+
+
+def _add(column: str, make, row: int, value):
+    """Add ``column`` (built from the other columns) and set one row of it."""
+    def mutate(cols):
+        cols[column] = make(cols)
+        cols[column][row] = value
+    return mutate
+
+
+def _padded(mutate_att):
+    def mutate(cols):
+        cols["attention_mask"] = [[1] * len(r) for r in cols["response_mask"]]
+        mutate_att(cols)
+    return mutate
+
+
+def _att_gap(cols):
+    # row 3 (length 5): a 0 followed by 1s, i.e. padding that is not a suffix of the row
+    cols["attention_mask"][3] = [1, 1, 0, 1, 1]
+    cols["response_mask"][3] = [1, 1, 0, 1, 1]
+
+
+# (id, mutation, estimator, extra options, row, column)
+ROW_ERRORS = [
+    ("null-response_mask", _set("response_mask", 2, None), "grpo", [], 2, "response_mask"),
+    ("null-rm_scores", _set("rm_scores", 2, None), "grpo", [], 2, "rm_scores"),
+    ("null-inside-list", _set_token("rm_scores", 1, 0, None), "grpo", [], 1, "rm_scores"),
+    ("len-rm_scores", _extend("rm_scores", 2), "grpo", [], 2, "rm_scores"),
+    ("len-values", _extend("values", 3), "gae", [], 3, "values"),
+    ("len-old_log_probs", _extend("old_log_probs", 1), "grpo", [], 1, "old_log_probs"),
+    ("mask-2", _set_token("response_mask", 2, 1, 2), "grpo", [], 2, "response_mask"),
+    ("nan-rm_scores", _set_token("rm_scores", 1, 0, float("nan")), "grpo", [], 1, "rm_scores"),
+    ("inf-rm_scores", _set_token("rm_scores", 3, 2, float("inf")), "grpo", [], 3, "rm_scores"),
+    ("nan-old_log_probs", _set_token("old_log_probs", 2, 0, float("nan")), "grpo",
+     ["--kl-coef", "0.1"], 2, "old_log_probs"),
+    ("inf-old_log_probs", _set_token("old_log_probs", 1, 1, float("-inf")), "grpo",
+     ["--kl-coef", "0.1"], 1, "old_log_probs"),
+    ("nan-values", _set_token("values", 2, 0, float("nan")), "gae", [], 2, "values"),
+    ("inf-values", _set_token("values", 3, 4, float("inf")), "gae", [], 3, "values"),
+    ("nan-score", _scalar_score(_set("score", 2, float("nan"))), "grpo", [], 2, "score"),
+    ("empty-list", _empty_row(1), "grpo", [], 1, None),
+    ("attention-gap", _padded(_att_gap), "grpo", [], 3, "attention_mask"),
+    ("response-on-padding", _padded(_set("attention_mask", 1, [1, 1, 1, 0])), "grpo", [], 1, "response_mask"),
+    ("attention_mask-2", _padded(_set_token("attention_mask", 2, 0, 2)), "grpo", [], 2, "attention_mask"),
+    ("loss_mask-2", _add("loss_mask", lambda c: [[1] * len(r) for r in c["response_mask"]], 3, [1, 1, 2, 1, 1]),
+     "grpo", [], 3, "loss_mask"),
+    ("null-uid", _set("uid", 1, None), "grpo", [], 1, "uid"),
+    ("null-batch-key", _add("step", lambda c: [7] * len(c["uid"]), 2, None), "grpo", ["--batch-key", "step"],
+     2, "step"),
+]
+
+MISSING = [
+    ("missing-values", _drop("values"), "gae", [], "values"),
+    ("missing-uid", _drop("uid"), "grpo", [], "uid"),
+    ("missing-ref_log_prob", _drop("ref_log_prob"), "grpo", ["--kl-coef", "0.1"], "ref_log_prob"),
+    ("missing-score", _drop("rm_scores"), "grpo", [], None),
+]
+
+
+def _row_error_params():
+    for name, *rest in ROW_ERRORS:
+        yield pytest.param(*rest, id=name)
+
+
+@pytest.mark.parametrize(("mutate", "estimator", "extra", "row", "column"), list(_row_error_params()))
+@pytest.mark.parametrize("chunk_rows", [1024, 1])
+def test_row_error(tmp_path, mutate, estimator, extra, row, column, chunk_rows):
+    bad = write(tmp_path / "bad.parquet", _bad(good_columns(), mutate))
+    before, data = listing(tmp_path), {bad: bad.read_bytes()}
+    result = rladv("compute", bad, "--estimator", estimator, "--chunk-rows", chunk_rows,
+                   "--report", tmp_path / "r.json", *extra)
+    line = assert_one_line_error(result, str(bad), row=row, column=column)
+    if column is None:  # an empty list: every list column has length 0, any of them may be named
+        assert "column " in line
+    assert_untouched(tmp_path, before, data)
+
+
+@pytest.mark.parametrize(("mutate", "estimator", "extra", "column"),
+                         [r[1:] for r in MISSING], ids=[r[0] for r in MISSING])
+def test_missing_column(tmp_path, mutate, estimator, extra, column):
+    bad = write(tmp_path / "bad.parquet", _bad(good_columns(), mutate))
+    before, data = listing(tmp_path), {bad: bad.read_bytes()}
+    result = rladv("compute", bad, "--estimator", estimator, *extra)
+    line = assert_one_line_error(result, str(bad), column=column)
+    if column is None:
+        assert "score" in line and "rm_scores" in line
+    assert_untouched(tmp_path, before, data)
+
+
+def test_row_error_in_second_file_names_it_with_file_row(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    write(folder / "a.parquet", good_columns())
+    bad = write(folder / "b.parquet", _bad(good_columns(), _set_token("response_mask", 1, 0, 3)))
+    data = {p: p.read_bytes() for p in folder.iterdir()}
+    before = listing(tmp_path)
+    result = rladv("compute", folder, "--estimator", "grpo", "-o", tmp_path / "out.parquet", "--chunk-rows", 2)
+    line = assert_one_line_error(result, str(bad), row=1, column="response_mask")
+    assert "a.parquet" not in line
+    assert_untouched(tmp_path, before, data)
+    assert_untouched(folder, ["a.parquet", "b.parquet"], data)
+
+
+def test_not_parquet(tmp_path):
+    bad = tmp_path / "bad.parquet"
+    bad.write_text("uid,score\na,1\n")
+    before, data = listing(tmp_path), {bad: bad.read_bytes()}
+    result = rladv("compute", bad, "--estimator", "grpo")
+    assert_one_line_error(result, str(bad))
+    assert_untouched(tmp_path, before, data)
+
+
+def test_missing_input(tmp_path):
+    result = rladv("compute", tmp_path / "absent.parquet", "--estimator", "grpo")
+    assert_one_line_error(result, "absent.parquet")
+    assert listing(tmp_path) == []
+
+
+def test_folder_without_parquet(tmp_path):
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("x")
+    result = rladv("compute", folder, "--estimator", "grpo", "-o", tmp_path / "out.parquet")
+    assert_one_line_error(result, str(folder))
+    assert listing(tmp_path) == ["empty"] and listing(folder) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("kind", ["names", "types"])
+def test_files_with_different_schemas(tmp_path, kind):
+    a = write(tmp_path / "a.parquet", good_columns())
+    if kind == "names":
+        b = write(tmp_path / "b.parquet", _bad(good_columns(), _drop("note")))
+    else:
+        b = write(tmp_path / "b.parquet", good_columns(), types={"rm_scores": pa.list_(pa.float64())})
+    before, data = listing(tmp_path), {a: a.read_bytes(), b: b.read_bytes()}
+    result = rladv("compute", a, b, "--estimator", "grpo", "-o", tmp_path / "out.parquet")
+    assert_one_line_error(result, str(b), column="rm_scores" if kind == "types" else None)
+    assert_untouched(tmp_path, before, data)
+
+
+def test_file_without_rows(tmp_path):
+    good = write(tmp_path / "good.parquet", good_columns())
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(read(good).slice(0, 0), bad)
+    good.unlink()
+    before, data = listing(tmp_path), {bad: bad.read_bytes()}
+    result = rladv("compute", bad, "--estimator", "grpo")
+    assert_one_line_error(result, str(bad))
+    assert_untouched(tmp_path, before, data)
+
+
+# ------------------------------------------------------------------------------- 4. option errors
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+OPTION_ERRORS = [
+    pytest.param(["--estimator", "nope"], "nope", id="unknown-estimator"),
+    pytest.param(["--estimator", "grpo", "--gamma", "abc"], "--gamma", id="gamma-not-a-number"),
+    pytest.param(["--estimator", "grpo", "--gamma", "1.5"], "--gamma", id="gamma-1.5"),
+    pytest.param(["--estimator", "grpo", "--lam", "-0.1"], "--lam", id="lam-negative"),
+    pytest.param(["--estimator", "grpo", "--chunk-rows", "0"], "--chunk-rows", id="chunk-rows-0"),
+    pytest.param(["--estimator", "grpo", "--kl-penalty", "full"], "--kl-penalty", id="kl-penalty-full"),
+    pytest.param(["--estimator", "grpo", "--kl-coef", "0.1", "--kl-penalty", "full"], "--kl-penalty",
+                 id="kl-penalty-full-with-coef"),
+    pytest.param(["--estimator", "grpo", "--rollout-rs", "token_k1"], "--rollout-rs", id="rs-without-threshold"),
+    pytest.param(["--estimator", "grpo", "--device", "cuda"], "cuda", id="device-cuda",
+                 marks=pytest.mark.skipif(_cuda_available(), reason="a CUDA device is present")),
+]
+
+
+@pytest.mark.parametrize(("args", "named"), OPTION_ERRORS)
+def test_option_error(tmp_path, args, named):
+    inp = copy_sample(tmp_path, "groups.parquet")
+    before, data = listing(tmp_path), {inp: inp.read_bytes()}
+    result = rladv("compute", inp, *args, "--report", tmp_path / "r.json")
+    assert_one_line_error(result, named)
+    assert_untouched(tmp_path, before, data)
+
+
+# -------------------------------------------------------------------------- 5. computation errors
+def test_reinforce_plus_plus_single_valid_token(tmp_path):
+    inp = write(tmp_path / "one.parquet", {
+        "response_mask": [[1, 0, 0], [0, 0]],
+        "rm_scores": [[0.0, 0.0, 1.0], [0.0, 1.0]],
+    })
+    before, data = listing(tmp_path), {inp: inp.read_bytes()}
+    result = rladv("compute", inp, "--estimator", "reinforce_plus_plus", "--report", tmp_path / "r.json")
+    assert_one_line_error(result, "reinforce_plus_plus")
+    assert_untouched(tmp_path, before, data)
+
+
+def test_gae_single_valid_token(tmp_path):
+    inp = write(tmp_path / "one.parquet", {
+        "response_mask": [[1]], "rm_scores": [[1.0]], "values": [[0.5]],
+    })
+    before, data = listing(tmp_path), {inp: inp.read_bytes()}
+    result = rladv("compute", inp, "--estimator", "gae")
+    assert_one_line_error(result, "gae")
+    assert_untouched(tmp_path, before, data)
+
+
+# ------------------------------------------------------------------------- 6. estimators / validate
+def test_estimators_table_wide_terminal():
+    result = runner.invoke(app, ["estimators"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for name in ESTIMATOR_NAMES:
+        assert re.search(rf"\b{name}\b", result.stdout), name
+
+
+def test_estimators_table_80_columns():
+    result = runner.invoke(app, ["estimators"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    for name in ESTIMATOR_NAMES:
+        assert re.search(rf"\b{name}\b", result.stdout), name
+
+
+def test_estimators_json():
+    result = rladv("estimators", "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert {r["name"] for r in rows} == ESTIMATOR_NAMES
+    for r in rows:
+        assert {"name", "needs", "critic", "groups", "baseline", "observation_credit"} <= set(r)
+        assert "response_mask" in r["needs"]
+        assert r["groups"] == ("uid" in r["needs"])
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["gae"]["critic"] is True and "values" in by_name["gae"]["needs"]
+    assert by_name["grpo"]["critic"] is False and by_name["grpo"]["groups"] is True
+    assert by_name["reinforce_plus_plus"]["groups"] is False
+
+
+@pytest.mark.parametrize(("name", "estimator"), [("groups.parquet", "grpo"), ("multiturn.parquet", "gae"),
+                                                 ("padded.parquet", None)])
+def test_validate_ok(tmp_path, name, estimator):
+    inp = copy_sample(tmp_path, name)
+    src = read(inp)
+    args = ["validate", inp] + (["--estimator", estimator] if estimator else [])
+    result = rladv(*args)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("ok")
+    assert f"{src.num_rows} rows" in result.output
+    assert listing(tmp_path) == [name]
+
+
+@pytest.mark.parametrize("mutate,row,column", [
+    (_set_token("response_mask", 2, 1, 2), 2, "response_mask"),
+    (_set_token("rm_scores", 3, 0, float("nan")), 3, "rm_scores"),
+    (_extend("values", 1), 1, "values"),
+])
+def test_validate_fails_like_compute(tmp_path, mutate, row, column):
+    bad = write(tmp_path / "bad.parquet", _bad(good_columns(), mutate))
+    before, data = listing(tmp_path), {bad: bad.read_bytes()}
+    v = rladv("validate", bad, "--estimator", "gae")
+    c = rladv("compute", bad, "--estimator", "gae")
+    line_v = assert_one_line_error(v, str(bad), row=row, column=column)
+    line_c = assert_one_line_error(c, str(bad), row=row, column=column)
+    assert line_v == line_c
+    assert_untouched(tmp_path, before, data)
+
+
+def test_validate_missing_column_for_estimator(tmp_path):
+    bad = write(tmp_path / "bad.parquet", _bad(good_columns(), _drop("values")))
+    assert rladv("validate", bad).exit_code == 0
+    assert_one_line_error(rladv("validate", bad, "--estimator", "gae"), str(bad), column="values")
+
+
+# ------------------------------------------------------------------------ 7. batch key and KL report
+def test_batch_key_step(tmp_path):
+    inp = copy_sample(tmp_path, "groups.parquet")
+    report = tmp_path / "r.json"
+    result = rladv("compute", inp, "--estimator", "grpo", "--batch-key", "step", "--report", report, "-q")
+    assert result.exit_code == 0, result.output
+    dst = check_output(inp, tmp_path / "groups.adv.parquet")
+    src = read(inp)
+    steps = sorted(set(src["step"].to_pylist()))
+    data = json.loads(report.read_text())
+    assert data["groups"]["batches"] == len(steps)
+    assert data["config"]["batch_key"] == "step"
+    # each step alone gives the same advantages as that step's rows of the batched run
+    for step in steps:
+        idx = [i for i, s in enumerate(src["step"].to_pylist()) if s == step]
+        part = tmp_path / f"step{step}.parquet"
+        pq.write_table(src.take(idx), part)
+        r = rladv("compute", part, "--estimator", "grpo", "-q")
+        assert r.exit_code == 0, r.output
+        alone = read(tmp_path / f"step{step}.adv.parquet")["advantages"].to_pylist()
+        assert alone == [dst["advantages"][i].as_py() for i in idx]
+
+
+def test_batch_key_missing_column(tmp_path):
+    inp = copy_sample(tmp_path, "groups.parquet")
+    before, data = listing(tmp_path), {inp: inp.read_bytes()}
+    result = rladv("compute", inp, "--estimator", "grpo", "--batch-key", "epoch")
+    assert_one_line_error(result, str(inp), column="epoch")
+    assert_untouched(tmp_path, before, data)
+
+
+def test_kl_report_on_multiturn(tmp_path):
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    report = tmp_path / "r.json"
+    result = rladv("compute", inp, "--estimator", "grpo", "--kl-coef", "0.05", "--kl-penalty", "low_var_kl",
+                   "--report", report, "-q")
+    assert result.exit_code == 0, result.output
+    dst = check_output(inp, tmp_path / "multiturn.adv.parquet")
+    data = json.loads(report.read_text())
+    kl = data["kl"]
+    assert isinstance(kl["mean"], float) and math.isfinite(kl["mean"])
+    assert kl["coef"] == 0.05
+    assert kl["enabled"] is True and kl["penalty"] == "low_var_kl"
+    assert data["config"]["kl_coef"] == 0.05
+    # shaping changed the rewards: token_level_rewards differ from rm_scores on actor tokens
+    src = read(inp)
+    assert dst["token_level_rewards"].to_pylist() != src["rm_scores"].to_pylist()
+    # no shaping: the report says so and rewards are the scores
+    r2 = tmp_path / "r2.json"
+    assert rladv("compute", inp, "--estimator", "grpo", "-o", tmp_path / "o2.parquet", "--report", r2,
+                 "-q").exit_code == 0
+    assert json.loads(r2.read_text())["kl"]["enabled"] is False
+    assert read(tmp_path / "o2.parquet")["token_level_rewards"].to_pylist() == src["rm_scores"].to_pylist()
+
+
+@pytest.mark.parametrize("estimator", [
+    "grpo", "rloo", "reinforce_plus_plus_baseline",
+    "gae",
+    "reinforce_plus_plus",
+])
+def test_chunk_rows_byte_identical(tmp_path, estimator):
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    outs = []
+    for n in (1, 7, 1024):
+        out = tmp_path / f"o{n}.parquet"
+        r = rladv("compute", inp, "--estimator", estimator, "--chunk-rows", n, "-o", out, "-q")
+        assert r.exit_code == 0, r.output
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1] == outs[2]
+
+
+# ---------------------------------------------------------------------------- 8. no torch on import
+def _py(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+
+
+def test_import_cli_does_not_import_torch():
+    p = _py("import rladv_cli.cli, sys; assert 'torch' not in sys.modules, 'torch imported'")
+    assert p.returncode == 0, p.stderr
+
+
+def test_help_subprocess():
+    script = Path(sys.executable).parent / "rladv"
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "rladv_cli.cli"]
+    p = subprocess.run(cmd + ["--help"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "compute" in p.stdout and "validate" in p.stdout and "estimators" in p.stdout
+    assert "Traceback" not in p.stderr
+
+
+def test_validate_and_estimators_do_not_import_torch():
+    code = (
+        "import sys\n"
+        "from rladv_cli.cli import app\n"
+        "for argv in (['validate', sys.argv[1], '--estimator', 'grpo'], ['estimators', '--json']):\n"
+        "    try:\n"
+        "        app(argv, prog_name='rladv')\n"
+        "    except SystemExit as e:\n"
+        "        assert e.code in (0, None), (argv, e.code)\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code, str(SAMPLES / "groups.parquet")], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr + p.stdout
