@@ -90,6 +90,7 @@ def end_to_end(path: Path, estimator: str, out: Path) -> tuple[float, float]:
 def kernel_time(table: pa.Table, estimator: str) -> float:
     cfg = rladv_cli.Config(estimator=estimator, lam=0.95, device="cpu")
     batch = from_arrow(table, 0, torch.device("cpu"))
+    batch.pad_width = torch.full((batch.num_rows,), int(pa.compute.max(pa.compute.list_value_length(table["response_mask"])).as_py()))
     gid = torch.from_numpy(np.unique(table["uid"].to_numpy(zero_copy_only=False), return_inverse=True)[1])
     batch.group_index = gid
     batch.groups = group_stats(batch.reward_total(), gid, int(gid.max()) + 1)
@@ -130,6 +131,7 @@ def main() -> None:
     ap.add_argument("--estimators", default="gae,grpo,rloo,reinforce_plus_plus")
     ap.add_argument("--no-loop", action="store_true", help="skip the padded-loop baseline")
     args = ap.parse_args()
+    torch.set_num_threads(1)  # as rladv runs by default; the baseline gets the same single thread
     DATA.mkdir(exist_ok=True)
     print(f"machine: {os.cpu_count()} cores, torch {torch.__version__} (threads {torch.get_num_threads()})")
     header = f"{'tokens':>9} {'estimator':<20} {'e2e s':>7} {'Mtok/s':>7} {'rss MiB':>8} {'kernel s':>9} {'loop s':>8} {'loop/kern':>9} {'floor s':>8} {'e2e/floor':>9}"

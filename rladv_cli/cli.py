@@ -109,6 +109,7 @@ def compute(
     batch_key: Annotated[Optional[str], typer.Option(help="Column whose values split the dataset into independent batches.")] = None,
     chunk_rows: Annotated[int, typer.Option(help="Rows held in memory at once (results do not depend on it).")] = 1024,
     device: Annotated[Device, typer.Option(help="Torch device; auto = cuda when available.")] = Device.auto,
+    threads: Annotated[int, typer.Option(help="Torch CPU threads (default 1: the kernels are memory-bound).")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.")] = False,
 ) -> None:
     """Compute advantages and returns and write them beside every input column."""
@@ -124,7 +125,7 @@ def compute(
         kl_target=kl_target, kl_horizon=kl_horizon, rollout_rs=rollout_rs, rollout_rs_threshold=rollout_rs_threshold,
         rollout_is=rollout_is.value if rollout_is else None, rollout_is_threshold=rollout_is_threshold,
         rollout_is_batch_normalize=rollout_is_batch_normalize, batch_key=batch_key, chunk_rows=chunk_rows,
-        device=device.value,
+        device=device.value, threads=threads,
     ))
     err = Console(stderr=True)
     with _progress(err, enabled=not quiet and err.is_terminal) as progress:

@@ -37,6 +37,11 @@ class Config(BaseModel):
     batch_key: Optional[str] = Field(None, description="column whose values split the dataset into independent batches")
     chunk_rows: int = Field(1024, gt=0, description="rows held in memory at once; results do not depend on it")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="torch device; auto = cuda when available")
+    threads: int = Field(
+        1, ge=1,
+        description="torch CPU threads for the run (the kernels are memory-bound; on small CPUs the thread pool's "
+        "wake-up cost exceeds the gain)",
+    )
 
     @field_validator("estimator")
     @classmethod

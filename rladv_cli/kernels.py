@@ -133,15 +133,13 @@ def reverse_linear_scan(a: Tensor, b: Tensor, row_offsets: Tensor) -> Tensor:
     longest = int(row_lengths(row_offsets).max())
     step = 1
     while step < longest:
-        # Positions t + step beyond N behave as an empty window (A = 0 there already ends every row).
-        B_next = B[step:]
-        A_next = A[step:]
-        B_new = B.clone()
-        A_new = A.clone()
+        head = n - step  # positions whose window can still grow; the last `step` ones already end their row
+        A_new, B_new = torch.empty_like(A), torch.empty_like(B)
+        A_new[head:], B_new[head:] = A[head:], B[head:]
+        torch.mul(A[:head], A[step:], out=A_new[:head])
         # Where A is 0 (the window already ends its row, or a reset) nothing from the right may enter,
         # not even the sign of a zero from the next row.
-        B_new[: n - step] = torch.where(A[: n - step] == 0, B[: n - step], B[: n - step] + A[: n - step] * B_next)
-        A_new[: n - step] = A[: n - step] * A_next
+        torch.where(A[:head] == 0, B[:head], B[:head] + A[:head] * B[step:], out=B_new[:head])
         A, B = A_new, B_new
         step *= 2
     return B

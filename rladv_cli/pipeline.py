@@ -345,6 +345,14 @@ class Pipeline:
 
     # ----------------------------------------------------------------- run
     def run(self, write: Callable[[pa.Table], None]) -> Report:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(self.cfg.threads)
+        try:
+            return self._run(write)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _run(self, write: Callable[[pa.Table], None]) -> Report:
         t0 = time.perf_counter()
         self._layout_pass()
         self._scan_pass()
