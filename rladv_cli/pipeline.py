@@ -186,15 +186,13 @@ class Pipeline:
     def _is_weights(self, batch: Batch, batch_ids: Tensor) -> Tensor:
         from .rejection import importance_weights
 
-        w = importance_weights(self.is_cfg, batch.old_log_probs, batch.rollout_log_probs, batch.original_mask,
-                               batch.row_offsets)
-        if self.is_cfg.batch_normalize:
-            factors = torch.tensor(
-                [self.correction_stats[b].norm_factor() or 1.0 for b in range(len(self.labels.batches))],
-                dtype=torch.float32,
-            )
-            w = w / batch.per_token(factors[batch_ids].to(self.device))
-        return w
+        factor = None
+        if self.is_cfg.batch_normalize:  # each row divided by its own batch's normalisation factor
+            per_batch = torch.tensor([self.correction_stats[b].norm_factor() for b in range(len(self.labels.batches))],
+                                     dtype=torch.float32)
+            factor = batch.per_token(per_batch[batch_ids].to(self.device))
+        return importance_weights(self.is_cfg, batch.old_log_probs, batch.rollout_log_probs, batch.original_mask,
+                                  batch.row_offsets, norm_factor=factor)
 
     # ----------------------------------------------------------------- passes
     def _layout_pass(self) -> None:

@@ -271,10 +271,11 @@ def importance_weights(
     rollout_log_probs: Tensor,
     m0: Tensor,
     row_offsets: Tensor,
-    norm_factor: float | None = None,
+    norm_factor: float | Tensor | None = None,
 ) -> Tensor:
     """``rollout_is_weights (N,)`` float32: truncated (TIS) or IcePop weights on ``m0``, divided by ``norm_factor``
-    (``RolloutCorrectionStats.norm_factor()``) when ``cfg.batch_normalize``. Rejected tokens keep their weight."""
+    (``RolloutCorrectionStats.norm_factor()``; a per-token ``(N,)`` tensor when rows of several batches share
+    a chunk) when ``cfg.batch_normalize``. Rejected tokens keep their weight."""
     lr, _ = _safe_log_ratio(old_log_probs, rollout_log_probs)
     w = _raw_and_applied_weights(cfg, lr, m0, row_offsets)[1]
     if cfg.batch_normalize:

@@ -91,3 +91,21 @@ def test_cuda_equals_cpu(estimator):
         a = np.concatenate([np.asarray(r) for r in cpu[column].to_pylist()])
         b = np.concatenate([np.asarray(r) for r in gpu[column].to_pylist()])
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_batch_normalised_is_weights_per_batch_equal_each_batch_alone():
+    from pathlib import Path
+
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(Path(__file__).parents[1] / "sample_data" / "multiturn.parquet")
+    t = t.append_column("step", pa.array([i % 2 for i in range(t.num_rows)], pa.int64()))
+    settings = dict(estimator="grpo", rollout_is="sequence", rollout_is_batch_normalize=True, device="cpu")
+    both, report = rladv_cli.compute(t, batch_key="step", chunk_rows=5, **settings)
+    assert set(report.rollout_rejection["batches"]) == {"step=0", "step=1"}
+    for step in (0, 1):
+        rows = pc.equal(t["step"], step)
+        alone, _ = rladv_cli.compute(t.filter(rows), **settings)
+        assert both.filter(rows)["rollout_is_weights"].equals(alone["rollout_is_weights"])
+        assert both.filter(rows)["advantages"].equals(alone["advantages"])
