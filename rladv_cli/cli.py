@@ -175,6 +175,32 @@ def validate(
 
 
 @app.command()
+def offpolicy(
+    dataset: Datasets,
+    rollout_rs: Annotated[list[str], typer.Option(help="Rejection option(s) to sweep, verl's names (repeat the flag; token_k1,seq_max_k2 combines).")],
+    thresholds: Annotated[Optional[str], typer.Option(help="Thresholds to try for every option, comma-separated (e.g. 0.5_2.0,0.8_1.25,3.0).")] = None,
+    threshold: Annotated[Optional[list[str]], typer.Option(help="One threshold in verl's full form (repeatable; may hold commas for combined options).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    chunk_rows: Annotated[int, typer.Option(help="Rows held in memory at once.")] = 1024,
+) -> None:
+    """What-if sweep of rollout rejection: tokens, rows and groups each threshold would remove."""
+    from rich.console import Console
+
+    from .offpolicy import render, sweep
+
+    specs = [t.strip() for t in (thresholds or "").split(",") if t.strip()] + list(threshold or [])
+    if not specs:
+        _fail("give --thresholds T1,T2,... or --threshold SPEC")
+    err = Console(stderr=True)
+    with _progress(err, enabled=not as_json and err.is_terminal) as progress:
+        result = _run(lambda: sweep([str(p) for p in dataset], rollout_rs, specs, chunk_rows=chunk_rows, progress=progress))
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+    else:
+        render(result, Console())
+
+
+@app.command()
 def estimators(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:

@@ -110,6 +110,15 @@ def _turn_mask(rng):
     return np.concatenate(spans)
 
 
+def _mismatched(rng, old):
+    """Inference-engine log-probs: close to the trainer's, with a few large spikes (~3% of tokens), the
+    heavy-tailed mismatch that rollout rejection is for."""
+    rollout = _near(rng, old, 0.02)
+    spikes = rng.random(old.size) < 0.03
+    rollout[spikes] = rollout[spikes] + rng.normal(0.0, 0.7, int(spikes.sum()))
+    return np.minimum(rollout, -1e-6).astype(np.float32)
+
+
 def multiturn_dataset(rng):
     """12 prompts × 4 tool-using rollouts with token-level rm_scores and critic values."""
     rows = []
@@ -130,7 +139,7 @@ def multiturn_dataset(rng):
                 "values": values,
                 "old_log_probs": old,
                 "ref_log_prob": _near(rng, old, 0.05),
-                "rollout_log_probs": _near(rng, old, 0.02),
+                "rollout_log_probs": _mismatched(rng, old),
             })
     schema = pa.schema([
         ("uid", pa.string()),
