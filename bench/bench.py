@@ -93,7 +93,7 @@ def kernel_time(table: pa.Table, estimator: str) -> float:
     batch.pad_width = torch.full((batch.num_rows,), int(pa.compute.max(pa.compute.list_value_length(table["response_mask"])).as_py()))
     gid = torch.from_numpy(np.unique(table["uid"].to_numpy(zero_copy_only=False), return_inverse=True)[1])
     batch.group_index = gid
-    batch.groups = group_stats(batch.reward_total(), gid, int(gid.max()) + 1)
+    batch.groups = group_stats(batch.reward_total(), gid, int(gid.max()) + 1, batch.row_sum(batch.response_mask))
     fn = rladv_cli.ESTIMATORS[estimator].fn
     fn(batch, cfg)
     t0 = time.perf_counter()

@@ -15,6 +15,18 @@ from .kernels import GroupStats
 
 
 @dataclass
+class PositionSums:
+    """Per-(group, position) sums over the rows of each group, for estimators whose baseline varies along the
+    response: ``sums[name]`` is ``(G·width,)`` float32, entry ``g·width + t`` for group ``g``, position ``t``."""
+
+    width: int
+    sums: dict[str, Tensor]
+
+    def index(self, group: Tensor, position: Tensor) -> Tensor:
+        return group * self.width + position
+
+
+@dataclass
 class Batch:
     """``B`` rows held flat: token tensors are ``(N,)`` float32, row tensors ``(B,)``.
 
@@ -22,7 +34,9 @@ class Batch:
     token_level_scores: assembled scores; token_level_rewards: after KL shaping (same values when off).
     row_index: dataset-wide row numbers; group_index: dense ids of (batch, uid) groups; groups: the
     batch-wide group statistics, present for estimators that declare ``groups``; pad_width: the longest
-    response of each row's batch (verl's padded ``T``), which fixes how row totals round.
+    response of each row's batch (verl's padded ``T``), which fixes how row totals round; batch_rows,
+    batch_nonzero_rows: per row, the rows of its batch and those with a non-zero total ``R`` (``gpg``);
+    position_sums: what an estimator's ``accumulate`` gathered over each group, position by position.
     """
 
     row_offsets: Tensor
@@ -35,8 +49,14 @@ class Batch:
     old_log_probs: Optional[Tensor] = None
     ref_log_prob: Optional[Tensor] = None
     rollout_log_probs: Optional[Tensor] = None
+    sum_pi_squared: Optional[Tensor] = None
+    rollout_is_weights: Optional[Tensor] = None
+    reward_baselines: Optional[Tensor] = None
+    batch_rows: Optional[Tensor] = None
+    batch_nonzero_rows: Optional[Tensor] = None
     group_index: Optional[Tensor] = None
     groups: Optional[GroupStats] = None
+    position_sums: Optional[PositionSums] = None
     padding: Optional[Tensor] = None
     pad_width: Optional[Tensor] = None
     _row_ids: Optional[Tensor] = field(default=None, repr=False)
@@ -132,9 +152,11 @@ def from_arrow(table: pa.Table, first_row: int, device: torch.device) -> Batch:
 
     optional = {
         name: t(flat_values(table, name))
-        for name in ("values", "old_log_probs", "ref_log_prob", "rollout_log_probs")
+        for name in ("values", "old_log_probs", "ref_log_prob", "rollout_log_probs", "sum_pi_squared")
         if name in names
     }
+    if "reward_baselines" in names:
+        optional["reward_baselines"] = t(scalar_values(table, "reward_baselines"))
     m0 = t(mask)
     s = t(scores)
     return Batch(

@@ -110,6 +110,17 @@ def shift_left_in_row(x: Tensor, row_offsets: Tensor) -> Tensor:
     return out
 
 
+def cumsum_in_row(x: Tensor, row_offsets: Tensor) -> Tensor:
+    """Inclusive prefix sum inside every row, ``out_t = Σ_{row start ≤ u ≤ t} x_u``; ``(N,)``.
+
+    The reverse scan run on the flipped tokens (rows reversed and in reverse order), so a row's result depends
+    only on the row.
+    """
+    flipped_offsets = (row_offsets[-1] - row_offsets).flip(0)
+    flipped = x.flip(0)
+    return reverse_linear_scan(torch.ones_like(flipped), flipped, flipped_offsets).flip(0)
+
+
 def reverse_linear_scan(a: Tensor, b: Tensor, row_offsets: Tensor) -> Tensor:
     """Solve ``h_t = b_t + a_t · h_{t+1}`` right to left inside every row, with ``h = 0`` after a row's end.
 
@@ -150,9 +161,15 @@ class GroupStats:
     """Batch-wide statistics of the row totals ``R_i`` per group, indexed by dense group id; ``(G,)`` each.
 
     size: rows in the group. mean, std: float32 ``torch.mean`` / ``torch.std`` (Bessel) over the members in
-    row order, as verl's ``grpo`` stacks them; a singleton has ``mean = 0, std = 1``. seq_sum: float32 sum
-    accumulated member by member in row order; seq_mean = seq_sum / max(size, 1); seq_std =
-    sqrt(Σ (R − seq_mean)² / max(size − 1, 1)) (verl 0.9.1's two-pass ``group_mean_std``, no floor).
+    row order, as verl's dict-based estimators stack them; a singleton has ``mean = 0, std = 1``.
+    seq_sum: float32 sum accumulated member by member in row order; seq_mean = seq_sum / max(size, 1);
+    seq_std = sqrt(Σ (R − seq_mean)² / max(size − 1, 1)) (verl 0.9.1's two-pass ``group_mean_std``).
+    length_weighted_mean: ``Σ n_i R_i / Σ n_i`` with ``n_i`` the row's valid tokens (``opo``; 0 for a
+    singleton, NaN for a group without valid tokens, as verl's 0/0). top_gap, top_row: ``r1 − r2`` of the two
+    largest totals and the dataset row holding ``r1`` (``grpo_passk``; ``torch.topk`` order; 0 and −1 for a
+    singleton). longest_row, second_longest: the row whose valid-token count is the group's unique strict
+    maximum (−1 if none) and the second-largest count (the optimal-token baselines' zero tail).
+    nonempty_size: rows with at least one valid token.
     """
 
     size: Tensor
@@ -160,6 +177,12 @@ class GroupStats:
     std: Tensor
     seq_sum: Tensor
     seq_std: Tensor
+    length_weighted_mean: Tensor
+    top_gap: Tensor
+    top_row: Tensor
+    longest_row: Tensor
+    second_longest: Tensor
+    nonempty_size: Tensor
 
     @property
     def seq_mean(self) -> Tensor:
@@ -169,32 +192,50 @@ class GroupStats:
         return GroupStats(*(getattr(self, f.name).to(device) for f in fields(self)))
 
 
-def group_stats(row_total: Tensor, group_index: Tensor, num_groups: int) -> GroupStats:
-    """Group statistics of ``row_total (B,) float32`` with dense ``group_index (B,) int64`` in ``[0, G)``.
+def group_stats(row_total: Tensor, group_index: Tensor, num_groups: int, valid_count: Tensor) -> GroupStats:
+    """Group statistics of ``row_total (B,) float32`` with dense ``group_index (B,) int64`` in ``[0, G)`` and
+    each row's valid-token count ``valid_count (B,)``; rows are in dataset order.
 
-    Groups are bucketed by size and each bucket reduced as a ``[G_s, s]`` matrix, so a group's mean/std
-    use the same float32 reduction as a 1-D ``torch.mean``/``torch.std`` of its members. Sequential
-    sums use ``index_add_`` in row order (CPU).
+    Groups are bucketed by size and each bucket reduced as a ``[G_s, s]`` matrix of its members in row order,
+    so every statistic uses the same float32 reduction as verl's per-group 1-D tensors. Sequential sums use
+    ``index_add_`` in row order (CPU), as verl's scatter does.
     """
+    dtype = row_total.dtype
     size = torch.bincount(group_index, minlength=num_groups)
-    mean = torch.zeros(num_groups, dtype=row_total.dtype)
-    std = torch.ones(num_groups, dtype=row_total.dtype)
+    mean = torch.zeros(num_groups, dtype=dtype)
+    std = torch.ones(num_groups, dtype=dtype)
+    weighted = torch.zeros(num_groups, dtype=dtype)
+    top_gap = torch.zeros(num_groups, dtype=dtype)
+    top_row = torch.full((num_groups,), -1, dtype=torch.long)
+    longest_row = torch.full((num_groups,), -1, dtype=torch.long)
+    second_longest = torch.zeros(num_groups, dtype=torch.long)
     order = torch.sort(group_index, stable=True).indices
-    sorted_total = row_total[order]
     start = torch.cumsum(size, 0) - size
+    lengths = valid_count.to(torch.long)
     for s in torch.unique(size).tolist():
         if s < 2:
             continue
         ids = torch.nonzero(size == s).flatten()
-        members = sorted_total[start[ids, None] + torch.arange(s)]
+        rows = order[start[ids, None] + torch.arange(s)]  # [G_s, s] dataset rows, in row order
+        members, n = row_total[rows], lengths[rows]
         mean[ids] = members.mean(dim=1)
         std[ids] = members.std(dim=1)
-    seq_sum = torch.zeros(num_groups, dtype=row_total.dtype).index_add_(0, group_index, row_total)
-    seq_mean = seq_sum / size.clamp_min(1).to(row_total.dtype)
+        weighted[ids] = (n * members).sum(dim=1) / n.sum(dim=1)
+        best, at = torch.topk(members, 2, dim=1)
+        top_gap[ids] = best[:, 0] - best[:, 1]
+        top_row[ids] = rows.gather(1, at[:, :1]).flatten()
+        longest, at = torch.topk(n, 2, dim=1)
+        unique = (n == longest[:, :1]).sum(dim=1) == 1
+        longest_row[ids] = torch.where(unique, rows.gather(1, at[:, :1]).flatten(), -1)
+        second_longest[ids] = longest[:, 1]
+    seq_sum = torch.zeros(num_groups, dtype=dtype).index_add_(0, group_index, row_total)
+    seq_mean = seq_sum / size.clamp_min(1).to(dtype)
     dev = row_total - seq_mean[group_index]
-    sq = torch.zeros(num_groups, dtype=row_total.dtype).index_add_(0, group_index, dev * dev)
-    seq_std = torch.sqrt((sq / (size - 1).clamp_min(1).to(row_total.dtype)).clamp_min(0.0))
-    return GroupStats(size, mean, std, seq_sum, seq_std)
+    sq = torch.zeros(num_groups, dtype=dtype).index_add_(0, group_index, dev * dev)
+    seq_std = torch.sqrt((sq / (size - 1).clamp_min(1).to(dtype)).clamp_min(0.0))
+    nonempty = torch.bincount(group_index, weights=(lengths > 0).double(), minlength=num_groups).long()
+    return GroupStats(size, mean, std, seq_sum, seq_std, weighted, top_gap, top_row, longest_row, second_longest,
+                      nonempty)
 
 
 def row_moments(x: Tensor, mask: Tensor, row_offsets: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -8,7 +8,8 @@ Passes over the data (each reads only the columns it needs; a one-chunk dataset 
           known before its rewards are shaped;
   scan    per-row totals ``R_i``, token counts, group labels, diagnostics, rollout-correction statistics,
           and whitening moments of estimators that need no group statistics;
-  moments only for whitened estimators that need group statistics (``reinforce_plus_plus_baseline``);
+  group statistics  only for whitened estimators that need group statistics (``reinforce_plus_plus_baseline``)
+          and estimators with per-position group baselines (the optimal-token baselines);
   write   advantages and returns, written as they are computed.
 Batch-wide statistics (group means and stds, whitening moments) come from per-row values of the earlier
 passes, reduced over whole per-row arrays, so results do not depend on ``--chunk-rows``.
@@ -27,7 +28,7 @@ import torch
 from torch import Tensor
 
 from . import __version__, kernels, validation
-from .batch import Batch, as_tensor, flat_values, from_arrow, list_offsets
+from .batch import Batch, PositionSums, as_tensor, flat_values, from_arrow, list_offsets
 from .config import Config
 from .diagnostics import RowTable, WarningBuilder, group_flags, row_stats, token_stats, uid_merges, value_rows
 from .errors import ComputeError, ConfigError, InputError
@@ -103,6 +104,9 @@ class Pipeline:
         self.seconds: dict[str, float] = defaultdict(float)
         self.beta_by_batch: Optional[Tensor] = None
         self.pad_width: Optional[Tensor] = None
+        self.batch_rows: Optional[Tensor] = None
+        self.batch_nonzero_rows: Optional[Tensor] = None
+        self.position_sums: Optional[PositionSums] = None
         self.groups = None
         self.whiten_mean: Optional[Tensor] = None
         self.whiten_var: Optional[Tensor] = None
@@ -176,6 +180,10 @@ class Pipeline:
                 batch.response_mask = (batch.original_mask * keep).to(batch.original_mask.dtype)
             if with_weights and self.is_cfg is not None:
                 weights = self._is_weights(batch, batch_ids)
+                batch.rollout_is_weights = weights
+        if self.batch_rows is not None:
+            batch.batch_rows = self.batch_rows[batch_ids].to(self.device)
+            batch.batch_nonzero_rows = self.batch_nonzero_rows[batch_ids].to(self.device)
         return Prepared(batch, kld, beta, weights)
 
     def _beta(self, batch: Batch, batch_ids: Tensor) -> Tensor | float:
@@ -283,20 +291,49 @@ class Pipeline:
         self.rows.add(w_count=count, w_sum=total, w_m2=m2)
 
     def _group_pass(self) -> None:
-        """Group statistics of the row totals over the whole dataset (groups never cross batches)."""
+        """Batch sizes and group statistics of the row totals over the whole dataset (groups never cross
+        batches); an estimator's minimum group size is enforced here, before anything is written."""
+        n_batches = len(self.labels.batches)
+        batch_of_row = self.rows["batch_id"]
+        self.batch_rows = torch.bincount(batch_of_row, minlength=n_batches)
+        self.batch_nonzero_rows = torch.bincount(batch_of_row, weights=(self.rows["reward_total"] != 0).double(),
+                                                 minlength=n_batches).long()
         if not self.has_uid:
             return
-        self.groups = kernels.group_stats(self.rows["reward_total"], self.rows["group_id"], len(self.labels.groups))
+        self.groups = kernels.group_stats(self.rows["reward_total"], self.rows["group_id"], len(self.labels.groups),
+                                          self.rows["used"])
         self.groups_on_device = self.groups.to(self.device)
+        small = torch.nonzero(self.groups.size < self.est.min_group_size).flatten()
+        if self.est.groups and small.numel():
+            (batch, uid), = [key for key, gid in self.labels.groups.items() if gid == int(small[0])]
+            where = self.labels.batch_name(batch)
+            raise ComputeError(
+                f"{self.cfg.estimator} requires at least {self.est.min_group_size} samples per group. Got "
+                f"{int(self.groups.size[small[0]])} for group {uid}{' in batch ' + where if where else ''} "
+                f"({small.numel()} such group(s))"
+            )
 
-    def _moments_pass(self) -> None:
-        for chunk in self._chunks(self._scan_columns(), "moments"):
+    def _group_statistics_pass(self) -> None:
+        """Statistics that need the group statistics first: whitening moments of group estimators, and the
+        per-(group, position) sums an estimator accumulates. float64 sums in dataset row order, whatever the
+        chunking, rounded to float32 once."""
+        accumulate = self.est.accumulator()
+        width = int(self.pad_width.max())
+        sums: dict[str, Tensor] = {}
+        for chunk in self._chunks(self._scan_columns(), "group statistics"):
             rows = self._row_range(chunk)
-            p = self._prepare(chunk, self.rows["batch_id"][rows], self.rows["group_id"][rows])
+            p = self._prepare(chunk, self.rows["batch_id"][rows], self.rows["group_id"][rows], with_weights=True)
             p.batch.groups = self.groups_on_device
             with self._timed("estimator"):
-                raw, _ = self.est.fn(p.batch, self.cfg)
-            self._add_moments(raw, p.batch)
+                if accumulate is not None:
+                    for name, ((group, position), values) in accumulate(p.batch, self.cfg).items():
+                        buf = sums.setdefault(name, torch.zeros(len(self.labels.groups) * width, dtype=torch.float64))
+                        buf.index_add_(0, (group * width + position).cpu(), values.double().cpu())
+                if self.est.whiten:
+                    raw, _ = self.est.fn(p.batch, self.cfg)
+                    self._add_moments(raw, p.batch)
+        if accumulate is not None:
+            self.position_sums = PositionSums(width, {k: v.float().to(self.device) for k, v in sums.items()})
 
     def _whitening(self) -> None:
         """Per-batch mean and unbiased variance of the raw advantages over valid tokens (float64 -> float32)."""
@@ -325,6 +362,7 @@ class Pipeline:
             p = self._prepare(chunk, bids, gids, with_weights=True)
             b = p.batch
             b.groups = self.groups_on_device if self.groups is not None else None
+            b.position_sums = self.position_sums
             with self._timed("estimator"):
                 advantages, returns = self.est.fn(b, self.cfg)
                 if self.est.whiten:
@@ -356,9 +394,9 @@ class Pipeline:
         self._scan_pass()
         self._check_correction_batches()
         self._group_pass()
+        if (self.est.whiten and self.est.groups) or self.est.accumulate:
+            self._group_statistics_pass()
         if self.est.whiten:
-            if self.est.groups:
-                self._moments_pass()
             self._whitening()
         self._write_pass(write, output_schema(self.source.schema, self.is_cfg is not None))
         self.seconds["total"] = time.perf_counter() - t0

@@ -32,7 +32,8 @@ REPORT_KEYS = {
 ADDED = ["token_level_rewards", "loss_mask", "advantages", "returns"]  # response_mask is rewritten in place
 ESTIMATOR_NAMES = {
     "gae", "grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "reinforce_plus_plus",
-    "reinforce_plus_plus_baseline",
+    "reinforce_plus_plus_baseline", "remax", "opo", "gpg", "grpo_passk", "optimal_token_baseline",
+    "tir_optimal_token_baseline",
 }
 
 runner = CliRunner()

@@ -227,3 +227,41 @@ def test_scalar_score_before_padding():
     out, report = rladv_cli.compute(t, estimator="grpo", device="cpu")
     assert out["token_level_rewards"].to_pylist() == [[0, 1.0, 0, 0], [0, 0, 0, 0.5]]
     assert report.tokens.padding == 2 and report.tokens.observation == 0
+
+
+# --- §7.4 grpo_passk ------------------------------------------------------------------------------------
+def test_grpo_passk_only_the_best_row_learns():
+    adv, _, _ = run(ONE_GROUP, "grpo_passk")
+    close(adv, [[0.999998], [0.0], [0.0]])
+    adv, _, _ = run(ONE_GROUP, "grpo_passk", norm_adv_by_std=False)
+    close(adv, [[0.5], [0.0], [0.0]])
+
+
+def test_grpo_passk_ties_give_zero_and_singletons_stop_the_run():
+    tie = table([[1.0], [1.0], [0.0]], [[1]] * 3, ["a"] * 3)
+    assert run(tie, "grpo_passk")[0] == [[0.0], [0.0], [0.0]]
+    single = table([[1.0], [0.0], [0.5]], [[1]] * 3, ["a", "a", "lonely"])
+    with pytest.raises(rladv_cli.ComputeError, match="at least 2 samples per group. Got 1 for group lonely"):
+        run(single, "grpo_passk")
+
+
+# --- §7.9 remax -----------------------------------------------------------------------------------------
+def test_remax_example():
+    t = table([[0.1, 0, 1.0]], [[1, 1, 1]]).append_column("reward_baselines", pa.array([0.5], pa.float32()))
+    adv, ret, _ = run(t, "remax")
+    close(ret, [[1.1, 1.0, 1.0]])
+    close(adv, [[0.6, 0.5, 0.5]])
+
+
+# --- §7.10 opo ------------------------------------------------------------------------------------------
+def test_opo_length_weighted_baseline():
+    t = table([[0, 0, 1.0], [0.0], [0, 0.5]], [[1, 1, 1], [1], [1, 1]], ["a", "a", "a"])
+    adv, _, _ = run(t, "opo")
+    close(adv, [[1 / 3] * 3, [-2 / 3], [-1 / 6] * 2])
+
+
+# --- §7.11 gpg ------------------------------------------------------------------------------------------
+def test_gpg_examples():
+    close(run(ONE_GROUP, "gpg")[0], [[0.75], [-0.75], [0.0]])
+    t = table([[1.0], [0.0], [0.0], [0.0]], [[1]] * 4, ["a", "a", "b", "b"])
+    close(run(t, "gpg")[0], [[2.0], [-2.0], [0.0], [0.0]])

@@ -78,14 +78,19 @@ def test_group_stats_match_torch_mean_and_std_of_each_group():
     g = torch.Generator().manual_seed(1)
     gid = torch.tensor([0, 1, 0, 2, 1, 0, 3, 3, 3, 3])
     total = torch.randn(10, generator=g)
-    stats = kernels.group_stats(total, gid, 4)
+    valid = torch.tensor([3, 0, 2, 5, 1, 4, 2, 2, 6, 1])
+    stats = kernels.group_stats(total, gid, 4, valid)
     for k in range(4):
-        members = total[gid == k]
+        members, n = total[gid == k], valid[gid == k]
         assert stats.size[k] == members.numel()
         if members.numel() > 1:
             assert stats.mean[k] == members.mean() and stats.std[k] == members.std()
+            assert stats.length_weighted_mean[k] == (n * members).sum() / n.sum()
+            best = torch.topk(members, 2).values
+            assert stats.top_gap[k] == best[0] - best[1]
+            assert total[stats.top_row[k]] == best[0] and gid[stats.top_row[k]] == k
         else:
-            assert stats.mean[k] == 0 and stats.std[k] == 1
+            assert stats.mean[k] == 0 and stats.std[k] == 1 and stats.top_row[k] == -1
         np.testing.assert_allclose(stats.seq_mean[k], members.double().mean(), rtol=1e-6)
 
 

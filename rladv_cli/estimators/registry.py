@@ -18,6 +18,9 @@ class Estimator:
     groups:    needs batch-wide group statistics of the row totals ``R_i`` (so a ``uid`` column)
     whiten:    its raw advantages are whitened over every valid token of the batch (``masked_whiten``)
     returns_are_advantages: returns are the final (whitened) advantages rather than the raw returns
+    min_group_size: smaller groups are an error (verl raises)
+    accumulate: ``fn(batch, params) -> {name: (flat index, values)}`` summed per (group, position) over the
+               batch before the estimator runs (its result reaches the estimator as ``batch.position_sums``)
     singleton: what the reference does with a one-row group (None when groups are not used)
     """
 
@@ -31,7 +34,12 @@ class Estimator:
     singleton: str | None
     summary: str
     returns_are_advantages: bool = False
+    min_group_size: int = 1
+    accumulate: str | None = None
     row_checks: tuple[tuple[str, str], ...] = ()
+
+    def accumulator(self) -> Callable | None:
+        return _load(self.accumulate) if self.accumulate else None
 
     def checks(self) -> dict[str, Callable]:
         """Warning code -> ``fn(batch, params) -> (B,) bool`` flagging rows where this estimator's quirk bit."""
@@ -97,6 +105,50 @@ ESTIMATORS: dict[str, Estimator] = {
             observation_credit=_GROUP_CREDIT, singleton="baseline 0: the raw score enters whitening",
             summary="(R_i - mean_g) broadcast to actor tokens, whitened over the batch",
             returns_are_advantages=True,
+        ),
+        Estimator(
+            "remax", "remax:remax", ("reward_baselines",), groups=False, whiten=False,
+            baseline="reward_baselines: the greedy rollout's reward for the same prompt",
+            observation_credit="masked rewards dropped; undiscounted reward-to-go over actor tokens",
+            singleton=None,
+            summary="reward-to-go minus the greedy baseline",
+        ),
+        Estimator(
+            "opo", "opo:opo", (), groups=True, whiten=False,
+            baseline="length-weighted group mean of R (weights: valid tokens per row)",
+            observation_credit=_GROUP_CREDIT, singleton="baseline 0: advantage R",
+            summary="R_i - sum(n_j R_j) / sum(n_j) per group",
+        ),
+        Estimator(
+            "gpg", "gpg:gpg", (), groups=True, whiten=False,
+            baseline="group mean, scaled by alpha = rows / rows with non-zero reward (batch-wide)",
+            observation_credit=_GROUP_CREDIT, singleton="baseline 0: advantage alpha*R",
+            summary="alpha (R_i - mean_g); alpha depends on the whole batch",
+        ),
+        Estimator(
+            "grpo_passk", "passk:grpo_passk", (), groups=True, whiten=False,
+            baseline="second-best total of the group; only the best row gets a non-zero advantage",
+            observation_credit=_GROUP_CREDIT, singleton="error: verl requires 2+ rows per group",
+            summary="best row: (r1 - r2) / (std_g + eps); others 0",
+            min_group_size=2,
+        ),
+        Estimator(
+            "optimal_token_baseline", "otb:optimal_token_baseline", ("old_log_probs", "sum_pi_squared"),
+            groups=True, whiten=False,
+            baseline="per-position group baseline sum(G W) / sum(W), W = cumulative path-variance proxy",
+            observation_credit="masked rewards dropped; baseline per absolute position, observations skipped in W",
+            singleton="baseline 0: advantage = reward-to-go",
+            summary="reward-to-go minus an optimal per-token baseline (uses rollout_is_weights when present)",
+            accumulate="otb:accumulate_absolute",
+        ),
+        Estimator(
+            "tir_optimal_token_baseline", "otb:tir_optimal_token_baseline", ("old_log_probs", "sum_pi_squared"),
+            groups=True, whiten=False,
+            baseline="per-position group baseline over each row's actor tokens only (positions compacted)",
+            observation_credit="observations removed before aligning rows: actor token k meets actor token k",
+            singleton="baseline 0 (rows without actor tokens do not count)",
+            summary="optimal token baseline for tool-interleaved rollouts",
+            accumulate="otb:accumulate_compact",
         ),
     )
 }

@@ -1,0 +1,78 @@
+"""Optimal token baselines: verl's ``optimal_token_baseline`` and ``tir_optimal_token_baseline`` (§7.12).
+
+Per row: ``G_t = Σ_{u ≥ t} r_u·m_u`` (reward-to-go), ``w_t = 1 − 2·exp(old_log_prob_t) + sum_pi_squared_t``
+(times ``rollout_is_weights_t²`` when the IS stage ran) and ``W_t = Σ_{u ≤ t} w_u·m_u``. Per group and position:
+``b_t = Σ_i G[i,t]·W[i,t] / (Σ_i W[i,t] + 1e-8)``, over absolute positions (OTB, masked by m) or over each
+row's actor tokens renumbered ``k = 0..n_i−1`` (TIR). ``advantages = (G − b)·m``, ``returns = G``. Zero tail:
+when one row is strictly the longest of its group (in valid tokens), its baseline is 0 from the second-longest
+row's count on.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..batch import Batch
+from ..config import Config
+from ..kernels import broadcast_rows, cumsum_in_row, reverse_linear_scan
+
+EPSILON = 1e-8
+
+
+def _returns_and_weights(batch: Batch) -> tuple[Tensor, Tensor]:
+    """``G (N,)`` and ``W (N,)`` of the module docstring."""
+    m = batch.response_mask
+    returns = reverse_linear_scan(torch.ones_like(m), batch.token_level_rewards * m, batch.row_offsets)
+    w = 1 - 2 * torch.exp(batch.old_log_probs) + batch.sum_pi_squared
+    if batch.rollout_is_weights is not None:
+        w = w * batch.rollout_is_weights**2
+    return returns, cumsum_in_row(w * m, batch.row_offsets)
+
+
+def _position(batch: Batch) -> Tensor:
+    """Absolute position of each token in its row, ``(N,)`` int64."""
+    return torch.arange(batch.num_tokens, device=batch.row_offsets.device) - broadcast_rows(batch.row_offsets[:-1], batch.row_offsets)
+
+
+def _actor_position(batch: Batch) -> Tensor:
+    """Index of each token among its row's actor tokens (``k``; meaningful where m = 1), ``(N,)`` int64."""
+    return cumsum_in_row(batch.response_mask, batch.row_offsets).long() - 1
+
+
+def _accumulate(batch: Batch, position: Tensor) -> dict[str, tuple[Tensor, Tensor]]:
+    m = batch.response_mask
+    returns, weights = _returns_and_weights(batch)
+    where = (batch.per_token(batch.group_index), position.clamp_min(0))
+    return {"numerator": (where, returns * weights * m), "denominator": (where, weights * m)}
+
+
+def accumulate_absolute(batch: Batch, cfg: Config) -> dict[str, tuple[tuple[Tensor, Tensor], Tensor]]:
+    """Per token ``((group, absolute position), G·W·m)`` and ``(…, W·m)`` for the OTB sums."""
+    return _accumulate(batch, _position(batch))
+
+
+def accumulate_compact(batch: Batch, cfg: Config) -> dict[str, tuple[tuple[Tensor, Tensor], Tensor]]:
+    """Per token ``((group, actor index k), G·W·m)`` and ``(…, W·m)`` for the TIR sums (mask-0 tokens add 0)."""
+    return _accumulate(batch, _actor_position(batch))
+
+
+def _advantages(batch: Batch, position: Tensor, members: Tensor) -> tuple[Tensor, Tensor]:
+    g = batch.groups
+    sums = batch.position_sums
+    group = batch.per_token(batch.group_index)
+    at = sums.index(group, position.clamp_min(0))
+    baseline = sums.sums["numerator"][at] / (sums.sums["denominator"][at] + EPSILON)
+    tail = (batch.per_token(batch.row_index) == g.longest_row[group]) & (position >= g.second_longest[group])
+    baseline = baseline.masked_fill(tail | (members[group] <= 1), 0.0)
+    returns, _ = _returns_and_weights(batch)
+    return (returns - baseline) * batch.response_mask, returns
+
+
+def optimal_token_baseline(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
+    """OTB over absolute positions; a singleton group has baseline 0. ``(N,)`` each."""
+    return _advantages(batch, _position(batch), batch.groups.size)
+
+
+def tir_optimal_token_baseline(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
+    """TIR-OTB over actor-token indices; groups count only rows with an actor token. ``(N,)`` each."""
+    return _advantages(batch, _actor_position(batch), batch.groups.nonempty_size)

@@ -1,0 +1,20 @@
+"""Pass@k training (Chen et al. 2025, arXiv:2503.19595): verl's ``grpo_passk``."""
+from __future__ import annotations
+
+from torch import Tensor
+
+from ..batch import Batch
+from ..config import Config
+
+
+def grpo_passk(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
+    """Only the best row of a group learns: it gets ``r1 − r2`` (the gap between the two largest totals),
+    divided by ``σ_g + ε`` (Bessel std) unless ``--no-norm-adv-by-std``; every other row gets 0. Ties for
+    the maximum give 0. Groups need 2+ rows (the pipeline stops otherwise, as verl raises). §7.4. ``(N,)``."""
+    g = batch.groups
+    gap = g.top_gap[batch.group_index]
+    if cfg.norm_adv_by_std:
+        gap = gap / (g.std[batch.group_index] + cfg.epsilon)
+    a = gap * (batch.row_index == g.top_row[batch.group_index])
+    advantages = batch.per_token(a) * batch.response_mask
+    return advantages, advantages

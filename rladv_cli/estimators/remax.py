@@ -1,0 +1,17 @@
+"""ReMax (Li et al. 2023, arXiv:2310.10505): verl's ``remax``."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..batch import Batch
+from ..config import Config
+from ..kernels import reverse_linear_scan
+
+
+def remax(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
+    """``G[i,t] = Σ_{u ≥ t} r[i,u]·m[i,u]`` (undiscounted, masked rewards dropped); ``advantages = G − b_i·m``
+    with ``b_i`` the row's ``reward_baselines`` (the greedy rollout's reward); returns = G (SEMANTICS §7.9)."""
+    m = batch.response_mask
+    returns = reverse_linear_scan(torch.ones_like(m), batch.token_level_rewards * m, batch.row_offsets)
+    return returns - batch.per_token(batch.reward_baselines) * m, returns
