@@ -42,9 +42,10 @@ def compute(table: pa.Table, config: Optional[Config] = None, *, progress: Optio
 
 def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config] = None, *,
                  output: Optional[PathLike] = None, report_path: Optional[PathLike] = None,
-                 progress: Optional[Callable] = None, **settings) -> Report:
+                 progress: Optional[Callable] = None, config_source: Optional[dict] = None, **settings) -> Report:
     """Read a dataset (file, files or folder), write ``output`` (default ``DATASET.adv.parquet``) atomically,
-    and optionally the JSON report. Nothing is left behind when it fails."""
+    and optionally the JSON report. Nothing is left behind when it fails. ``config_source`` (what a verl
+    YAML contributed) is recorded in the report's ``config``."""
     from .pipeline import Pipeline, output_schema
 
     cfg = _config(config, settings)
@@ -58,7 +59,9 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
             raise OutputError(f"--report {report_path} is also the -o output; give them different names")
     pipeline = Pipeline(dataset, cfg, progress)
     with AtomicParquetWriter(out, output_schema(dataset.schema, pipeline.is_cfg is not None)) as sink:
-        report = pipeline.run(sink.write).model_copy(update={"output": out})
+        report = pipeline.run(sink.write)
+        config = {**report.config, **({"verl_config": config_source} if config_source else {})}
+        report = report.model_copy(update={"output": out, "config": config})
         if report_path is not None:
             write_json_atomic(str(report_path), report.to_json())
         sink.commit()

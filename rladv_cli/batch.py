@@ -36,7 +36,11 @@ class Batch:
     batch-wide group statistics, present for estimators that declare ``groups``; pad_width: the longest
     response of each row's batch (verl's padded ``T``), which fixes how row totals round; batch_rows,
     batch_nonzero_rows: per row, the rows of its batch and those with a non-zero total ``R`` (``gpg``);
-    position_sums: what an estimator's ``accumulate`` gathered over each group, position by position.
+    position_sums: what an estimator's ``accumulate`` gathered over each group, position by position;
+    score_position, valid_length: flat index where a row's scalar score sits and its non-padding length;
+    components, component_groups: ``gdpo``'s per-row reward components ``(K, B)`` and their group
+    statistics; session_total, session_active: with multi-output sessions, the total ``R`` of the row's
+    session's final output and whether that output has an actor token (``grpo`` folding, SEMANTICS §8).
     """
 
     row_offsets: Tensor
@@ -59,6 +63,13 @@ class Batch:
     position_sums: Optional[PositionSums] = None
     padding: Optional[Tensor] = None
     pad_width: Optional[Tensor] = None
+    score_position: Optional[Tensor] = None
+    valid_length: Optional[Tensor] = None
+    components: Optional[Tensor] = None
+    component_groups: Optional[list] = None
+    session_total: Optional[Tensor] = None
+    session_active: Optional[Tensor] = None
+    overlong_penalty: Optional[Tensor] = None
     _row_ids: Optional[Tensor] = field(default=None, repr=False)
 
     @property
@@ -113,21 +124,30 @@ def scalar_values(table: pa.Table, name: str, dtype=np.float32) -> np.ndarray:
     return table[name].combine_chunks().to_numpy(zero_copy_only=False).astype(dtype, copy=False)
 
 
-def assemble_scores(table: pa.Table, row_offsets: np.ndarray, attention: np.ndarray | None) -> np.ndarray:
-    """``token_level_scores (N,) float32``: ``rm_scores`` verbatim, or the scalar ``score`` at position
-    ``p_i = (number of non-padding tokens) − 1`` of each row (SEMANTICS §1); ``p_i = −1`` (an all-padding
-    row) wraps to the row's last position, as verl's indexing does."""
-    if "rm_scores" in table.column_names:
-        return flat_values(table, "rm_scores").copy()
-    score = scalar_values(table, "score")
-    out = np.zeros(int(row_offsets[-1]), dtype=np.float32)
+def score_positions(row_offsets: np.ndarray, attention: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """``(p, L)``: flat index of each row's score position and its non-padding length, ``(B,)`` each.
+
+    ``L_i`` counts non-padding tokens (``attention_mask`` ones; the row length without it), tool observations
+    included; ``p_i = L_i − 1`` (SEMANTICS §1), and an all-padding row (``p_i = −1``) wraps to the row's last
+    position, as verl's indexing does.
+    """
     lengths = np.diff(row_offsets)
     if attention is None:
-        last = lengths - 1
+        valid = lengths
     else:
-        ones = np.add.reduceat(attention.astype(np.int64), row_offsets[:-1]) if len(lengths) else lengths
-        last = np.where(ones > 0, ones - 1, lengths - 1)
-    out[row_offsets[:-1] + last] = score
+        valid = np.add.reduceat(attention.astype(np.int64), row_offsets[:-1]) if len(lengths) else lengths
+    last = np.where(valid > 0, valid - 1, lengths - 1)
+    return row_offsets[:-1] + last, valid
+
+
+def assemble_scores(table: pa.Table, row_offsets: np.ndarray, position: np.ndarray) -> np.ndarray:
+    """``token_level_scores (N,) float32``: ``rm_scores`` verbatim, else the scalar ``score`` at each row's
+    score position, else zeros (``gdpo`` reads its rewards from component columns)."""
+    if "rm_scores" in table.column_names:
+        return flat_values(table, "rm_scores").copy()
+    out = np.zeros(int(row_offsets[-1]), dtype=np.float32)
+    if "score" in table.column_names:
+        out[position] = scalar_values(table, "score")
     return out
 
 
@@ -145,7 +165,8 @@ def from_arrow(table: pa.Table, first_row: int, device: torch.device) -> Batch:
     offsets = list_offsets(table["response_mask"].combine_chunks())
     mask = flat_values(table, "response_mask", np.float32)
     attention = flat_values(table, "attention_mask", np.int8) if "attention_mask" in names else None
-    scores = assemble_scores(table, offsets, attention)
+    position, valid_length = score_positions(offsets, attention)
+    scores = assemble_scores(table, offsets, position)
 
     def t(a: np.ndarray) -> Tensor:
         return as_tensor(a, device)
@@ -167,5 +188,7 @@ def from_arrow(table: pa.Table, first_row: int, device: torch.device) -> Batch:
         token_level_rewards=s,
         row_index=torch.arange(first_row, first_row + table.num_rows, device=device),
         padding=None if attention is None else t((attention == 0).astype(np.float32)),
+        score_position=t(position),
+        valid_length=t(valid_length),
         **optional,
     )

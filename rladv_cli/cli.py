@@ -87,8 +87,10 @@ Datasets = Annotated[list[Path], typer.Argument(help="Parquet file(s) or folder(
 
 @app.command()
 def compute(
+    ctx: typer.Context,
     dataset: Datasets,
-    estimator: Annotated[EstimatorName, typer.Option(help="Advantage estimator, by verl's name.")],
+    estimator: Annotated[Optional[EstimatorName], typer.Option(help="Advantage estimator, by verl's name (or from --config).")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", help="A verl trainer YAML (or its algorithm: section); flags given here win.")] = None,
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Output Parquet (default DATASET.adv.parquet).")] = None,
     report: Annotated[Optional[Path], typer.Option(help="Also write the report as JSON here.")] = None,
     gamma: Annotated[float, typer.Option(help="Discount factor.")] = 1.0,
@@ -106,6 +108,11 @@ def compute(
     rollout_is: Annotated[Optional[ISLevel], typer.Option(help="Importance weights per token or per sequence.")] = None,
     rollout_is_threshold: Annotated[str, typer.Option(help="IS truncation (a number) or IcePop band lo_hi.")] = "2.0",
     rollout_is_batch_normalize: Annotated[bool, typer.Option(help="Divide IS weights by their batch mean.")] = False,
+    overlong_buffer_len: Annotated[Optional[int], typer.Option(help="DAPO overlong shaping: buffer length (turns it on).")] = None,
+    overlong_penalty_factor: Annotated[float, typer.Option(help="DAPO overlong shaping: penalty at --max-resp-len.")] = 1.0,
+    max_resp_len: Annotated[Optional[int], typer.Option(help="DAPO overlong shaping: maximum response length.")] = None,
+    reward_components: Annotated[Optional[str], typer.Option(help="gdpo: comma-separated float columns of reward components.")] = None,
+    reward_weights: Annotated[Optional[str], typer.Option(help="gdpo: comma-separated weights, one per component.")] = None,
     batch_key: Annotated[Optional[str], typer.Option(help="Column whose values split the dataset into independent batches.")] = None,
     chunk_rows: Annotated[int, typer.Option(help="Rows held in memory at once (results do not depend on it).")] = 1024,
     device: Annotated[Device, typer.Option(help="Torch device; auto = cuda when available.")] = Device.auto,
@@ -119,20 +126,57 @@ def compute(
     from .config import Config
     from .report import render
 
-    cfg = _run(lambda: Config.build(
-        estimator=estimator.value, gamma=gamma, lam=lam, norm_adv_by_std=norm_adv_by_std, epsilon=epsilon,
-        rpp_mask_mode=rpp_mask_mode.value, kl_coef=kl_coef, kl_penalty=kl_penalty, kl_ctrl=kl_ctrl.value,
-        kl_target=kl_target, kl_horizon=kl_horizon, rollout_rs=rollout_rs, rollout_rs_threshold=rollout_rs_threshold,
-        rollout_is=rollout_is.value if rollout_is else None, rollout_is_threshold=rollout_is_threshold,
-        rollout_is_batch_normalize=rollout_is_batch_normalize, batch_key=batch_key, chunk_rows=chunk_rows,
-        device=device.value, threads=threads,
-    ))
+    flags = dict(
+        estimator=estimator.value if estimator else None, gamma=gamma, lam=lam, norm_adv_by_std=norm_adv_by_std,
+        epsilon=epsilon, rpp_mask_mode=rpp_mask_mode.value, kl_coef=kl_coef, kl_penalty=kl_penalty,
+        kl_ctrl=kl_ctrl.value, kl_target=kl_target, kl_horizon=kl_horizon, rollout_rs=rollout_rs,
+        rollout_rs_threshold=rollout_rs_threshold, rollout_is=rollout_is.value if rollout_is else None,
+        rollout_is_threshold=rollout_is_threshold, rollout_is_batch_normalize=rollout_is_batch_normalize,
+        overlong_buffer_len=overlong_buffer_len, overlong_penalty_factor=overlong_penalty_factor,
+        max_resp_len=max_resp_len, reward_components=_split(reward_components), reward_weights=_split(reward_weights),
+        batch_key=batch_key, chunk_rows=chunk_rows, device=device.value, threads=threads,
+    )
+    settings, source = _merge_verl_config(ctx, config, flags)
+    cfg = _run(lambda: Config.build(**settings))
     err = Console(stderr=True)
     with _progress(err, enabled=not quiet and err.is_terminal) as progress:
         result = _run(lambda: compute_file([str(p) for p in dataset], cfg, output=output, report_path=report,
-                                           progress=progress))
+                                           progress=progress, config_source=source))
     if not quiet:
+        if source and (source["ignored"] or source["notes"]):
+            for note in source["notes"]:
+                err.print(f"[dim]--config: {note}[/dim]")
+            if source["ignored"]:
+                err.print(f"[dim]--config: keys rladv does not use: {', '.join(source['ignored'])}[/dim]")
         render(result, Console())
+
+
+def _merge_verl_config(ctx: typer.Context, path: Optional[Path], flags: dict) -> tuple[dict, Optional[dict]]:
+    """Settings from ``--config`` (a verl YAML) overridden by every flag typed on the command line; flags left
+    at their defaults do not override the file. Returns the settings and what the file contributed."""
+    typed = {k: v for k, v in flags.items() if _typed(ctx, k)}
+    if path is None:
+        return {k: v for k, v in flags.items() if v is not None or k in typed}, None
+    from .verl_config import settings_from_verl_yaml
+
+    from_file = _run(lambda: settings_from_verl_yaml(str(path)))
+    merged = {k: v for k, v in flags.items() if v is not None}
+    merged.update(from_file.settings)
+    merged.update(typed)
+    source = {"path": str(path), "settings": from_file.settings, "overridden_by_flags": sorted(set(typed) & set(from_file.settings)),
+              "ignored": from_file.ignored, "notes": from_file.notes}
+    return merged, source
+
+
+def _typed(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` was given on the command line (not a default)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and getattr(source, "name", "") == "COMMANDLINE"
+
+
+def _split(text: Optional[str]) -> Optional[list[str]]:
+    """``"a, b"`` -> ``["a", "b"]``; None stays None."""
+    return None if text is None else [part.strip() for part in text.split(",") if part.strip()]
 
 
 class _progress:

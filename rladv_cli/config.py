@@ -34,6 +34,15 @@ class Config(BaseModel):
     rollout_is: Optional[Literal["token", "sequence"]] = Field(None, description="importance-weight level")
     rollout_is_threshold: str = Field("2.0", description="IS truncation threshold (number) or IcePop band lo_hi")
     rollout_is_batch_normalize: bool = Field(False, description="normalise IS weights by their batch mean")
+    overlong_buffer_len: Optional[int] = Field(
+        None, gt=0, description="DAPO overlong shaping: buffer length (turns the stage on; needs max_resp_len)"
+    )
+    overlong_penalty_factor: float = Field(1.0, description="DAPO overlong shaping: penalty at max_resp_len")
+    max_resp_len: Optional[int] = Field(None, gt=0, description="DAPO overlong shaping: maximum response length")
+    reward_components: Optional[tuple[str, ...]] = Field(
+        None, description="gdpo: float columns holding per-row reward components"
+    )
+    reward_weights: Optional[tuple[float, ...]] = Field(None, description="gdpo: weight of each component")
     batch_key: Optional[str] = Field(None, description="column whose values split the dataset into independent batches")
     chunk_rows: int = Field(1024, gt=0, description="rows held in memory at once; results do not depend on it")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="torch device; auto = cuda when available")
@@ -68,6 +77,19 @@ class Config(BaseModel):
                 raise ValueError("--kl-target must not be 0 for the adaptive controller (verl divides by it)")
         if (self.rollout_rs is None) != (self.rollout_rs_threshold is None):
             raise ValueError("--rollout-rs and --rollout-rs-threshold go together")
+        if self.overlong_buffer_len is not None:
+            if self.max_resp_len is None:
+                raise ValueError("--overlong-buffer-len needs --max-resp-len (verl asserts max_resp_len is given)")
+            if self.max_resp_len < self.overlong_buffer_len:
+                raise ValueError("--max-resp-len must be >= --overlong-buffer-len (verl asserts it)")
+        if self.reward_weights is not None:
+            if self.reward_components is None:
+                raise ValueError("--reward-weights needs --reward-components")
+            if len(self.reward_weights) != len(self.reward_components):
+                raise ValueError(f"--reward-weights has {len(self.reward_weights)} values for "
+                                 f"{len(self.reward_components)} --reward-components")
+        if self.reward_components is not None and self.estimator != "gdpo":
+            raise ValueError("--reward-components is read by gdpo only; use --estimator gdpo")
         return self
 
     @property

@@ -21,6 +21,7 @@ class Labels:
         self.batch_key = batch_key
         self.batches: dict[object, int] = {}
         self.groups: dict[tuple[int, object], int] = {}
+        self.sessions: dict[tuple[int, object], int] = {}
 
     @staticmethod
     def _first_appearance(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -76,3 +77,17 @@ class Labels:
 
     def uids_of_batch(self, batch_id: int) -> list:
         return [uid for (b, uid) in self.groups if b == batch_id]
+
+    def session_ids(self, table: pa.Table, group_ids: np.ndarray, path: str, start: int) -> np.ndarray:
+        """Dense id ``(B,) int64`` of each row's agent session ``(batch, uid, session_id)``."""
+        if table.num_rows == 0:
+            return np.zeros(0, dtype=np.int64)
+        self._check_not_null(table, "session_id", path, start, "every output needs its session")
+        codes, values = _encode(table["session_id"])
+        width = max(len(values), 1)
+        uniq, position = self._first_appearance(group_ids * width + codes)
+        sids = np.array(
+            [self.sessions.setdefault((int(p // width), values[int(p % width)]), len(self.sessions)) for p in uniq],
+            dtype=np.int64,
+        )
+        return sids[position]

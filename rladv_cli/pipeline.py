@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from . import __version__, kernels, validation
-from .batch import Batch, PositionSums, as_tensor, flat_values, from_arrow, list_offsets
+from .batch import Batch, PositionSums, as_tensor, flat_values, from_arrow, list_offsets, scalar_values
 from .config import Config
 from .diagnostics import RowTable, WarningBuilder, group_flags, row_stats, token_stats, uid_merges, value_rows
 from .errors import ComputeError, ConfigError, InputError
@@ -36,7 +36,7 @@ from .estimators import ESTIMATORS
 from .io import Chunk
 from .labels import Labels
 from .report import KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens
-from .shaping import KLController, apply_kl, kl_penalty
+from .shaping import KLController, apply_kl, kl_penalty, overlong_penalty
 
 Progress = Callable[[str, int, int], None]
 
@@ -91,7 +91,7 @@ class Pipeline:
             self.rules, self.is_cfg = (), None
         self.required = validation.required_columns(
             source.columns, cfg.estimator, kl=cfg.use_kl, rollout_correction=bool(self.rules or self.is_cfg),
-            batch_key=cfg.batch_key,
+            batch_key=cfg.batch_key, reward_components=cfg.reward_components or (),
         )
         validation.check_schema(source.paths[0], source.schema, self.required)
         if source.num_rows == 0:
@@ -99,6 +99,10 @@ class Pipeline:
         # verl runs rollout correction (at least its metrics) whenever rollout log-probs are present.
         self.correct = {"old_log_probs", "rollout_log_probs"} <= names
         self.has_uid = "uid" in names
+        self.has_sessions = {"session_id", "output_index", "uid"} <= names
+        self.fold = self.has_sessions and self.est.folds_sessions
+        self.fold_source: Optional[Tensor] = None
+        self.component_groups: Optional[list] = None
         self.labels = Labels(cfg.batch_key)
         self.rows = RowTable()
         self.seconds: dict[str, float] = defaultdict(float)
@@ -116,7 +120,10 @@ class Pipeline:
     # ----------------------------------------------------------------- columns
     def _scan_columns(self) -> list[str]:
         names = self.source.columns
-        wanted = set(self.required) | {c for c in ("attention_mask", "uid", "old_log_probs", "rollout_log_probs") if c in names}
+        optional = ("attention_mask", "uid", "old_log_probs", "rollout_log_probs")
+        wanted = set(self.required) | {c for c in optional if c in names}
+        if self.fold:
+            wanted |= {"session_id", "output_index"}
         return [c for c in names if c in wanted]
 
     # ----------------------------------------------------------------- reading
@@ -163,6 +170,19 @@ class Pipeline:
             batch = from_arrow(chunk.table, chunk.first_row, self.device)
             batch.group_index = None if group_ids is None else group_ids.to(self.device)
             batch.pad_width = self.pad_width[batch_ids].to(self.device)
+            if self.cfg.reward_components:
+                validation.check_numbers(chunk.table, self.cfg.reward_components, chunk.path, chunk.start)
+                batch.components = torch.stack([
+                    as_tensor(scalar_values(chunk.table, c), self.device) for c in self.cfg.reward_components
+                ])
+        if self.cfg.overlong_buffer_len is not None:
+            with self._timed("shaping"):
+                penalty = overlong_penalty(batch.valid_length, self.cfg.overlong_buffer_len,
+                                           self.cfg.overlong_penalty_factor, self.cfg.max_resp_len)
+                scores = batch.token_level_scores.clone()
+                scores[batch.score_position] = scores[batch.score_position] + penalty
+                batch.token_level_scores = batch.token_level_rewards = scores
+                batch.overlong_penalty = penalty
         kld, beta = None, 0.0
         with self._timed("shaping"):
             if self.cfg.use_kl:
@@ -181,6 +201,12 @@ class Pipeline:
             if with_weights and self.is_cfg is not None:
                 weights = self._is_weights(batch, batch_ids)
                 batch.rollout_is_weights = weights
+        if self.component_groups is not None:
+            batch.component_groups = self.component_groups
+        if self.fold_source is not None:
+            source = self.fold_source[batch.row_index.cpu()]
+            batch.session_total = self.rows["reward_total"][source].to(self.device)
+            batch.session_active = (self.rows["used"][source] > 0).float().to(self.device)
         if self.batch_rows is not None:
             batch.batch_rows = self.batch_rows[batch_ids].to(self.device)
             batch.batch_nonzero_rows = self.batch_nonzero_rows[batch_ids].to(self.device)
@@ -240,8 +266,15 @@ class Pipeline:
             bids = self.rows["batch_id"][self._row_range(chunk)]
             gids = None
             if self.has_uid:
-                gids = torch.from_numpy(self.labels.group_ids(chunk.table, bids.numpy(), chunk.path, chunk.start))
+                group_ids = self.labels.group_ids(chunk.table, bids.numpy(), chunk.path, chunk.start)
+                gids = torch.from_numpy(group_ids)
                 self.rows.add(group_id=gids)
+                if self.fold:
+                    validation.check_numbers(chunk.table, ["output_index"], chunk.path, chunk.start)
+                    self.rows.add(
+                        session=torch.from_numpy(self.labels.session_ids(chunk.table, group_ids, chunk.path, chunk.start)),
+                        output_index=as_tensor(scalar_values(chunk.table, "output_index", np.float64)),
+                    )
             p = self._prepare(chunk, bids, gids)
             b = p.batch
             self._scan_rows(p)
@@ -265,6 +298,10 @@ class Pipeline:
             padding=kernels.segment_sum(b.padding, off) if b.padding is not None else torch.zeros_like(actor),
             score_on_masked_position=kernels.segment_sum(((s != 0) & (m0 == 0)).float(), off) > 0,
         )
+        if b.components is not None:
+            cols.update({f"component_{k}": c for k, c in enumerate(b.components)})
+        if self.cfg.overlong_buffer_len is not None:
+            cols["overlong_penalty"] = b.overlong_penalty
         if p.kld is not None:
             if self.beta_by_batch is None:  # else the layout pass measured it
                 cols["kl_row"] = kernels.segment_sum(p.kld, off) / (actor + 1e-8)
@@ -300,8 +337,18 @@ class Pipeline:
                                                  minlength=n_batches).long()
         if not self.has_uid:
             return
-        self.groups = kernels.group_stats(self.rows["reward_total"], self.rows["group_id"], len(self.labels.groups),
-                                          self.rows["used"])
+        n_groups, gid, used = len(self.labels.groups), self.rows["group_id"], self.rows["used"]
+        if self.fold:
+            self.fold_source = _final_outputs(self.rows["session"], self.rows["output_index"])
+            final = torch.unique(self.fold_source)
+            self.groups = kernels.group_stats(self.rows["reward_total"][final], gid[final], n_groups, used[final])
+        else:
+            self.groups = kernels.group_stats(self.rows["reward_total"], gid, n_groups, used)
+        if self.cfg.reward_components:
+            self.component_groups = [
+                kernels.group_stats(self.rows[f"component_{k}"], gid, n_groups, used).to(self.device)
+                for k in range(len(self.cfg.reward_components))
+            ]
         self.groups_on_device = self.groups.to(self.device)
         small = torch.nonzero(self.groups.size < self.est.min_group_size).flatten()
         if self.est.groups and small.numel():
@@ -461,6 +508,8 @@ class Pipeline:
             scores=Scores(score_total=row_stats(rows["score_total"]), reward_total=row_stats(rows["reward_total"])),
             kl=kl,
             rollout_rejection=correction,
+            overlong=self._overlong_report(),
+            sessions=self._sessions_report(),
             advantages=token_stats(rows, "adv"),
             returns=token_stats(rows, "ret"),
             warnings=warn.items,
@@ -470,6 +519,26 @@ class Pipeline:
                 device=str(self.device),
             ),
         )
+
+    def _overlong_report(self) -> Optional[dict]:
+        if self.cfg.overlong_buffer_len is None:
+            return None
+        penalty = self.rows["overlong_penalty"]
+        hit = penalty < 0
+        return {"rows_penalised": int(hit.sum()),
+                "mean_penalty_of_penalised": float(penalty[hit].double().mean()) if bool(hit.any()) else 0.0,
+                "min_penalty": float(penalty.min())}
+
+    def _sessions_report(self) -> Optional[dict]:
+        if not self.has_sessions:
+            return None
+        if not self.fold:
+            return {"folded": False, "rows": self.source.num_rows,
+                    "note": f"{self.cfg.estimator} counts every output row as a group member (verl folds sessions for grpo only)"}
+        final = torch.unique(self.fold_source).numel()
+        return {"folded": True, "sessions": final, "rows": self.source.num_rows,
+                "note": "grpo: only each session's final output enters the group statistics; every output of the "
+                        "session gets that output's advantage"}
 
     def _file_infos(self) -> list[FileInfo]:
         lengths = self.rows["length"]
@@ -536,6 +605,18 @@ class Pipeline:
                                    kl=float(kl_row[sel].mean()), coef=coef))
         return KL(enabled=True, penalty=cfg.kl_penalty, ctrl=cfg.kl_ctrl, mean=float(kl_row.mean()),
                   coef=cfg.kl_coef, batches=batches)
+
+
+def _final_outputs(session: Tensor, output_index: Tensor) -> Tensor:
+    """For every row, the dataset row of its session's final output: the largest ``output_index``, the first
+    such row on ties (verl 0.9.1's ``compute_advantage_for_multi_trajectories``); ``(B,)`` int64."""
+    rows = np.arange(session.numel())
+    order = np.lexsort((rows, -output_index.numpy(), session.numpy()))
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = session.numpy()[order][1:] != session.numpy()[order][:-1]
+    final = np.empty(int(session.max()) + 1 if session.numel() else 0, dtype=np.int64)
+    final[session.numpy()[order][first]] = order[first]
+    return torch.from_numpy(final[session.numpy()])
 
 
 def _output_table(table: pa.Table, b: Batch, advantages: Tensor, returns: Tensor,

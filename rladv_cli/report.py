@@ -102,6 +102,8 @@ class Report(_Model):
     scores: Scores
     kl: KL
     rollout_rejection: dict[str, Any]
+    overlong: Optional[dict[str, Any]] = Field(None, description="DAPO overlong shaping: rows penalised, penalties")
+    sessions: Optional[dict[str, Any]] = Field(None, description="multi-output agent sessions and how they were used")
     advantages: Stats
     returns: Stats
     warnings: list[ReportWarning]
@@ -151,6 +153,10 @@ def render(report: Report, console) -> None:
             _fmt(st.fraction_positive), _fmt(st.fraction_negative), _fmt(st.fraction_zero),
         )
     console.print(s)
+    for title, section in (("overlong shaping", r.overlong), ("sessions", r.sessions)):
+        if section:
+            console.print(f"[bold]{title}[/bold]: " + ", ".join(f"{k} {_fmt(v) if isinstance(v, float) else v}"
+                                                                for k, v in section.items()))
     if r.rollout_rejection:
         rr = Table(title="rollout correction", show_header=False, box=None)
         for k, v in r.rollout_rejection.items():

@@ -7,6 +7,20 @@ import torch
 from torch import Tensor
 
 
+def overlong_penalty(length: Tensor, buffer_len: int, penalty_factor: float, max_resp_len: int) -> Tensor:
+    """DAPO's overlong penalty per row (SEMANTICS §3), ``(B,)`` float32, in verl's arithmetic::
+
+        exceed  = L − (max_resp_len − buffer_len)          (integer; L = non-padding tokens, observations included)
+        penalty = min(−exceed / buffer_len · penalty_factor, 0)
+
+    The division is float32 (integer tensor / int), then the factor; no lower clamp. A positive value means
+    the row is short enough: verl then adds nothing.
+    """
+    exceed = length - (max_resp_len - buffer_len)
+    penalty = -exceed / buffer_len * penalty_factor
+    return torch.where(penalty > 0, torch.zeros_like(penalty), penalty)
+
+
 def kl_penalty(logprob: Tensor, ref_logprob: Tensor, mode: str) -> Tensor:
     """Per-token KL estimate ``(N,)`` of verl 0.9.1, with ``d = logprob − ref_logprob``:
 

@@ -43,12 +43,17 @@ def _type_problem(col: Column, t: pa.DataType) -> str | None:
 
 
 def required_columns(columns: Iterable[str], estimator: str | None = None, *, kl: bool = False,
-                     rollout_correction: bool = False, batch_key: str | None = None) -> list[str]:
-    """Columns the chosen stages read: the mask, a score column, and what the estimator and stages declare."""
+                     rollout_correction: bool = False, batch_key: str | None = None,
+                     reward_components: Iterable[str] = ()) -> list[str]:
+    """Columns the chosen stages read: the mask, a score column (optional when ``gdpo`` reads reward
+    components), and what the estimator and stages declare."""
     from .estimators.registry import ESTIMATORS
 
     names = set(columns)
-    need = ["response_mask", "rm_scores" if "rm_scores" in names or "score" not in names else "score"]
+    need = ["response_mask"]
+    if "rm_scores" in names or "score" in names or not reward_components:
+        need.append("rm_scores" if "rm_scores" in names or "score" not in names else "score")
+    need += list(reward_components)
     if estimator is not None:
         est = ESTIMATORS[estimator]
         need += list(est.columns) + (["uid"] if est.groups else [])
@@ -99,9 +104,7 @@ def check_chunk(table: pa.Table, path: str, start: int) -> None:
             raise InputError(path, "is null; every row needs a value", row=start + bad, column=name)
         if not col.token_aligned:
             if col.kind == "float":
-                bad = _first(~pc.is_finite(pc.cast(arr, pa.float64())).to_numpy(zero_copy_only=False))
-                if bad is not None:
-                    raise InputError(path, f"is {arr[bad].as_py()}; scores must be finite", row=start + bad, column=name)
+                _check_finite(arr, name, path, start)
             continue
         row_len = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
         if lengths is None:
@@ -143,6 +146,24 @@ def check_chunk(table: pa.Table, path: str, start: int) -> None:
                 )
     if "attention_mask" in flat:
         _check_padding(table, path, start, flat)
+
+
+def _check_finite(arr: pa.Array, name: str, path: str, start: int) -> None:
+    bad = _first(~pc.is_finite(pc.cast(arr, pa.float64())).to_numpy(zero_copy_only=False))
+    if bad is not None:
+        raise InputError(path, f"is {arr[bad].as_py()}; values must be finite", row=start + bad, column=name)
+
+
+def check_numbers(table: pa.Table, columns: Iterable[str], path: str, start: int) -> None:
+    """Columns of one finite number per row (e.g. ``gdpo``'s reward components): type, nulls, NaN/inf."""
+    for name in columns:
+        arr = table[name].combine_chunks()
+        if not _is_number(arr.type):
+            raise InputError(path, f"has type {arr.type}; expected a number per row", column=name)
+        bad = _first(arr.is_null().to_numpy(zero_copy_only=False))
+        if bad is not None:
+            raise InputError(path, "is null; every row needs a value", row=start + bad, column=name)
+        _check_finite(arr, name, path, start)
 
 
 def _pos(arr: pa.Array, parents: np.ndarray, flat_index: int) -> int:

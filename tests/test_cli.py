@@ -33,7 +33,7 @@ ADDED = ["token_level_rewards", "loss_mask", "advantages", "returns"]  # respons
 ESTIMATOR_NAMES = {
     "gae", "grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "reinforce_plus_plus",
     "reinforce_plus_plus_baseline", "remax", "opo", "gpg", "grpo_passk", "optimal_token_baseline",
-    "tir_optimal_token_baseline",
+    "tir_optimal_token_baseline", "gdpo",
 }
 
 runner = CliRunner()
@@ -830,3 +830,34 @@ def test_validate_and_estimators_do_not_import_torch():
     p = subprocess.run([sys.executable, "-c", code, str(SAMPLES / "groups.parquet")], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 0, p.stderr + p.stdout
+
+
+# ------------------------------------------------------------------------- --config (a verl trainer YAML)
+def test_config_yaml_sets_everything_and_typed_flags_win(tmp_path):
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    cfg = tmp_path / "algo.yaml"
+    cfg.write_text("algorithm:\n  adv_estimator: rloo\n  use_kl_in_reward: true\n  kl_penalty: low_var_kl\n"
+                   "  kl_ctrl:\n    kl_coef: 0.01\n  use_pf_ppo: false\n")
+    report = tmp_path / "r.json"
+    result = rladv("compute", inp, "--config", cfg, "-o", tmp_path / "a.parquet", "--report", report)
+    assert result.exit_code == 0, result.output
+    rep = json.loads(report.read_text())
+    assert (rep["config"]["estimator"], rep["config"]["kl_coef"], rep["config"]["kl_penalty"]) == ("rloo", 0.01, "low_var_kl")
+    assert rep["config"]["verl_config"]["ignored"] == ["algorithm.use_pf_ppo"]
+    result = rladv("compute", inp, "--config", cfg, "--estimator", "grpo", "--kl-coef", "0.05", "--gamma", "1.0",
+                   "-o", tmp_path / "b.parquet", "--report", report)
+    assert result.exit_code == 0, result.output
+    rep = json.loads(report.read_text())
+    assert (rep["config"]["estimator"], rep["config"]["kl_coef"], rep["config"]["kl_penalty"]) == ("grpo", 0.05, "low_var_kl")
+    assert rep["config"]["verl_config"]["overridden_by_flags"] == ["estimator", "kl_coef"]
+
+
+def test_config_yaml_errors_are_one_line(tmp_path):
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    cfg = tmp_path / "algo.yaml"
+    cfg.write_text("algorithm:\n  adv_estimator: grpo\n  gama: 0.9\n")
+    result = rladv("compute", inp, "--config", cfg)
+    assert_one_line_error(result, str(cfg))
+    assert "gamma" in result.stderr
+    result = rladv("compute", inp)
+    assert_one_line_error(result, "--estimator")

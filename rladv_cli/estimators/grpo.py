@@ -12,11 +12,15 @@ def grpo(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
 
     ``R_i = Σ_t r[i,t]`` over every position; ``μ_g``, ``σ_g``: float32 mean and Bessel std of the group's
     row totals, ``μ = 0, σ = 1`` for a singleton (so it keeps ``R/(1+ε)``). returns = advantages (§7.2).
+    With multi-output sessions (§8) every row takes the advantage of its session's final output, whose
+    total ``batch.session_total`` is the one in the group statistics.
     """
     g = batch.groups
-    total = batch.reward_total()
+    total = batch.reward_total() if batch.session_total is None else batch.session_total
     mean, std = g.mean[batch.group_index], g.std[batch.group_index]
     a = (total - mean) / (std + cfg.epsilon) if cfg.norm_adv_by_std else total - mean
+    if batch.session_active is not None:  # the final output's advantage at its first actor token (0 if none)
+        a = a * batch.session_active
     advantages = batch.per_token(a) * batch.response_mask
     return advantages, advantages
 

@@ -21,6 +21,8 @@ class Estimator:
     min_group_size: smaller groups are an error (verl raises)
     accumulate: ``fn(batch, params) -> {name: (flat index, values)}`` summed per (group, position) over the
                batch before the estimator runs (its result reaches the estimator as ``batch.position_sums``)
+    folds_sessions: with ``session_id``/``output_index`` columns, only each session's final output enters the
+               group statistics and its advantage is broadcast to the session's rows (verl 0.9.1, grpo only)
     singleton: what the reference does with a one-row group (None when groups are not used)
     """
 
@@ -36,6 +38,7 @@ class Estimator:
     returns_are_advantages: bool = False
     min_group_size: int = 1
     accumulate: str | None = None
+    folds_sessions: bool = False
     row_checks: tuple[tuple[str, str], ...] = ()
 
     def accumulator(self) -> Callable | None:
@@ -72,6 +75,7 @@ ESTIMATORS: dict[str, Estimator] = {
             baseline="group mean (divided by group std unless --no-norm-adv-by-std)",
             observation_credit=_GROUP_CREDIT, singleton="advantage R/(1+eps): the raw score, not 0",
             summary="(R - mean_g) / (std_g + eps) per uid group",
+            folds_sessions=True,
         ),
         Estimator(
             "grpo_vectorized", "grpo:grpo_vectorized", (), groups=True, whiten=False,
@@ -149,6 +153,14 @@ ESTIMATORS: dict[str, Estimator] = {
             singleton="baseline 0 (rows without actor tokens do not count)",
             summary="optimal token baseline for tool-interleaved rollouts",
             accumulate="otb:accumulate_compact",
+        ),
+        Estimator(
+            "gdpo", "gdpo:gdpo", (), groups=True, whiten=True,
+            baseline="per-component group mean / std, weighted sum, then batch whitening",
+            observation_credit="components are per-row scalars; advantage broadcast to actor tokens",
+            singleton="each component keeps c/(1+eps) before whitening",
+            summary="grpo per reward component (--reward-components), weighted, whitened",
+            returns_are_advantages=True,
         ),
     )
 }

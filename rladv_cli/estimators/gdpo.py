@@ -1,0 +1,26 @@
+"""Group reward-Decoupled normalization Policy Optimization (arXiv:2601.05242): verl 0.9.1's ``gdpo``."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..batch import Batch
+from ..config import Config
+
+
+def gdpo(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
+    """``A_sum = Σ_k w_k · (c_k − μ_{k,g}) / (σ_{k,g} + ε) · m`` over the reward components ``c_k`` (columns
+    named by ``--reward-components``, weights ``--reward-weights`` or 1); without components the single
+    component is the row total ``R``. The pipeline whitens ``A_sum`` over the batch; returns = advantages
+    (SEMANTICS §7.13). verl's dispatcher does not pass the std flag here, so it always divides. ``(N,)``."""
+    if batch.components is None:
+        components, stats = batch.reward_total()[None], [batch.groups]
+    else:
+        components, stats = batch.components, batch.component_groups
+    weights = torch.tensor(cfg.reward_weights or [1.0] * len(stats), dtype=torch.float32, device=components.device)
+    advantages = None
+    for k, g in enumerate(stats):
+        a = (components[k] - g.mean[batch.group_index]) / (g.std[batch.group_index] + cfg.epsilon)
+        term = weights[k] * (batch.per_token(a) * batch.response_mask)
+        advantages = term if advantages is None else advantages + term
+    return advantages, advantages
