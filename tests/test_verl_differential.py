@@ -3,8 +3,6 @@
 Runs only where verl is importable (`pip install verl==0.9.1` into the venv, then
 `python -m pytest -m verl`); the default test run skips it.
 """
-from types import SimpleNamespace
-
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -16,11 +14,17 @@ pytestmark = pytest.mark.verl
 core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
 
 
+class AlgoSection(dict):
+    """verl reads its algorithm config both as attributes and with .get()."""
+
+    __getattr__ = dict.__getitem__
+
+
 def random_batch(seed: int, rows: int = 24):
     rng = np.random.default_rng(seed)
     lengths = rng.integers(1, 40, rows)
     uids = [f"p{int(u)}" for u in rng.integers(0, rows // 3, rows)]
-    masks, scores, values, old, ref = [], [], [], [], []
+    masks, scores, values, old, ref, spp = [], [], [], [], [], []
     for L in lengths:
         m = np.ones(L, dtype=np.int8)
         for _ in range(rng.integers(0, 3)):  # tool-observation spans
@@ -33,6 +37,9 @@ def random_batch(seed: int, rows: int = 24):
         values.append((rng.normal(size=L).astype(np.float32) * m))
         old.append(rng.normal(-1, 0.3, L).astype(np.float32))
         ref.append(rng.normal(-1, 0.3, L).astype(np.float32))
+        spp.append(rng.uniform(0.05, 0.9, L).astype(np.float32))
+    # every group gets 2+ rows so grpo_passk (which refuses singletons) runs on the same data
+    uids = [u if uids.count(u) > 1 else uids[0] for u in uids]
     table = pa.table({
         "uid": uids,
         "response_mask": pa.array([m.tolist() for m in masks], pa.list_(pa.int8())),
@@ -40,6 +47,8 @@ def random_batch(seed: int, rows: int = 24):
         "values": pa.array([v.tolist() for v in values], pa.list_(pa.float32())),
         "old_log_probs": pa.array([o.tolist() for o in old], pa.list_(pa.float32())),
         "ref_log_prob": pa.array([r.tolist() for r in ref], pa.list_(pa.float32())),
+        "sum_pi_squared": pa.array([x.tolist() for x in spp], pa.list_(pa.float32())),
+        "reward_baselines": pa.array(rng.choice([0.0, 0.5, 1.0], rows).astype(np.float32)),
     })
     return table
 
@@ -67,15 +76,23 @@ def verl_outputs(table, estimator, gamma, lam, kl_coef, kl_mode):
         adv, ret = fn(rewards, padded(table, "values", torch.float32), mask, gamma, lam)
     elif estimator == "grpo":
         adv, ret = fn(token_level_rewards=rewards, response_mask=mask, index=index)
+    elif estimator == "remax":
+        adv, ret = fn(token_level_rewards=rewards, response_mask=mask,
+                      reward_baselines=torch.tensor(table["reward_baselines"].to_pylist(), dtype=torch.float32))
+    elif estimator in ("optimal_token_baseline", "tir_optimal_token_baseline"):
+        adv, ret = fn(token_level_rewards=rewards, response_mask=mask, index=index,
+                      old_log_probs=padded(table, "old_log_probs", torch.float32),
+                      sum_pi_squared=padded(table, "sum_pi_squared", torch.float32))
+    elif estimator == "gdpo":
+        adv, ret = fn(token_level_rewards=rewards, response_mask=mask, index=index)
     else:
         adv, ret = fn(token_level_rewards=rewards, response_mask=mask, index=index,
-                      config=SimpleNamespace(gamma=gamma, norm_adv_by_std_in_grpo=True))
+                      config=AlgoSection(gamma=gamma, norm_adv_by_std_in_grpo=True))
     return rewards, mask, adv, ret
 
 
 @pytest.mark.parametrize("seed", range(5))
-@pytest.mark.parametrize("estimator", ["gae", "grpo", "grpo_vectorized", "rloo", "rloo_vectorized",
-                                       "reinforce_plus_plus", "reinforce_plus_plus_baseline"])
+@pytest.mark.parametrize("estimator", sorted(rladv_cli.ESTIMATORS))
 @pytest.mark.parametrize("kl", [(0.0, "kl"), (0.05, "low_var_kl"), (0.02, "kl")])
 def test_rladv_equals_verl(seed, estimator, kl):
     table = random_batch(seed)
