@@ -7,6 +7,7 @@ Public API (torch is imported only when tensors are needed)::
     out_table, report = rladv_cli.compute(table, cfg)            # in memory, an Arrow table
     report = rladv_cli.compute_file(["rollouts.parquet"], cfg, output="out.parquet")
     rladv_cli.validate(["rollouts.parquet"], estimator="gae")   # raises InputError on bad data
+    rladv_cli.inspect(["rollouts.parquet"]).checks               # the debugger's checklist, no torch
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ _LAZY = {
     "compute": "api",
     "compute_file": "api",
     "validate": "api",
+    "inspect": "inspection",
     "Config": "config",
     "Report": "report",
     "RladvError": "errors",

@@ -219,6 +219,44 @@ def validate(
 
 
 @app.command()
+def inspect(
+    dataset: Datasets,
+    estimator: Annotated[Optional[EstimatorName], typer.Option(help="Judge the checks for this estimator; with --row/--uid, compute its advantages.")] = None,
+    row: Annotated[Optional[int], typer.Option(help="Show one trajectory token by token (0-based row).")] = None,
+    uid: Annotated[Optional[str], typer.Option(help="Show one group: totals, baseline, each member's advantage and why.")] = None,
+    expected_n: Annotated[Optional[int], typer.Option(help="Expected rows per group (verl's rollout.n).")] = None,
+    kl_coef: Annotated[float, typer.Option(help="Check KL shaping's effect on totals with this coefficient.")] = 0.0,
+    kl_penalty: Annotated[str, typer.Option(help="KL estimate for --kl-coef.")] = "kl",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (CONTRACT §5 for the checklist).")] = False,
+    strict: Annotated[bool, typer.Option(help="Exit 1 when any check fails.")] = False,
+    chunk_rows: Annotated[int, typer.Option(help="Rows held in memory at once.")] = 8192,
+) -> None:
+    """Debug a dataset: layout, groups, scores, masks and a pass/warn/fail checklist (no torch unless --row/--uid)."""
+    from rich.console import Console
+
+    from . import inspection
+
+    paths = [str(p) for p in dataset]
+    name = estimator.value if estimator else None
+    settings = {"kl_coef": kl_coef, "kl_penalty": kl_penalty} if kl_coef else {}
+    console = Console()
+    if row is not None or uid is not None:
+        if row is not None:
+            view = _run(lambda: inspection.row_view(paths, row, estimator=name, **settings))
+            render = inspection.render_row
+        else:
+            view = _run(lambda: inspection.group_view(paths, uid, estimator=name or "grpo", **settings))
+            render = inspection.render_group
+        typer.echo(view.model_dump_json(indent=2)) if as_json else render(view, console)
+        return
+    result = _run(lambda: inspection.inspect(paths, expected_n=expected_n, kl_coef=kl_coef, kl_penalty=kl_penalty,
+                                             estimator=name, chunk_rows=chunk_rows))
+    typer.echo(result.to_json(), nl=False) if as_json else inspection.render_inspection(result, console)
+    if strict and result.status == "fail":
+        raise typer.Exit(code=1)
+
+
+@app.command()
 def offpolicy(
     dataset: Datasets,
     rollout_rs: Annotated[list[str], typer.Option(help="Rejection option(s) to sweep, verl's names (repeat the flag; token_k1,seq_max_k2 combines).")],

@@ -88,25 +88,6 @@ def group_flags(reward_total: Tensor, group_index: Tensor, size: Tensor) -> dict
     return {"singleton_group": size == 1, "all_equal_group": (size > 1) & (hi == lo)}
 
 
-def uid_merges(uids: list) -> list[tuple[str, ...]]:
-    """Sets of distinct string uids that verl's ``as_torch_index`` would merge (they parse to one integer).
-
-    It parses labels as integers only when every label of the batch parses; then ``"01"`` and ``"1"``
-    become one group in ``grpo_vectorized``.
-    """
-    strings = [u for u in uids if isinstance(u, str)]
-    if len(strings) != len(uids) or not strings:
-        return []
-    try:
-        as_int = np.array(strings).astype(np.int64)
-    except (ValueError, OverflowError):
-        return []
-    merged: dict[int, list[str]] = defaultdict(list)
-    for s, i in zip(strings, as_int.tolist()):
-        merged[i].append(s)
-    return [tuple(v) for v in merged.values() if len(v) > 1]
-
-
 class WarningBuilder:
     """Collects warnings as (code, message, flagged dataset-wide rows) and renders them with file:row."""
 

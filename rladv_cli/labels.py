@@ -1,6 +1,8 @@
 """Dense ids for batches (``--batch-key`` values) and groups (``(batch, uid)`` pairs), by first appearance."""
 from __future__ import annotations
 
+from collections import defaultdict
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -91,3 +93,22 @@ class Labels:
             dtype=np.int64,
         )
         return sids[position]
+
+
+def uid_merges(uids: list) -> list[tuple[str, ...]]:
+    """Sets of distinct string uids that verl's ``as_torch_index`` would merge (they parse to one integer).
+
+    It parses labels as integers only when every label of the batch parses; then ``"01"`` and ``"1"``
+    become one group in ``grpo_vectorized``.
+    """
+    strings = [u for u in uids if isinstance(u, str)]
+    if len(strings) != len(uids) or not strings:
+        return []
+    try:
+        as_int = np.array(strings).astype(np.int64)
+    except (ValueError, OverflowError):
+        return []
+    merged: dict[int, list[str]] = defaultdict(list)
+    for s, i in zip(strings, as_int.tolist()):
+        merged[i].append(s)
+    return [tuple(v) for v in merged.values() if len(v) > 1]

@@ -12,7 +12,8 @@ import torch
 from pydantic import BaseModel, Field
 
 from . import kernels, validation
-from .batch import as_tensor, flat_values, list_offsets
+from .batch import as_tensor
+from .columns import flat_values, list_offsets
 from .diagnostics import RowTable
 from .io import Dataset
 from .labels import Labels

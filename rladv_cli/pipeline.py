@@ -28,13 +28,14 @@ import torch
 from torch import Tensor
 
 from . import __version__, kernels, validation
-from .batch import Batch, PositionSums, as_tensor, flat_values, from_arrow, list_offsets, scalar_values
+from .batch import Batch, PositionSums, as_tensor, from_arrow
+from .columns import flat_values, list_offsets, scalar_values
 from .config import Config
-from .diagnostics import RowTable, WarningBuilder, group_flags, row_stats, token_stats, uid_merges, value_rows
+from .diagnostics import RowTable, WarningBuilder, group_flags, row_stats, token_stats, value_rows
 from .errors import ComputeError, ConfigError, InputError
 from .estimators import ESTIMATORS
 from .io import Chunk
-from .labels import Labels
+from .labels import Labels, uid_merges
 from .report import KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens
 from .shaping import KLController, apply_kl, kl_penalty, overlong_penalty
 

@@ -861,3 +861,43 @@ def test_config_yaml_errors_are_one_line(tmp_path):
     assert "gamma" in result.stderr
     result = rladv("compute", inp)
     assert_one_line_error(result, "--estimator")
+
+
+# ------------------------------------------------------------------------- rladv inspect
+def test_inspect_json_is_contract_section_5_and_strict_fails_on_a_failing_check(tmp_path):
+    inp = copy_sample(tmp_path, "groups.parquet")
+    result = rladv("inspect", inp, "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert {"rows", "tokens", "groups", "columns", "checks"} <= set(data)
+    codes = {c["code"]: c["status"] for c in data["checks"]}
+    assert codes["singleton_group"] == "warn" and codes["all_equal_group"] == "warn"
+    bad = tmp_path / "adv.parquet"
+    t = read(inp)
+    advantages = pa.array([[1.0] * len(m) for m in t["response_mask"].to_pylist()], pa.list_(pa.float32()))
+    masks = pa.array([[0] + m[1:] for m in t["response_mask"].to_pylist()], pa.list_(pa.int8()))
+    pq.write_table(t.set_column(t.schema.get_field_index("response_mask"), "response_mask", masks)
+                   .append_column("advantages", advantages), bad)
+    assert rladv("inspect", bad).exit_code == 0
+    result = rladv("inspect", bad, "--strict", "--json")
+    assert result.exit_code == 1
+    assert {c["code"]: c["status"] for c in json.loads(result.stdout)["checks"]}["advantage_on_masked_position"] == "fail"
+
+
+def test_inspect_row_and_group_views(tmp_path):
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    result = rladv("inspect", inp, "--row", "3", "--estimator", "gae")
+    assert result.exit_code == 0, result.output
+    uid = read(inp)["uid"][0].as_py()
+    result = rladv("inspect", inp, "--uid", uid, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["uid"] == uid
+    assert_one_line_error(rladv("inspect", tmp_path / "missing.parquet"), "missing.parquet")
+
+
+def test_inspect_does_not_import_torch(tmp_path):
+    inp = copy_sample(tmp_path, "groups.parquet")
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom rladv_cli.cli import app\n"
+            f"r = CliRunner().invoke(app, ['inspect', {str(inp)!r}, '--json'])\n"
+            "assert r.exit_code == 0, r.output\nassert 'torch' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -21,6 +21,7 @@ class Estimator:
     min_group_size: smaller groups are an error (verl raises)
     accumulate: ``fn(batch, params) -> {name: (flat index, values)}`` summed per (group, position) over the
                batch before the estimator runs (its result reaches the estimator as ``batch.position_sums``)
+    batch_wide: a row's result depends on the whole batch beyond its group (besides whitening)
     folds_sessions: with ``session_id``/``output_index`` columns, only each session's final output enters the
                group statistics and its advantage is broadcast to the session's rows (verl 0.9.1, grpo only)
     singleton: what the reference does with a one-row group (None when groups are not used)
@@ -39,6 +40,7 @@ class Estimator:
     min_group_size: int = 1
     accumulate: str | None = None
     folds_sessions: bool = False
+    batch_wide: bool = False
     row_checks: tuple[tuple[str, str], ...] = ()
 
     def accumulator(self) -> Callable | None:
@@ -128,6 +130,7 @@ ESTIMATORS: dict[str, Estimator] = {
             baseline="group mean, scaled by alpha = rows / rows with non-zero reward (batch-wide)",
             observation_credit=_GROUP_CREDIT, singleton="baseline 0: advantage alpha*R",
             summary="alpha (R_i - mean_g); alpha depends on the whole batch",
+            batch_wide=True,
         ),
         Estimator(
             "grpo_passk", "passk:grpo_passk", (), groups=True, whiten=False,

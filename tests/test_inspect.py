@@ -1,0 +1,463 @@
+"""``rladv_cli.inspection``: the checklist on crafted tables (exact counts and rows), CONTRACT §5's JSON, chunking,
+no torch in ``inspect``, and the row/group views on SEMANTICS' worked examples."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from rich.console import Console
+
+from rladv_cli.errors import ConfigError, InputError
+from rladv_cli.inspection import (
+    group_view, inspect, kl_estimate, render_group, render_inspection, render_row, row_view,
+)
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
+F32 = pa.list_(pa.float32())
+I8 = pa.list_(pa.int8())
+CONTRACT_CODES = {
+    "singleton_group", "all_equal_group", "group_size_mismatch", "score_on_masked_position", "credit_reset_at_mask",
+    "kl_raises_reward", "kl_flips_sign", "uid_merge_grpo_vectorized", "row_without_actor_tokens",
+}
+
+
+def write(path: Path, columns: dict, types: Optional[dict] = None) -> Path:
+    """Parquet with masks as list<int8>, other lists list<float32>, uid string, score float32."""
+    types = types or {}
+    arrays = {}
+    for name, values in columns.items():
+        if name in types:
+            t = types[name]
+        elif name in ("response_mask", "attention_mask", "loss_mask"):
+            t = I8
+        elif name in ("uid", "session_id"):
+            t = pa.string()
+        elif name == "score":
+            t = pa.float32()
+        elif name == "responses":
+            t = pa.list_(pa.int32())
+        else:
+            t = F32
+        arrays[name] = pa.array(values, type=t)
+    pq.write_table(pa.table(arrays), path)
+    return path
+
+
+def by_code(ins) -> dict:
+    return {c.code: c for c in ins.checks}
+
+
+def expect(ins, code: str, status: str, count: int, rows: list[int]) -> None:
+    c = by_code(ins)[code]
+    assert (c.status, c.count, c.rows) == (status, count, rows), c
+
+
+def console() -> Console:
+    return Console(file=io.StringIO(), width=100, color_system=None)
+
+
+# ------------------------------------------------------------------------------------------- datasets
+@pytest.fixture
+def faults(tmp_path) -> Path:
+    """Scalar scores; groups a(2) b(1) c(2, all equal) d(1)."""
+    return write(tmp_path / "faults.parquet", {
+        "uid": ["a", "a", "b", "c", "c", "d"],
+        "response_mask": [[1, 1, 0], [1, 1, 1], [0, 0], [1, 1], [1], [1]],
+        "score": [1.0, 0.0, 0.5, 1.0, 1.0, 0.0],
+    })
+
+
+@pytest.fixture
+def with_advantages(tmp_path) -> Path:
+    """An rladv-output-like file: loss_mask, advantages; see test_advantages_and_dead_signal for the story."""
+    return write(tmp_path / "adv.parquet", {
+        "uid": ["a", "a", "b", "c", "c", "d", "d", "e", "e"],
+        "response_mask": [[1, 1], [1], [1, 1], [1, 0, 1], [1, 1], [0, 0], [1], [1, 0], [1]],
+        "loss_mask": [[1, 1], [1], [1, 1], [1, 1, 1], [1, 1], [1, 1], [1], [1, 0], [1]],
+        "score": [1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.2, 0.5],
+        "advantages": [[0, 0], [0], [0, 0], [0.7, 0, 0.7], [-0.7, -0.7], [0, 0], [0.5], [0.3, 0.2], [0]],
+    })
+
+
+# ------------------------------------------------------------------------------------------- JSON shape
+def test_json_has_contract_section5_keys(with_advantages):
+    ins = inspect(with_advantages)
+    doc = json.loads(ins.to_json())
+    assert list(doc)[:5] == ["rows", "tokens", "groups", "columns", "checks"]
+    assert set(doc) == {"rows", "tokens", "groups", "columns", "checks", "paths", "estimator", "invalid_rows",
+                        "layout", "scores", "masks", "kl", "advantages", "dead_signal"}
+    assert {"actor", "observation", "padding"} <= set(doc["tokens"])
+    assert {"count", "sizes", "singletons", "all_equal"} <= set(doc["groups"])
+    assert doc["groups"]["sizes"] == {"1": 1, "2": 4}
+    assert doc["columns"] == {"uid": "string", "response_mask": "list<element: int8>",
+                              "loss_mask": "list<element: int8>", "score": "float",
+                              "advantages": "list<element: float>"}
+    for check in doc["checks"]:
+        assert {"code", "status", "message", "count", "rows"} <= set(check)
+        assert check["status"] in ("pass", "warn", "fail")
+    assert doc["rows"] == 9
+    assert doc["tokens"] == {"total": 16, "actor": 12, "observation": 4, "padding": 0}
+
+
+def test_every_contract_code_the_data_allows_is_checked(tmp_path):
+    path = write(tmp_path / "all.parquet", {
+        "uid": ["a", "a"], "response_mask": [[1, 1], [1, 1]], "score": [1.0, 0.0],
+        "old_log_probs": [[-1, -1], [-1, -1]], "ref_log_prob": [[-1, -1], [-1, -1]],
+    })
+    codes = [c.code for c in inspect(path, kl_coef=0.1).checks]
+    assert CONTRACT_CODES <= set(codes)
+    # the chapter's §13 order: scores/KL, masks, group sizes, all-equal groups, advantages, REINFORCE++ credit
+    assert codes.index("kl_flips_sign") < codes.index("score_on_masked_position") < codes.index("group_size_mismatch") \
+        < codes.index("all_equal_group") < codes.index("credit_reset_at_mask")
+    assert all(c.status == "pass" for c in inspect(path, kl_coef=0.1).checks)
+    # without a coefficient (or a uid) those checks are not listed
+    no_uid = write(tmp_path / "no_uid.parquet", {"response_mask": [[1]], "score": [1.0]})
+    codes = {c.code for c in inspect(no_uid).checks}
+    assert not codes & {"kl_raises_reward", "kl_flips_sign", "singleton_group", "all_equal_group",
+                        "group_size_mismatch", "uid_merge_grpo_vectorized", "advantage_on_masked_position"}
+
+
+# ------------------------------------------------------------------------------------------- checks
+def test_group_and_mask_checks_exact(faults):
+    ins = inspect(faults)
+    expect(ins, "score_on_masked_position", "warn", 2, [0, 2])   # ends in an observation / no actor token
+    expect(ins, "row_without_actor_tokens", "warn", 1, [2])
+    expect(ins, "group_size_mismatch", "warn", 2, [2, 5])        # sizes 1,1 vs 2,2: a tie goes to the larger
+    expect(ins, "singleton_group", "warn", 2, [2, 5])
+    expect(ins, "all_equal_group", "warn", 1, [3])
+    expect(ins, "credit_reset_at_mask", "warn", 1, [0])          # the score sits on the observation after turn 1
+    expect(ins, "uid_merge_grpo_vectorized", "pass", 0, [])
+    assert ins.groups.model_dump() == {
+        "count": 4, "sizes": {"1": 2, "2": 2}, "singletons": 2, "all_equal": 1, "expected_n": None,
+        "all_equal_scores": 1, "basis": "score", "session_sizes": None,
+    }
+    assert ins.status == "warn"
+    assert ins.layout.rows_ending_in_observation == 2 and ins.layout.turns.max == 1
+    assert ins.scores.score_total.mean == pytest.approx(3.5 / 6)
+    expect(inspect(faults, expected_n=3), "group_size_mismatch", "warn", 4, [0, 2, 3, 5])
+    assert inspect(faults, expected_n=3).groups.expected_n == 3
+
+
+def test_status_follows_the_estimator(faults, tmp_path):
+    gae = inspect(faults, estimator="gae")
+    expect(gae, "singleton_group", "pass", 2, [2, 5])            # counted, but gae has no groups
+    assert "does not use groups" in by_code(gae)["singleton_group"].message
+    expect(gae, "missing_columns", "fail", 1, [])                # gae needs values
+    assert "values" in by_code(gae)["missing_columns"].message
+    expect(inspect(faults, estimator="grpo"), "credit_reset_at_mask", "pass", 1, [0])
+    expect(inspect(faults, estimator="reinforce_plus_plus"), "credit_reset_at_mask", "warn", 1, [0])
+    with pytest.raises(ConfigError):
+        inspect(faults, estimator="nope")
+
+
+def test_token_level_scores_terminal_and_credit(tmp_path):
+    path = write(tmp_path / "rm.parquet", {
+        "response_mask": [[1, 1, 1], [1, 1, 1], [1, 0], [1, 0, 1], [0, 1, 1], [1, 1, 0]],
+        "rm_scores": [[0.5, 0, 1], [0, 0, 1], [0, 1], [0, 0, 1], [0, 0, 1], [1, 0, 0]],
+    })
+    ins = inspect(path)
+    expect(ins, "non_terminal_score", "warn", 2, [0, 5])
+    expect(ins, "score_on_masked_position", "warn", 1, [2])
+    # a reward at/after a mask-0 position that follows an actor token: rows 2 and 3, not 4 (mask 0 first)
+    # nor 5 (the reward is before the cut)
+    expect(ins, "credit_reset_at_mask", "warn", 2, [2, 3])
+    assert ins.layout.turns.max == 2 and ins.layout.observation_spans.max == 1
+
+
+def test_kl_checks_semantics_example(tmp_path):
+    """SEMANTICS §11: kld = [[.5, −1, 0], [0, .2, 0]]; the −1 estimate raises a reward. Row 2's penalty flips
+    its total from 0.01 to −0.19."""
+    path = write(tmp_path / "kl.parquet", {
+        "uid": ["a", "a", "b"],
+        "response_mask": [[1, 1, 1], [1, 1, 0], [1, 1]],
+        "rm_scores": [[0, 0, 1], [0, 0, 0], [0, 0.01]],
+        "old_log_probs": [[-1, -2, -0.5], [-1, -1, -1], [-1, -1]],
+        "ref_log_prob": [[-1.5, -1, -0.5], [-1, -1.2, -1], [-2, -2]],
+    })
+    ins = inspect(path, kl_coef=0.1)
+    expect(ins, "kl_raises_reward", "warn", 1, [0])
+    expect(ins, "kl_flips_sign", "warn", 1, [2])
+    assert ins.kl.mean == pytest.approx((-1 / 6 + 0.1 + 1.0) / 3, rel=1e-6)
+    assert ins.scores.reward_total.min == pytest.approx(-0.19, abs=1e-6)
+    assert ins.groups.basis == "kl_shaped"
+    expect(inspect(path, kl_coef=0.1, kl_penalty="k3"), "kl_raises_reward", "pass", 0, [])  # k3 >= 0
+    assert "kl_raises_reward" not in by_code(inspect(path))
+    no_ref = write(tmp_path / "no_ref.parquet", {"response_mask": [[1]], "score": [1.0], "old_log_probs": [[-1]]})
+    ins = inspect(no_ref, kl_coef=0.1)
+    expect(ins, "missing_columns", "fail", 1, [])
+    assert "kl_raises_reward" not in by_code(ins)
+
+
+def test_all_equal_scores_but_not_after_kl(tmp_path):
+    path = write(tmp_path / "eq.parquet", {
+        "uid": ["a", "a"], "response_mask": [[1, 1], [1, 1]], "score": [1.0, 1.0],
+        "old_log_probs": [[-1, -1], [-1, -1]], "ref_log_prob": [[-1, -1], [-1.5, -1]],
+    })
+    expect(inspect(path), "all_equal_group", "warn", 1, [0])
+    shaped = inspect(path, kl_coef=0.1)
+    expect(shaped, "all_equal_group", "pass", 0, [])
+    assert (shaped.groups.all_equal, shaped.groups.all_equal_scores) == (0, 1)
+
+
+@pytest.mark.parametrize("mode", ["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "k3+", "kl+"])
+def test_kl_estimate_matches_the_pipelines(mode):
+    from rladv_cli.shaping import kl_penalty
+
+    import torch
+
+    rng = np.random.default_rng(0)
+    old = (-rng.exponential(1.0, 200) * 5).astype(np.float32)
+    ref = (-rng.exponential(1.0, 200) * 5).astype(np.float32)
+    want = kl_penalty(torch.from_numpy(old), torch.from_numpy(ref), mode).numpy()
+    np.testing.assert_allclose(kl_estimate(old, ref, mode), want, rtol=2e-6, atol=1e-6)  # exp differs by an ulp in k3's cancellation
+
+
+def test_uid_merges_and_estimator_relevance(tmp_path):
+    path = write(tmp_path / "uids.parquet", {
+        "uid": ["01", "1", "2", "2"], "response_mask": [[1]] * 4, "score": [1.0, 0.0, 1.0, 0.0],
+    })
+    # count: sets of merged uids; rows: the first row of every uid involved
+    expect(inspect(path), "uid_merge_grpo_vectorized", "warn", 1, [0, 1])
+    expect(inspect(path, estimator="grpo_vectorized"), "uid_merge_grpo_vectorized", "warn", 1, [0, 1])
+    expect(inspect(path, estimator="grpo"), "uid_merge_grpo_vectorized", "pass", 1, [0, 1])
+    assert "'01'/'1'" in by_code(inspect(path)).get("uid_merge_grpo_vectorized").message
+
+
+def test_loss_mask_and_advantages_and_dead_signal(with_advantages):
+    ins = inspect(with_advantages)
+    expect(ins, "loss_mask_differs", "warn", 2, [3, 5])
+    expect(ins, "advantage_on_masked_position", "fail", 1, [7])
+    expect(ins, "score_on_masked_position", "warn", 2, [5, 7])
+    expect(ins, "row_without_actor_tokens", "warn", 1, [5])
+    expect(ins, "credit_reset_at_mask", "warn", 2, [3, 7])
+    expect(ins, "group_size_mismatch", "warn", 1, [2])
+    expect(ins, "all_equal_group", "warn", 1, [0])
+    assert ins.status == "fail"
+    assert ins.masks.loss_vs_response.model_dump() == {"rows": 2, "loss_only_tokens": 3, "response_only_tokens": 0}
+    values = np.array([0, 0, 0, 0, 0, 0.7, 0.7, -0.7, -0.7, 0.5, 0.3, 0], dtype=np.float32).astype(np.float64)
+    a = ins.advantages
+    assert a.count == 12
+    assert a.mean == pytest.approx(values.mean(), abs=1e-12)
+    assert a.std == pytest.approx(values.std(ddof=1), abs=1e-12)
+    assert (a.fraction_positive, a.fraction_negative, a.fraction_zero) == (4 / 12, 2 / 12, 6 / 12)
+    assert (a.masked_nonzero_tokens, a.masked_nonzero_rows) == (1, 1)
+    d = ins.dead_signal
+    assert (d.base, d.actor_tokens, d.zero_tokens) == ("loss_mask", 15, 9)
+    assert {k: c.tokens for k, c in d.by_cause.items()} == {
+        "all_equal_group": 3, "singleton": 2, "masked": 1, "no_actor_tokens": 2, "other": 1,
+    }
+    assert d.share == pytest.approx(9 / 15)
+
+
+def test_invalid_rows_become_a_fail_check(tmp_path):
+    path = write(tmp_path / "bad.parquet", {
+        "uid": ["a", "a", "b", "b", "c"],
+        "response_mask": [[1, 1], [1, 1], [1], [1, 2], [1]],
+        "rm_scores": [[0, 1], [0, 1, 0], [1], [0, 1], [0]],
+        "advantages": [[0, 0], [0, 0], [float("nan")], [0, 0], [0]],
+    })
+    for chunk_rows in (1, 2, 100):
+        ins = inspect(path, chunk_rows=chunk_rows)
+        expect(ins, "invalid_rows", "fail", 3, [1, 2, 3])
+        assert "row 1, column rm_scores" in by_code(ins)["invalid_rows"].message
+        assert ins.rows == 5 and ins.invalid_rows == 3
+        assert ins.groups.sizes == {"1": 2} and ins.tokens.total == 3   # rows 0 and 4 only
+        expect(ins, "all_equal_group", "pass", 0, [])
+
+
+def test_unreadable_dataset_raises(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        inspect(tmp_path / "missing.parquet")
+    junk = tmp_path / "junk.parquet"
+    junk.write_text("not parquet")
+    with pytest.raises(InputError, match="not a readable Parquet"):
+        inspect(junk)
+    no_mask = write(tmp_path / "no_mask.parquet", {"score": [1.0]})
+    with pytest.raises(InputError, match="response_mask"):
+        inspect(no_mask)
+    wrong = write(tmp_path / "wrong.parquet", {"response_mask": [[1]], "uid": [[1.0]]}, {"uid": F32})
+    ins = inspect(wrong)   # a badly typed optional column is reported and ignored
+    expect(ins, "invalid_columns", "fail", 1, [])
+    expect(ins, "missing_columns", "fail", 1, [])
+    assert ins.groups.count == 0
+
+
+def test_sessions_count_for_grpo(tmp_path):
+    path = write(tmp_path / "sessions.parquet", {
+        "uid": ["a"] * 4 + ["b"] * 2,
+        "session_id": ["s1", "s1", "s2", "s2", "s3", "s4"],
+        "response_mask": [[1]] * 6, "score": [1.0, 1.0, 0.0, 0.0, 1.0, 0.0],
+    })
+    expect(inspect(path, expected_n=2), "group_size_mismatch", "warn", 1, [0])   # rows: 4 vs 2
+    grpo = inspect(path, expected_n=2, estimator="grpo")
+    expect(grpo, "group_size_mismatch", "pass", 0, [])                          # sessions: 2 and 2
+    assert grpo.groups.session_sizes == {"2": 2}
+
+
+# ------------------------------------------------------------------------------------------- streaming
+@pytest.mark.parametrize("name", ["groups.parquet", "multiturn.parquet", "padded.parquet", "groups.adv.parquet"])
+def test_chunked_equals_whole_on_samples(name):
+    whole = inspect(SAMPLES / name, kl_coef=0.05, chunk_rows=100_000)
+    assert inspect(SAMPLES / name, kl_coef=0.05, chunk_rows=1) == whole
+    assert inspect(SAMPLES / name, kl_coef=0.05, chunk_rows=7) == whole
+
+
+def test_chunked_equals_whole_crafted(with_advantages, faults):
+    for path in (with_advantages, faults):
+        assert inspect(path, chunk_rows=1) == inspect(path)
+
+
+def test_rows_are_within_their_file(tmp_path):
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    write(folder / "a.parquet", {"uid": ["x", "x"], "response_mask": [[1], [1]], "score": [1.0, 1.0]})
+    write(folder / "b.parquet", {"uid": ["y", "z", "z"], "response_mask": [[1], [0], [1]], "score": [1.0, 0.0, 1.0]})
+    ins = inspect(folder, chunk_rows=2)
+    c = by_code(ins)
+    assert (c["all_equal_group"].rows, c["all_equal_group"].where) == ([0], [f"{folder / 'a.parquet'}:0"])
+    assert (c["singleton_group"].rows, c["row_without_actor_tokens"].rows) == ([0], [1])
+    assert c["singleton_group"].where == [f"{folder / 'b.parquet'}:0"]
+
+
+def test_sample_groups_finds_the_singleton_and_all_equal_group():
+    ins = inspect(SAMPLES / "groups.parquet", expected_n=4)
+    assert ins.groups.sizes == {"1": 1, "4": 16}
+    expect(ins, "singleton_group", "warn", 1, [15])
+    assert by_code(ins)["all_equal_group"].count >= 1
+    assert ins.tokens.observation == 0 and ins.layout.turns.max == 1
+
+
+def test_inspect_does_not_import_torch():
+    code = (
+        "import sys\n"
+        "from rladv_cli.inspection import inspect, render_inspection\n"
+        f"ins = inspect([{str(SAMPLES / 'groups.adv.parquet')!r}], kl_coef=0.1, estimator='grpo')\n"
+        f"inspect({str(SAMPLES / 'multiturn.parquet')!r}, chunk_rows=5)\n"
+        "import io; from rich.console import Console\n"
+        "render_inspection(ins, Console(file=io.StringIO()))\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+# ------------------------------------------------------------------------------------------- views
+@pytest.fixture
+def semantics_groups(tmp_path) -> Path:
+    """SEMANTICS §7.2: group A R = [1, 0, .5] (row 0 mask [1,1,0,0,1]), all-equal B = [0, 0, 0], singleton S."""
+    return write(tmp_path / "groups.parquet", {
+        "uid": ["A", "A", "A", "B", "B", "B", "S"],
+        "response_mask": [[1, 1, 0, 0, 1], [1, 1], [1], [1], [1, 1], [1], [1, 1]],
+        "loss_mask": [[1, 1, 0, 0, 1], [1, 1], [1], [1], [1, 1], [1], [1, 1]],
+        "score": [1.0, 0.0, 0.5, 0.0, 0.0, 0.0, 0.5],
+        "responses": [[5, 6, 7, 8, 9], [1, 2], [3], [4], [5, 6], [7], [8, 9]],
+    }, {"responses": pa.list_(pa.int32())})
+
+
+def test_group_view_grpo_semantics_example(semantics_groups):
+    v = group_view(semantics_groups, "A")
+    assert v.scope == "group" and v.error is None
+    assert [m.advantage for m in v.members] == pytest.approx([0.999998, -0.999998, 0.0], abs=1e-7)
+    assert np.float32(v.members[0].advantage) == np.float32(0.9999980)
+    assert [m.row for m in v.members] == [0, 1, 2]
+    (g,) = v.groups
+    assert (g.size, g.mean, g.std, g.all_equal, g.singleton) == (3, 0.5, 0.5, False, False)
+    assert [r.code for r in v.why] == ["group_stats"]
+    rloo = group_view(semantics_groups, "A", estimator="rloo")
+    assert [m.advantage for m in rloo.members] == pytest.approx([0.75, -0.75, 0.0])
+
+
+def test_group_view_explains_singleton_all_equal_and_rejected(semantics_groups, tmp_path):
+    s = group_view(semantics_groups, "S")
+    assert s.members[0].advantage == pytest.approx(0.4999995, abs=1e-7)
+    assert [r.code for r in s.why] == ["singleton_group"] and "R/(1+eps)" in s.why[0].message
+    assert [r.code for r in group_view(semantics_groups, "S", estimator="rloo_vectorized").why] == ["singleton_group"]
+    assert group_view(semantics_groups, "S", estimator="rloo_vectorized").members[0].advantage == 0.0
+    b = group_view(semantics_groups, "B")
+    assert [m.advantage for m in b.members] == [0.0, 0.0, 0.0]
+    assert [r.code for r in b.why] == ["all_equal_group"]
+    passk = group_view(semantics_groups, "S", estimator="grpo_passk")
+    assert passk.error and passk.members[0].advantage is None
+    whitened = group_view(semantics_groups, "A", estimator="reinforce_plus_plus_baseline")
+    assert whitened.scope == "dataset"
+    rejected = write(tmp_path / "rejected.parquet", {
+        "uid": ["A", "A"], "response_mask": [[1, 0], [0, 0]], "loss_mask": [[1, 1], [1, 1]], "score": [1.0, 0.0],
+    })
+    v = group_view(rejected, "A")
+    # row 0's score sits on its rejected last token: still in R for grpo
+    assert [r.code for r in v.why] == ["group_stats", "rejected_in_group_baseline", "row_fully_rejected",
+                                       "score_on_masked_position"]
+    assert [m.rejected_tokens for m in v.members] == [1, 2]
+    with pytest.raises(ConfigError, match="no row"):
+        group_view(semantics_groups, "nope")
+
+
+def test_row_view_grpo_and_file_columns(semantics_groups):
+    v = row_view(semantics_groups, 0, estimator="grpo")
+    assert v.source == "compute (group)" and v.uid == "A"
+    assert v.advantage == pytest.approx([0.999998, 0.999998, 0, 0, 0.999998], abs=1e-7)
+    assert v.score == [0, 0, 0, 0, 1.0] and v.token_id == [5, 6, 7, 8, 9]
+    assert [(s.kind, s.start, s.end) for s in v.spans] == [("assistant", 0, 2), ("observation", 2, 4), ("assistant", 4, 5)]
+    plain = row_view(semantics_groups, 0)
+    assert plain.source == "file" and plain.advantage is None and plain.reward is None
+    with pytest.raises(ConfigError):
+        row_view(semantics_groups, 7)
+
+
+def test_row_view_reinforce_reset_semantics_example(tmp_path):
+    """SEMANTICS §7.7, one-row batch r = [0, 0, 1], m = [1, 0, 1]: reset mode gives [−0.7071068, 0, 0.7071068]."""
+    path = write(tmp_path / "rpp.parquet", {"response_mask": [[1, 0, 1]], "rm_scores": [[0, 0, 1]]})
+    v = row_view(path, 0, estimator="reinforce_plus_plus")
+    assert v.source == "compute (dataset)"
+    assert v.advantage == pytest.approx([-0.7071068, 0, 0.7071068], abs=1e-6)
+    assert any(n.startswith("credit_reset_at_mask") for n in v.notes)
+    assert [s.kind for s in v.spans] == ["assistant", "observation", "assistant"]
+
+
+# ------------------------------------------------------------------------------------------- rendering
+def test_render_inspection_shows_codes_and_statuses(with_advantages):
+    c = console()
+    render_inspection(inspect(with_advantages), c)
+    out = c.file.getvalue()
+    for code in ("advantage_on_masked_position", "loss_mask_differs", "singleton_group", "all_equal_group"):
+        assert code in out
+    assert "FAIL" in out and "WARN" in out and "PASS" in out
+    assert "dead signal: 9 of 15 actor tokens" in out
+
+
+def test_render_row_collapses_long_rows(tmp_path):
+    mask = [1] * 300 + [0] * 50 + [1] * 150
+    path = write(tmp_path / "long.parquet", {"response_mask": [mask], "score": [1.0], "values": [[0.1] * 500]})
+    c = console()
+    render_row(row_view(path, 0), c, max_tokens=30)
+    out = c.file.getvalue()
+    assert "assistant x290" in out and "observation x40" in out and "assistant x140" in out
+    assert len(out.splitlines()) < 60
+    full = console()
+    render_row(row_view(path, 0), full, max_tokens=1000)
+    assert len(full.file.getvalue().splitlines()) > 500
+    # more spans than the budget allows: one line per span (a one-token span is shown as itself)
+    many = write(tmp_path / "many.parquet", {"response_mask": [[1, 1, 1, 0, 0, 0] * 10 + [1]], "score": [1.0]})
+    c = console()
+    render_row(row_view(many, 0), c, max_tokens=20)
+    out = c.file.getvalue()
+    assert out.count("assistant x3") == 10 and out.count("observation x3") == 10
+    assert "│    60 │" in out and "(9 more spans)" in out
+
+
+def test_render_group_and_row(semantics_groups):
+    c = console()
+    render_group(group_view(semantics_groups, "S"), c)
+    render_group(group_view(semantics_groups, "A"), c)
+    render_row(row_view(semantics_groups, 0, estimator="grpo"), c)
+    out = c.file.getvalue()
+    assert "singleton_group" in out and "0.999998" in out and "observation" in out
