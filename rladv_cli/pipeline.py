@@ -419,7 +419,10 @@ class Pipeline:
                     if self.est.returns_are_advantages:
                         returns = advantages
                 m = b.response_mask
-                advantages, returns = advantages * m, returns * m
+                # selection, not multiplication: verl's NaN (opo's 0/0) must not survive at mask-0 positions
+                valid = m > 0
+                advantages = torch.where(valid, advantages, torch.zeros_like(advantages))
+                returns = torch.where(valid, returns, torch.zeros_like(returns))
                 flags = {code: fn(b, self.cfg) for code, fn in checks.items()}
             adv_rows = value_rows(advantages, m, b.row_offsets)
             ret_rows = value_rows(returns, m, b.row_offsets)
