@@ -68,11 +68,12 @@ def required_columns(columns: Iterable[str], estimator: str | None = None, *, kl
 
 def check_schema(path: str, schema: pa.Schema, required: Iterable[str]) -> None:
     """Every required column is present and every contract column present has an accepted type."""
-    for name in required:
-        if name not in schema.names:
-            why = ("a dataset needs rm_scores (token-level) or score (one per row)" if name == "rm_scores"
-                   else "the chosen stages need it")
-            raise InputError(path, f"missing; {why}", column=name)
+    missing = [name for name in required if name not in schema.names]
+    if missing:
+        if missing == ["rm_scores"]:
+            raise InputError(path, "missing; a dataset needs rm_scores (token-level) or score (one per row)", column="rm_scores")
+        raise InputError(path, f"missing; the chosen stages need {'it' if len(missing) == 1 else 'them'}",
+                         column=", ".join(missing))
     for field in schema:
         col = COLUMNS.get(field.name)
         if col is not None:

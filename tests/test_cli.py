@@ -901,3 +901,19 @@ def test_inspect_does_not_import_torch(tmp_path):
             f"r = CliRunner().invoke(app, ['inspect', {str(inp)!r}, '--json'])\n"
             "assert r.exit_code == 0, r.output\nassert 'torch' not in sys.modules\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(("estimator", "extra", "missing"), [
+    ("remax", [], ["reward_baselines"]),
+    ("optimal_token_baseline", [], ["old_log_probs", "sum_pi_squared"]),
+    ("tir_optimal_token_baseline", [], ["old_log_probs", "sum_pi_squared"]),
+    ("gdpo", ["--reward-components", "accuracy,fmt"], ["accuracy", "fmt"]),
+    ("gae", ["--kl-coef", "0.1"], ["values", "old_log_probs", "ref_log_prob"]),
+])
+def test_every_missing_input_is_named_at_once(tmp_path, estimator, extra, missing):
+    inp = write(tmp_path / "bare.parquet", {"uid": ["a", "a"], "response_mask": [[1, 1], [1]], "score": [1.0, 0.0]})
+    for command in (["validate", inp, "--estimator", estimator], ["compute", inp, "--estimator", estimator, *extra]):
+        if command[0] == "validate" and extra:
+            continue
+        line = assert_one_line_error(rladv(*command), str(inp))
+        assert ", ".join(missing) in line
