@@ -424,6 +424,7 @@ class Pipeline:
                 advantages = torch.where(valid, advantages, torch.zeros_like(advantages))
                 returns = torch.where(valid, returns, torch.zeros_like(returns))
                 flags = {code: fn(b, self.cfg) for code, fn in checks.items()}
+            flags["zero_advantage_tokens"] = kernels.segment_sum(((advantages == 0) & valid).float(), b.row_offsets)
             adv_rows = value_rows(advantages, m, b.row_offsets)
             ret_rows = value_rows(returns, m, b.row_offsets)
             self.rows.add(**{f"adv_{k}": v for k, v in adv_rows.items()}, **{f"ret_{k}": v for k, v in ret_rows.items()}, **flags)
@@ -512,6 +513,7 @@ class Pipeline:
             scores=Scores(score_total=row_stats(rows["score_total"]), reward_total=row_stats(rows["reward_total"])),
             kl=kl,
             rollout_rejection=correction,
+            dead_signal=self._dead_signal_report(),
             overlong=self._overlong_report(),
             sessions=self._sessions_report(),
             advantages=token_stats(rows, "adv"),
@@ -523,6 +525,27 @@ class Pipeline:
                 device=str(self.device),
             ),
         )
+
+    def _dead_signal_report(self) -> dict:
+        """Actor tokens (input response_mask 1) whose advantage is exactly 0, by cause: rejected by rollout
+        rejection, in an all-equal group, in a singleton group, or otherwise (e.g. grpo_passk's non-best rows)."""
+        rows = self.rows
+        actor = float(rows["actor"].sum())
+        zero = rows["zero_advantage_tokens"]
+        rejected = rows["actor"] - rows["used"]
+        causes = {"rejected": float(rejected.sum())}
+        if self.groups is not None:
+            flags = group_flags(rows["reward_total"], rows["group_id"], self.groups.size)
+            gid = rows["group_id"]
+            all_equal, single = flags["all_equal_group"][gid], flags["singleton_group"][gid]
+            causes["all_equal_group"] = float(zero[all_equal].sum())
+            causes["singleton"] = float(zero[single & ~all_equal].sum())
+            causes["other"] = float(zero[~all_equal & ~single].sum())
+        else:
+            causes["other"] = float(zero.sum())
+        dead = sum(causes.values())
+        return {"actor_tokens": int(actor), "zero_advantage_tokens": int(dead),
+                "share": dead / actor if actor else 0.0, "causes": {k: int(v) for k, v in causes.items()}}
 
     def _overlong_report(self) -> Optional[dict]:
         if self.cfg.overlong_buffer_len is None:

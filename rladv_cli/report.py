@@ -102,6 +102,9 @@ class Report(_Model):
     scores: Scores
     kl: KL
     rollout_rejection: dict[str, Any]
+    dead_signal: dict[str, Any] = Field(
+        description="actor tokens whose advantage is exactly 0, by cause (rejected, all_equal_group, singleton, other)"
+    )
     overlong: Optional[dict[str, Any]] = Field(None, description="DAPO overlong shaping: rows penalised, penalties")
     sessions: Optional[dict[str, Any]] = Field(None, description="multi-output agent sessions and how they were used")
     advantages: Stats
@@ -153,6 +156,11 @@ def render(report: Report, console) -> None:
             _fmt(st.fraction_positive), _fmt(st.fraction_negative), _fmt(st.fraction_zero),
         )
     console.print(s)
+    d = r.dead_signal
+    if d["zero_advantage_tokens"]:
+        causes = ", ".join(f"{k} {v}" for k, v in d["causes"].items() if v)
+        console.print(f"[bold]dead signal[/bold]: {d['zero_advantage_tokens']} of {d['actor_tokens']} actor tokens "
+                      f"({d['share']:.1%}) have advantage exactly 0 ({causes})")
     for title, section in (("overlong shaping", r.overlong), ("sessions", r.sessions)):
         if section:
             console.print(f"[bold]{title}[/bold]: " + ", ".join(f"{k} {_fmt(v) if isinstance(v, float) else v}"

@@ -349,3 +349,12 @@ def test_other_estimators_count_every_output():
     out, report = rladv_cli.compute(sessions_table(), estimator="rloo", device="cpu")
     close(out["advantages"].to_pylist(), [[0.5] * 2, [0.5, 0.5, 0], [-1.0]])
     assert report.sessions["folded"] is False
+
+
+def test_dead_signal_accounting_by_cause():
+    t = table([[1.0], [0.0], [0.5], [0.0], [0.0], [0.0], [0.0, 0.0]], [[1]] * 6 + [[1, 1]],
+              ["A", "A", "A", "B", "B", "B", "lonely"])
+    _, report = rladv_cli.compute(t, estimator="rloo_vectorized", device="cpu")
+    # A: the 0.5 row sits on the mean (other); B is all-equal (3 tokens); the singleton gets 0 (2 tokens)
+    assert report.dead_signal == {"actor_tokens": 8, "zero_advantage_tokens": 6, "share": 0.75,
+                                  "causes": {"rejected": 0, "all_equal_group": 3, "singleton": 2, "other": 1}}
