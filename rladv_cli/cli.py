@@ -227,6 +227,7 @@ def inspect(
     expected_n: Annotated[Optional[int], typer.Option(help="Expected rows per group (verl's rollout.n).")] = None,
     kl_coef: Annotated[float, typer.Option(help="Check KL shaping's effect on totals with this coefficient.")] = 0.0,
     kl_penalty: Annotated[str, typer.Option(help="KL estimate for --kl-coef.")] = "kl",
+    export: Annotated[Optional[Path], typer.Option(help="With --uid: write a minimal reproducer (group.parquet + command.txt) into this folder.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (CONTRACT §5 for the checklist).")] = False,
     strict: Annotated[bool, typer.Option(help="Exit 1 when any check fails.")] = False,
     chunk_rows: Annotated[int, typer.Option(help="Rows held in memory at once.")] = 8192,
@@ -240,6 +241,12 @@ def inspect(
     name = estimator.value if estimator else None
     settings = {"kl_coef": kl_coef, "kl_penalty": kl_penalty} if kl_coef else {}
     console = Console()
+    if export is not None:
+        if uid is None:
+            _fail("--export needs --uid")
+        written = _run(lambda: inspection.export_group(paths, uid, export, estimator=name or "grpo", **settings))
+        typer.echo("\n".join(written))
+        return
     if row is not None or uid is not None:
         if row is not None:
             view = _run(lambda: inspection.row_view(paths, row, estimator=name, **settings))
@@ -254,6 +261,28 @@ def inspect(
     typer.echo(result.to_json(), nl=False) if as_json else inspection.render_inspection(result, console)
     if strict and result.status == "fail":
         raise typer.Exit(code=1)
+
+
+@app.command()
+def explain(
+    dataset: Datasets,
+    estimator: Annotated[EstimatorName, typer.Option(help="Estimator whose derivation to show.")],
+    row: Annotated[int, typer.Option(help="Row to explain (0-based).")],
+    gamma: Annotated[float, typer.Option(help="Discount factor.")] = 1.0,
+    lam: Annotated[float, typer.Option(help="GAE lambda.")] = 1.0,
+    rpp_mask_mode: Annotated[MaskMode, typer.Option(help="reinforce_plus_plus at mask-0 positions.")] = MaskMode.reset,
+    kl_coef: Annotated[float, typer.Option(help="KL-in-reward coefficient.")] = 0.0,
+    kl_penalty: Annotated[str, typer.Option(help="KL estimate.")] = "kl",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Show how one row's advantages are derived: the recursion per token, or its group's baseline and scale."""
+    from rich.console import Console
+
+    from .explain import explain as run_explain, render_explanation
+
+    result = _run(lambda: run_explain([str(p) for p in dataset], row, estimator.value, gamma=gamma, lam=lam,
+                                      rpp_mask_mode=rpp_mask_mode.value, kl_coef=kl_coef, kl_penalty=kl_penalty))
+    typer.echo(result.model_dump_json(indent=2)) if as_json else render_explanation(result, Console())
 
 
 @app.command()

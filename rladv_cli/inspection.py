@@ -1340,3 +1340,59 @@ def render_group(view: GroupView, console) -> None:
     console.print(t)
     for r in v.why:
         console.print(f"[yellow]{r.code}[/yellow] {r.message}")
+
+
+def _flags(estimator: str, settings: dict) -> list[str]:
+    """``rladv compute`` flags that reproduce ``settings`` (Config field names)."""
+    out = ["--estimator", estimator]
+    for key, value in settings.items():
+        flag = "--" + key.replace("_", "-")
+        if key == "norm_adv_by_std":
+            out.append("--norm-adv-by-std" if value else "--no-norm-adv-by-std")
+        elif isinstance(value, bool):
+            out += [flag] if value else []
+        elif isinstance(value, (list, tuple)):
+            out += [flag, ",".join(str(v) for v in value)]
+        elif value is not None:
+            out += [flag, str(value)]
+    return out
+
+
+def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLike, *, estimator: str = "grpo",
+                 **settings) -> list[str]:
+    """Write a minimal reproducer of group ``uid`` into ``folder``: ``group.parquet`` (the group's rows, only the
+    columns the run reads) and ``command.txt`` (the exact ``rladv compute`` line). Whitened and batch-wide
+    estimators also depend on rows outside the group; the command file says so. Returns the paths written."""
+    import shlex
+
+    from .config import Config
+    from .io import write_json_atomic
+
+    Config.build(estimator=estimator, **settings)
+    folder = os.fspath(folder)
+    if not os.path.isdir(folder):
+        raise ConfigError(f"--export {folder}: not a folder")
+    ds = Dataset(_paths(inputs))
+    if "uid" not in ds.columns:
+        raise InputError(ds.paths[0], "missing; --uid needs group ids", column="uid")
+    table, _ = _read_rows(ds, lambda c: _uid_equals(c.table, uid))
+    if table.num_rows == 0:
+        raise ConfigError(f"--uid {uid}: no row of the dataset has this uid")
+    needed = set(validation.required_columns(
+        ds.columns, estimator, kl=bool(settings.get("kl_coef")),
+        rollout_correction=bool(settings.get("rollout_rs") or settings.get("rollout_is")),
+        batch_key=settings.get("batch_key"), reward_components=settings.get("reward_components") or ()))
+    needed |= {c for c in ("uid", "attention_mask", "loss_mask", "responses", "old_log_probs", "rollout_log_probs",
+                           "session_id", "output_index") if c in ds.columns}
+    data = os.path.join(folder, "group.parquet")
+    import pyarrow.parquet as pq
+
+    pq.write_table(table.select([c for c in ds.columns if c in needed]), data, compression="zstd")
+    command = ["rladv", "compute", data, *_flags(estimator, settings), "-o", os.path.join(folder, "group.adv.parquet")]
+    text = " ".join(shlex.quote(part) for part in command) + "\n"
+    if _scope(ESTIMATORS[estimator]) == "dataset":
+        text += (f"# note: {estimator} also depends on rows outside this group (batch whitening or batch-wide "
+                 "scale); on this file alone the numbers differ from the full dataset's\n")
+    script = os.path.join(folder, "command.txt")
+    write_json_atomic(script, text)
+    return [data, script]

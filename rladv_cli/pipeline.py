@@ -112,6 +112,7 @@ class Pipeline:
         self.batch_rows: Optional[Tensor] = None
         self.batch_nonzero_rows: Optional[Tensor] = None
         self.position_sums: Optional[PositionSums] = None
+        self.whitening: list[dict] = []
         self.groups = None
         self.whiten_mean: Optional[Tensor] = None
         self.whiten_var: Optional[Tensor] = None
@@ -399,6 +400,8 @@ class Pipeline:
                     "after masking; whitening needs at least 2 (verl raises ValueError here)"
                 )
             mean[b], var[b] = mu, m2 / (n - 1)
+            self.whitening.append({"batch": self.labels.batch_name(b), "tokens": int(n), "mean": float(np.float32(mu)),
+                                   "var": float(np.float32(m2 / (n - 1)))})
         self.whiten_mean, self.whiten_var = mean.float().to(self.device), var.float().to(self.device)
 
     def _write_pass(self, write: Callable[[pa.Table], None], schema: pa.Schema) -> None:
@@ -514,6 +517,7 @@ class Pipeline:
             kl=kl,
             rollout_rejection=correction,
             dead_signal=self._dead_signal_report(),
+            whitening=self.whitening or None,
             overlong=self._overlong_report(),
             sessions=self._sessions_report(),
             advantages=token_stats(rows, "adv"),

@@ -105,6 +105,9 @@ class Report(_Model):
     dead_signal: dict[str, Any] = Field(
         description="actor tokens whose advantage is exactly 0, by cause (rejected, all_equal_group, singleton, other)"
     )
+    whitening: Optional[list[dict[str, Any]]] = Field(
+        None, description="per batch: valid tokens, mean and unbiased variance (float32) of the raw advantages"
+    )
     overlong: Optional[dict[str, Any]] = Field(None, description="DAPO overlong shaping: rows penalised, penalties")
     sessions: Optional[dict[str, Any]] = Field(None, description="multi-output agent sessions and how they were used")
     advantages: Stats

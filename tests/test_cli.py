@@ -917,3 +917,23 @@ def test_every_missing_input_is_named_at_once(tmp_path, estimator, extra, missin
             continue
         line = assert_one_line_error(rladv(*command), str(inp))
         assert ", ".join(missing) in line
+
+
+def test_inspect_export_writes_a_reproducer_that_reproduces(tmp_path):
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    out_dir = tmp_path / "repro"
+    out_dir.mkdir()
+    uid = read(inp)["uid"][5].as_py()
+    result = rladv("inspect", inp, "--uid", uid, "--export", out_dir, "--estimator", "rloo", "--kl-coef", "0.05")
+    assert result.exit_code == 0, result.output
+    command = (out_dir / "command.txt").read_text().splitlines()[0].split()
+    assert command[:2] == ["rladv", "compute"]
+    assert rladv(*command[1:], "-q").exit_code == 0
+    full = tmp_path / "full.parquet"
+    assert rladv("compute", inp, "--estimator", "rloo", "--kl-coef", "0.05", "-o", full, "-q").exit_code == 0
+    whole = read(full).filter(pa.compute.equal(read(full)["uid"], uid))
+    group = read(out_dir / "group.adv.parquet")
+    assert group.num_rows == whole.num_rows == 4
+    for a, b in zip(group["advantages"].to_pylist(), whole["advantages"].to_pylist()):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    assert_one_line_error(rladv("inspect", inp, "--export", out_dir), "--export needs --uid")

@@ -1,0 +1,153 @@
+"""``rladv explain``: one row's advantage derived step by step, as the chapter's worked examples do.
+
+Token-level estimators (GAE, REINFORCE++, ReMax, the optimal-token baselines) get a per-token table of the
+recursion with its constants; group estimators get their group: members' totals, baseline, scale and result.
+The final advantages always come from ``compute`` (the same numbers ``rladv compute`` writes); the
+intermediate columns are recomputed here with the plain recursion, for reading.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from .config import Config
+from .errors import ConfigError
+from .estimators.registry import ESTIMATORS
+from .inspection import GroupView, _read_all, _read_row, _read_rows, _scope, _uid_equals, group_view, render_group
+from .io import Dataset
+
+PathLike = str | os.PathLike
+
+
+class Explanation(BaseModel):
+    """The derivation of one row's advantages under one estimator."""
+
+    estimator: str
+    path: str
+    row: int = Field(description="0-based within its file")
+    uid: Optional[str]
+    formula: list[str]
+    constants: dict[str, float | str]
+    columns: list[str] = Field(description="names of the per-token table's columns")
+    tokens: list[list[Optional[float | str]]] = Field(description="per position, values in `columns` order")
+    group: Optional[GroupView] = None
+    advantages: list[float]
+
+
+def _flat(table, name: str) -> Optional[np.ndarray]:
+    return np.asarray(table[name][0].as_py(), dtype=np.float64) if name in table.column_names else None
+
+
+def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **settings) -> Explanation:
+    """Explain dataset row ``row`` (0-based; the row within the file for a single file) under ``estimator``."""
+    from .api import compute
+
+    cfg = Config.build(estimator=estimator, **settings)
+    ds = Dataset([inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs))
+    if not 0 <= row < ds.num_rows:
+        raise ConfigError(f"--row {row}: the dataset has {ds.num_rows} rows (0-based)")
+    est = ESTIMATORS[estimator]
+    one = _read_row(ds, row)
+    uid = str(one["uid"][0].as_py()) if "uid" in one.column_names else None
+    scope = _scope(est)
+    if scope == "dataset":
+        table, index = _read_all(ds), np.arange(ds.num_rows)
+    elif scope == "group" and uid is not None:
+        table, index = _read_rows(ds, lambda c: _uid_equals(c.table, uid))
+    else:
+        table, index = one, np.array([row])
+    out, report = compute(table, cfg)
+    mine = out.slice(int(np.searchsorted(index, row)), 1)
+    path, local = ds.locate(row)
+    base = dict(estimator=estimator, path=path, row=local, uid=uid, advantages=mine["advantages"][0].as_py())
+    whitening = {}
+    if report.whitening:
+        w = report.whitening[0] if len(report.whitening) == 1 else next(
+            x for x in report.whitening if cfg.batch_key and x["batch"] == f"{cfg.batch_key}={one[cfg.batch_key][0].as_py()}")
+        whitening = {"whitening mean": w["mean"], "whitening std": float(np.sqrt(w["var"] + 1e-8)), "batch tokens": w["tokens"]}
+    if est.groups and est.accumulate is None:  # one advantage per row: explained by its group
+        view = group_view(ds.paths, uid, estimator=estimator, **settings)
+        return Explanation(**base, formula=[est.summary, f"baseline: {est.baseline}", f"singleton: {est.singleton}"],
+                           constants={**whitening, "epsilon": cfg.epsilon}, columns=[], tokens=[], group=view)
+    return Explanation(**base, **_token_derivation(est.name, cfg, mine, whitening))
+
+
+def _token_derivation(name: str, cfg: Config, row, whitening: dict) -> dict:
+    """Per-token table of the row's recursion (float64 for reading) and its constants."""
+    m = _flat(row, "response_mask")
+    r = _flat(row, "token_level_rewards")
+    adv = _flat(row, "advantages")
+    ret = _flat(row, "returns")
+    T = m.size
+    if name == "gae":
+        values = _flat(row, "values")
+        gl = cfg.gamma * cfg.lam
+        nextvalue, running = 0.0, 0.0
+        table = [None] * T
+        for t in reversed(range(T)):
+            delta = r[t] + cfg.gamma * nextvalue - values[t]
+            if m[t]:
+                running = delta + gl * running
+                table[t] = [t, int(m[t]), r[t], values[t], nextvalue, delta, running, running + values[t], adv[t]]
+                nextvalue = values[t]
+            else:
+                table[t] = [t, 0, r[t], values[t], nextvalue, None, running, None, adv[t]]
+        return dict(
+            formula=["delta_t = r_t + gamma * V(next actor token) - V_t",
+                     "A_t = delta_t + gamma*lam * A_(t+1) on actor tokens; A carried unchanged across mask-0 positions",
+                     "returns_t = A_t + V_t;  advantages = (A - batch mean) / sqrt(batch var + 1e-8), 0 off-mask"],
+            constants={"gamma": cfg.gamma, "lam": cfg.lam, "gamma*lam": float(np.float32(gl)), **whitening},
+            columns=["t", "mask", "reward", "value", "next value", "delta", "running A", "return", "advantage"],
+            tokens=table)
+    if name == "reinforce_plus_plus":
+        running, table = 0.0, [None] * T
+        for t in reversed(range(T)):
+            if m[t]:
+                running = r[t] + cfg.gamma * running
+                table[t] = [t, 1, r[t], running, "", adv[t]]
+            else:
+                cut = cfg.rpp_mask_mode == "reset"
+                mark = ("reset: credit " + f"{r[t] + cfg.gamma * running:.4g} cut") if cut and (r[t] + cfg.gamma * running) else (
+                    "reset" if cut else "carry")
+                running = 0.0 if cut else running
+                table[t] = [t, 0, r[t], None, mark, adv[t]]
+        return dict(
+            formula=["G_t = r_t + gamma * G_(t+1) on actor tokens",
+                     f"at mask-0 positions the running return is {'reset to 0 (chapter)' if cfg.rpp_mask_mode == 'reset' else 'carried through unchanged (verl 0.9.1)'}",
+                     "advantages = (G - batch mean) / sqrt(batch var + 1e-8), 0 off-mask; returns = G"],
+            constants={"gamma": cfg.gamma, "mode": cfg.rpp_mask_mode, **whitening},
+            columns=["t", "mask", "reward", "reward-to-go G", "mask-0 point", "advantage"], tokens=table)
+    baseline = [float(ret[t] - adv[t]) if m[t] else None for t in range(T)]
+    formula = {"remax": ["G_t = sum of r_u * m_u for u >= t", "advantages = G - reward_baselines * m"],
+               "optimal_token_baseline": ["G_t = reward-to-go over actor tokens", "b_t = sum_i G[i,t] W[i,t] / (sum_i W[i,t] + 1e-8) over the group, per absolute position",
+                                          "advantages = (G - b) * m"],
+               "tir_optimal_token_baseline": ["G_t = reward-to-go over actor tokens", "b_k = group baseline at the k-th actor token of each row",
+                                              "advantages = (G - b) * m"]}[name]
+    return dict(formula=formula, constants={},
+                columns=["t", "mask", "reward", "return G", "baseline", "advantage"],
+                tokens=[[t, int(m[t]), r[t], ret[t] if m[t] else None, baseline[t], adv[t]] for t in range(T)])
+
+
+def render_explanation(e: Explanation, console) -> None:
+    """Print the derivation: formula, constants, then the per-token table or the group."""
+    from rich.table import Table
+
+    console.print(f"[bold]{e.estimator}[/bold]  {e.path}:{e.row}" + (f"  uid {e.uid}" if e.uid else ""))
+    for line in e.formula:
+        console.print(f"  {line}")
+    if e.constants:
+        console.print("  " + ", ".join(f"{k} = {v:.6g}" if isinstance(v, float) else f"{k} = {v}"
+                                       for k, v in e.constants.items()))
+    if e.group is not None:
+        render_group(e.group, console)
+        console.print(f"row {e.row}: advantage {next((a for a in e.advantages if a), 0.0):.7g} on its actor tokens")
+        return
+    table = Table(header_style="bold")
+    for col in e.columns:
+        table.add_column(col, justify="right")
+    for values in e.tokens:
+        table.add_row(*("" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v) for v in values))
+    console.print(table)
