@@ -261,21 +261,27 @@ def _cell(v: Any, cls: str = "") -> str:
     return f"<td{klass}>{_e(v) if isinstance(v, (str, _Html)) else _e(_num(v))}</td>"
 
 
-def _table(header: Optional[Sequence[str]], rows: Iterable[Sequence[Any]], numeric_from: int = 1,
+def _table(header: Optional[Sequence[str]], rows: Iterable[Sequence[Any]], align: str = "l",
            cls: str = "") -> str:
+    """A table; ``align`` gives each column's alignment (``l`` text, ``n`` right-aligned numbers), its last
+    letter repeating for the remaining columns."""
+
+    def klass(i: int) -> str:
+        return "n" if (align[i] if i < len(align) else align[-1]) == "n" else ""
+
     out = [f'<table class="{cls}">' if cls else "<table>"]
     if header:
-        out.append("<thead><tr>" + "".join(
-            f'<th class="{"n" if i >= numeric_from else ""}">{_e(h)}</th>' for i, h in enumerate(header)) + "</tr></thead>")
-    out.append("<tbody>")
+        out.append("<tr>" + "".join(
+            f'<th class="{klass(i)}">{_e(h)}</th>' if klass(i) else f"<th>{_e(h)}</th>" for i, h in enumerate(header))
+            + "</tr>")
     for row in rows:
-        out.append("<tr>" + "".join(_cell(v, "n" if i >= numeric_from else "") for i, v in enumerate(row)) + "</tr>")
-    out.append("</tbody></table>")
+        out.append("<tr>" + "".join(_cell(v, klass(i)) for i, v in enumerate(row)) + "</tr>")
+    out.append("</table>")
     return "\n".join(out)
 
 
 def _kv(rows: Iterable[tuple[str, Any]]) -> str:
-    return _table(None, rows, cls="kv")
+    return _table(None, rows, align="l", cls="kv")
 
 
 def _figure(caption: str, svg: str, note: str = "") -> str:
@@ -294,7 +300,7 @@ def _muted(text: str) -> str:
 
 # ============================================================================ SVG charts
 W, H = 560, 250
-ML, MR, MT, MB = 64, 16, 14, 46
+ML, MR, MT, MB = 72, 16, 14, 46
 
 
 def _nice_step(span: float, n: int) -> float:
@@ -393,13 +399,14 @@ def svg_columns(labels: Sequence[str], values: Sequence[int], xlabel: str, ylabe
     n = max(len(values), 1)
     yticks, top = _count_axis(max(values, default=1))
     scale = ph / top
-    band = pw / n
+    band = min(pw / n, 70.0)
+    left = ML + (pw - band * n) / 2
     every = max(1, math.ceil(n / 24))
     out = [_svg_open(W, H, f"{ylabel} by {xlabel}")]
     out += _y_grid(yticks, lambda c: MT + ph - c * scale, ML, ML + pw)
     y_base = MT + ph
     for i, (label, v) in enumerate(zip(labels, values)):
-        x0 = ML + i * band + band * 0.15
+        x0 = left + i * band + band * 0.15
         height = v * scale
         out.append(f'<rect class="bar {color}" x="{_c(x0)}" y="{_c(y_base - height)}" width="{_c(band * 0.7)}" '
                    f'height="{_c(height)}" data-count="{v}"><title>{_e(label)}: {v:,}</title></rect>')
@@ -461,8 +468,10 @@ def svg_series(labels: Sequence[str], values: Sequence[float], xlabel: str, ylab
         hi = ticks[-1] + step
     ticks = _nice_ticks(lo, hi, 4)
 
+    inset = 14.0  # keep the end points and their labels inside the plot
+
     def x_of(i: int) -> float:
-        return ML + (pw / 2 if n == 1 else i / (n - 1) * pw)
+        return ML + (pw / 2 if n == 1 else inset + i / (n - 1) * (pw - 2 * inset))
 
     def y_of(v: float) -> float:
         return MT + ph - (v - lo) / (hi - lo) * ph
@@ -479,7 +488,8 @@ def svg_series(labels: Sequence[str], values: Sequence[float], xlabel: str, ylab
             out.append(f'<circle class="dot {color}" cx="{_c(x_of(i))}" cy="{_c(y_of(v))}" r="3">'
                        f"<title>{_e(label)}: {_e(_num(v))}</title></circle>")
         if i % every == 0 or i == n - 1:
-            out.append(f'<text class="tick" x="{_c(x_of(i))}" y="{_c(y_base + 16)}" text-anchor="middle">{_e(label)}</text>')
+            anchor = "middle" if n == 1 else ("start" if i == 0 else "end" if i == n - 1 else "middle")
+            out.append(f'<text class="tick" x="{_c(x_of(i))}" y="{_c(y_base + 16)}" text-anchor="{anchor}">{_e(label)}</text>')
     out += _axis_labels(W, H, xlabel, ylabel, MT, ph)
     out.append("</svg>")
     return "\n".join(out)
@@ -506,7 +516,7 @@ def _stats_rows(items: Sequence[tuple[str, Stats]]) -> str:
     return _table(
         ("", "count", "mean", "std", "min", "max", "positive", "negative", "zero"),
         [(name, s.count, s.mean, s.std, s.min, s.max, _pct(s.fraction_positive), _pct(s.fraction_negative),
-          _pct(s.fraction_zero)) for name, s in items],
+          _pct(s.fraction_zero)) for name, s in items], align="ln",
     )
 
 
@@ -539,7 +549,8 @@ def _stages(r: Report) -> list[str]:
 
 def _section_inputs(r: Report) -> str:
     files = _table(("file", "rows", "tokens"),
-                   [(f.path, f.rows, f.tokens) for f in r.inputs.files] + [(_Html("<b>total</b>"), r.inputs.rows, r.inputs.tokens)])
+                   [(f.path, f.rows, f.tokens) for f in r.inputs.files] + [(_Html("<b>total</b>"), r.inputs.rows, r.inputs.tokens)],
+                   align="ln")
     out = [files]
     given = [p for p in r.inputs.paths if p not in {f.path for f in r.inputs.files}]
     if given:
@@ -550,9 +561,11 @@ def _section_inputs(r: Report) -> str:
 
 def _section_config(r: Report) -> str:
     stages = "".join(f"<li>{_e(s)}</li>" for s in _stages(r))
-    plain = [(k, _config_value(v)) for k, v in r.config.items() if not isinstance(v, dict)]
+    plain = "".join(f'<div><span class="k">{_e(k)}</span> <code>{_e(_config_value(v))}</code></div>'
+                    for k, v in r.config.items() if not isinstance(v, dict))
     nested = [(k, v) for k, v in r.config.items() if isinstance(v, dict)]
-    out = [f'<h3>Stages, in the order they ran</h3>\n<ol class="stages">{stages}</ol>', "<h3>Settings</h3>", _kv(plain)]
+    out = [f'<h3>Stages, in the order they ran</h3>\n<ol class="stages">{stages}</ol>',
+           f'<h3>Settings</h3>\n<div class="settings">{plain}</div>']
     for k, v in nested:
         out.append(f"<h3>{_e(k)}</h3>\n<pre>{_e(json.dumps(v, indent=2, default=str))}</pre>")
     return "\n".join(out)
@@ -562,7 +575,7 @@ def _section_tokens(r: Report, f: Figures) -> str:
     t = r.tokens
     parts = [("actor, used", t.used, "c1"), ("actor, rejected", t.rejected, "c5"),
              ("tool observation", t.observation, "c2"), ("padding", t.padding, "c4")]
-    table = _table(("tokens", "count", "share"), [
+    table = _table(("tokens", "count", "share"), align="ln", rows=[
         ("total", t.total, _pct(t.total, t.total)),
         ("actor (response_mask 1)", t.actor, _pct(t.actor, t.total)),
         ("tool observation (0, not padding)", t.observation, _pct(t.observation, t.total)),
@@ -572,9 +585,9 @@ def _section_tokens(r: Report, f: Figures) -> str:
     ])
     chart = ""
     if f.actor_tokens:
-        chart = _charts(_figure("Actor tokens per row", svg_histogram(
-            f.actor_tokens, "actor tokens per row (response_mask 1, before rejection)", "rows", "c1")))
-    return "\n".join([svg_stack(parts), table, chart])
+        chart = _figure("Actor tokens per row", svg_histogram(
+            f.actor_tokens, "actor tokens per row (response_mask 1, before rejection)", "rows", "c1"))
+    return "\n".join([svg_stack(parts), _charts(f"<div>{table}</div>", chart)])
 
 
 def _section_groups(r: Report, f: Figures) -> str:
@@ -582,12 +595,12 @@ def _section_groups(r: Report, f: Figures) -> str:
     if g.count == 0:
         return _kv([("batches", g.batches)]) + "\n" + _muted("No uid column: no groups.")
     sizes = sorted(((int(k), v) for k, v in g.sizes.items()))
-    out = [_kv([
+    table = _kv([
         ("groups", g.count), ("batches", g.batches),
         ("group sizes (rows × groups)", ", ".join(f"{k}×{v}" for k, v in sizes)),
         ("singleton groups (one row)", g.singletons),
         ("all-equal groups (2+ rows, equal total rewards)", g.all_equal),
-    ])]
+    ])
     size_chart = _figure("Group sizes", svg_columns([str(k) for k, _ in sizes], [v for _, v in sizes],
                                                     "rows per group", "groups", "c1"))
     spread = ""
@@ -595,8 +608,7 @@ def _section_groups(r: Report, f: Figures) -> str:
         spread = _figure("Reward spread per group", svg_histogram(
             f.group_spread, "max − min total reward within a group (groups of 2+ rows)", "groups", "c3"),
             "A spread of 0 is an all-equal group: no learning signal from it.")
-    out.append(_charts(size_chart, spread))
-    return "\n".join(out)
+    return _charts(f"<div>{table}</div>", size_chart, spread)
 
 
 def _section_scores(r: Report, f: Figures) -> str:
@@ -625,7 +637,7 @@ def _section_kl(r: Report) -> str:
                 ("mean KL (actor/reward_kl_penalty)", kl.mean)])]
     if kl.batches:
         out.append('<div class="scroll">' + _table(
-            ("batch", "rows", "KL (mean of row means)", "coefficient"),
+            ("batch", "rows", "KL (mean of row means)", "coefficient"), align="ln", rows=
             [(b.batch if b.batch is not None else "all rows", b.rows, b.kl, b.coef) for b in kl.batches]) + "</div>")
     if len(kl.batches) > 1:
         labels = [b.batch if b.batch is not None else str(i) for i, b in enumerate(kl.batches)]
@@ -657,7 +669,31 @@ def _rejection_bars(r: Report, metrics: dict[str, Any], prefix: str = "") -> lis
 
 
 def _metric_value(v: Any) -> str:
-    return _num(v) if isinstance(v, (int, float)) else _config_value(v)
+    return _num(v) if v is None or isinstance(v, (int, float)) else _config_value(v)
+
+
+def _metric_tables(r: Report, metrics: dict[str, Any]) -> tuple[str, str]:
+    """verl's metrics of one batch: a table of ``rollout_rs_<option>_*`` by option, then the others."""
+    options = _rs_options(r, metrics)
+    claimed: dict[str, tuple[str, str]] = {}
+    for option in sorted(options, key=len):  # a longer option name that shares a prefix claims its own keys
+        prefix = f"rollout_rs_{option}_"
+        claimed.update({k: (option, k[len(prefix):]) for k in metrics if k.startswith(prefix)})
+    table = rest = ""
+    if options:
+        suffixes: list[str] = []
+        for option, suffix in claimed.values():
+            if suffix not in suffixes:
+                suffixes.append(suffix)
+        value = {v: metrics[k] for k, v in claimed.items()}
+        table = "<h3>Per rejection option (rollout_rs_&lt;option&gt;_…)</h3>\n" + _table(
+            ["metric"] + options, [[s] + [_metric_value(value.get((o, s))) for o in options] for s in suffixes],
+            align="ln")
+    items = "".join(f'<div><span class="k">{_e(k)}</span> <code>{_e(_metric_value(v))}</code></div>'
+                   for k, v in metrics.items() if k not in claimed)
+    if items:
+        rest = f'<h3>Rejection totals, importance weights and off-policy metrics</h3>\n<div class="settings">{items}</div>'
+    return table, rest
 
 
 def _section_rejection(r: Report) -> str:
@@ -668,12 +704,10 @@ def _section_rejection(r: Report) -> str:
     per_batch = rr.get("batches") if isinstance(rr.get("batches"), dict) else None
     if per_batch is None:
         bars = _rejection_bars(r, rr)
-        if bars:
-            out.append(_charts(_figure("Rejected fraction per option", svg_hbars(
-                bars, "fraction rejected (tokens: of valid tokens; rows: of rows with a rejected token)", percent=True))))
-        out.append('<div class="scroll">' + _table(("metric (verl rollout_corr/…)", "value"),
-                                                   [(k, _metric_value(v)) for k, v in rr.items()]) + "</div>")
-        return "\n".join(out)
+        chart = _figure("Rejected fraction per option", svg_hbars(
+            bars, "fraction rejected (tokens: of valid tokens; rows: of rows with a rejected token)", percent=True)) if bars else ""
+        table, rest = _metric_tables(r, rr)
+        return "\n".join([_charts(chart, f"<div>{table}</div>" if table else ""), rest])
     names = list(per_batch)
     bars = [b for name in names[:30] for b in _rejection_bars(r, per_batch[name], f"{name} · ")]
     if bars:
@@ -684,7 +718,7 @@ def _section_rejection(r: Report) -> str:
     for metrics in per_batch.values():
         keys += [k for k in metrics if k not in keys]
     rows = [[k] + [_metric_value(per_batch[n].get(k)) for n in names] for k in keys]
-    out.append('<div class="scroll">' + _table(["metric (verl rollout_corr/…)"] + names, rows) + "</div>")
+    out.append('<div class="scroll">' + _table(["metric (verl rollout_corr/…)"] + names, rows, align="ln") + "</div>")
     return "\n".join(out)
 
 
@@ -703,17 +737,17 @@ def _section_advantages(r: Report, f: Figures) -> str:
         figs.append(_figure("Returns over valid tokens", svg_histogram(
             f.returns, "return (per valid token)", "tokens", "c3"),
             f"{f.returns.nonfinite:,} non-finite value(s) left out" if f.returns.nonfinite else ""))
-    out.append(_charts(*figs))
     a = r.advantages
     zero_tokens = None if a.fraction_zero is None else int(round(a.fraction_zero * a.count))
-    out.append("<h3>Dead signal</h3>\n" + _table(("where the learning signal is lost", "count"), [
+    figs.append("<div><h3>Dead signal</h3>\n" + _table(("where the learning signal is lost", "count"), align="ln", rows=[
         ("groups of 2+ rows with equal total rewards", r.groups.all_equal),
         ("singleton groups (the estimator's fallback)", r.groups.singletons),
         ("rows without an actor token", _warning_count(r, "row_without_actor_tokens")),
         ("rows whose every valid token was rejected", _warning_count(r, "row_fully_rejected")),
         ("actor tokens rejected by rollout rejection", r.tokens.rejected),
         ("valid tokens with advantage exactly 0", zero_tokens),
-    ]))
+    ]) + "</div>")
+    out.append(_charts(*figs))
     return "\n".join(out)
 
 
@@ -725,7 +759,7 @@ def _section_warnings(r: Report) -> str:
         code = _Html(f'<code id="warning-{_e(w.code)}" class="warn">{_e(w.code)}</code>')
         first = _Html("<br>".join(f"<code>{_e(x)}</code>" for x in w.where) or "–")
         rows.append((code, w.count, first, w.message))
-    return _table(("code", "count", "first rows (file:row)", "what it means"), rows, numeric_from=1,
+    return _table(("code", "count", "first rows (file:row)", "what it means"), rows, align="lnll",
                   cls="warnings")
 
 
@@ -733,12 +767,10 @@ def _section_timing(r: Report) -> str:
     t = r.timing
     total = t.seconds.get("total")
     stages = [(k, v) for k, v in t.seconds.items() if k != "total"]
-    out = [_kv([("device", t.device), ("tokens per second", f"{t.tokens_per_second:,.0f}"),
-                ("total seconds", total)])]
-    if stages:
-        out.append(_charts(_figure("Seconds per stage", svg_hbars(
-            [(k, v, "c1") for k, v in stages], "seconds (summed over chunks and passes)", fmt=lambda v: f"{v:.3g} s"))))
-    return "\n".join(out)
+    table = _kv([("device", t.device), ("tokens per second", f"{t.tokens_per_second:,.0f}"), ("total seconds", total)])
+    chart = _figure("Seconds per stage", svg_hbars(
+        [(k, v, "c1") for k, v in stages], "seconds (summed over chunks and passes)", fmt=lambda v: f"{v:.3g} s")) if stages else ""
+    return _charts(f"<div>{table}</div>", chart)
 
 
 # ============================================================================ page
@@ -766,7 +798,9 @@ code,pre{font-family:ui-monospace,"SFMono-Regular",Menlo,Consolas,"DejaVu Sans M
 pre{background:var(--panel);border:1px solid var(--line);padding:8px;overflow:auto}
 code.warn{color:var(--warn);font-weight:600}.ok{color:var(--ok);font-weight:600}
 .scroll{overflow:auto;max-height:420px;max-width:100%}
-.charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(460px,1fr));gap:14px;margin:10px 0}
+.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(460px,1fr));gap:14px;margin:10px 0;align-items:start}
+.settings{display:grid;grid-template-columns:repeat(auto-fill,minmax(290px,1fr));gap:2px 18px}
+.settings div{border-bottom:1px solid var(--line);padding:3px 0;overflow-wrap:anywhere}.settings .k{color:var(--muted)}
 figure{margin:0;background:var(--panel);border:1px solid var(--line);border-radius:6px;padding:8px 10px}
 figcaption{font-weight:600;margin-bottom:4px}
 svg.chart{display:block;width:100%;max-width:640px;height:auto}svg.stack{max-width:100%;margin:6px 0}

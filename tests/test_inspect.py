@@ -303,11 +303,22 @@ def test_sessions_count_for_grpo(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- streaming
+@pytest.fixture(scope="module")
+def computed_groups(tmp_path_factory) -> Path:
+    """sample_data/groups.parquet after `rladv compute --estimator grpo` (a file that carries advantages)."""
+    import rladv_cli
+
+    out = tmp_path_factory.mktemp("adv") / "groups.adv.parquet"
+    rladv_cli.compute_file([SAMPLES / "groups.parquet"], output=out, estimator="grpo", device="cpu")
+    return out
+
+
 @pytest.mark.parametrize("name", ["groups.parquet", "multiturn.parquet", "padded.parquet", "groups.adv.parquet"])
-def test_chunked_equals_whole_on_samples(name):
-    whole = inspect(SAMPLES / name, kl_coef=0.05, chunk_rows=100_000)
-    assert inspect(SAMPLES / name, kl_coef=0.05, chunk_rows=1) == whole
-    assert inspect(SAMPLES / name, kl_coef=0.05, chunk_rows=7) == whole
+def test_chunked_equals_whole_on_samples(name, computed_groups):
+    path = computed_groups if name == "groups.adv.parquet" else SAMPLES / name
+    whole = inspect(path, kl_coef=0.05, chunk_rows=100_000)
+    assert inspect(path, kl_coef=0.05, chunk_rows=1) == whole
+    assert inspect(path, kl_coef=0.05, chunk_rows=7) == whole
 
 
 def test_chunked_equals_whole_crafted(with_advantages, faults):
@@ -335,11 +346,11 @@ def test_sample_groups_finds_the_singleton_and_all_equal_group():
     assert ins.tokens.observation == 0 and ins.layout.turns.max == 1
 
 
-def test_inspect_does_not_import_torch():
+def test_inspect_does_not_import_torch(computed_groups):
     code = (
         "import sys\n"
         "from rladv_cli.inspection import inspect, render_inspection\n"
-        f"ins = inspect([{str(SAMPLES / 'groups.adv.parquet')!r}], kl_coef=0.1, estimator='grpo')\n"
+        f"ins = inspect([{str(computed_groups)!r}], kl_coef=0.1, estimator='grpo')\n"
         f"inspect({str(SAMPLES / 'multiturn.parquet')!r}, chunk_rows=5)\n"
         "import io; from rich.console import Console\n"
         "render_inspection(ins, Console(file=io.StringIO()))\n"
