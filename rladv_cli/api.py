@@ -42,10 +42,11 @@ def compute(table: pa.Table, config: Optional[Config] = None, *, progress: Optio
 
 def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config] = None, *,
                  output: Optional[PathLike] = None, report_path: Optional[PathLike] = None,
-                 progress: Optional[Callable] = None, config_source: Optional[dict] = None, **settings) -> Report:
+                 progress: Optional[Callable] = None, config_source: Optional[dict] = None,
+                 html_path: Optional[PathLike] = None, **settings) -> Report:
     """Read a dataset (file, files or folder), write ``output`` (default ``DATASET.adv.parquet``) atomically,
-    and optionally the JSON report. Nothing is left behind when it fails. ``config_source`` (what a verl
-    YAML contributed) is recorded in the report's ``config``."""
+    and optionally the JSON report and the self-contained HTML report. Nothing is left behind when it fails.
+    ``config_source`` (what a verl YAML contributed) is recorded in the report's ``config``."""
     from .pipeline import Pipeline, output_schema
 
     cfg = _config(config, settings)
@@ -53,10 +54,14 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
     dataset = Dataset(paths)
     out = str(output) if output is not None else default_output(paths)
     check_output_path(out, dataset)
-    if report_path is not None:
-        check_output_path(str(report_path), dataset, "--report")
-        if os.path.abspath(report_path) == os.path.abspath(out):
-            raise OutputError(f"--report {report_path} is also the -o output; give them different names")
+    extra = {"--report": report_path, "--html": html_path}
+    for flag, path in extra.items():
+        if path is not None:
+            check_output_path(str(path), dataset, flag)
+    given = [os.path.abspath(p) for p in (out, report_path, html_path) if p is not None]
+    twice = next((p for p in given if given.count(p) > 1), None)
+    if twice is not None:
+        raise OutputError(f"-o, --report and --html must name different files; {twice} is given twice")
     pipeline = Pipeline(dataset, cfg, progress)
     with AtomicParquetWriter(out, output_schema(dataset.schema, pipeline.is_cfg is not None)) as sink:
         report = pipeline.run(sink.write)
@@ -64,6 +69,10 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
         report = report.model_copy(update={"output": out, "config": config})
         if report_path is not None:
             write_json_atomic(str(report_path), report.to_json())
+        if html_path is not None:
+            from .html_report import write_html
+
+            write_html(html_path, report, pipeline.figures())
         sink.commit()
     return report
 

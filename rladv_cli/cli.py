@@ -93,6 +93,7 @@ def compute(
     config: Annotated[Optional[Path], typer.Option("--config", help="A verl trainer YAML (or its algorithm: section); flags given here win.")] = None,
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Output Parquet (default DATASET.adv.parquet).")] = None,
     report: Annotated[Optional[Path], typer.Option(help="Also write the report as JSON here.")] = None,
+    html: Annotated[Optional[Path], typer.Option(help="Also write a self-contained HTML report (plots inline) here.")] = None,
     gamma: Annotated[float, typer.Option(help="Discount factor.")] = 1.0,
     lam: Annotated[float, typer.Option(help="GAE lambda.")] = 1.0,
     norm_adv_by_std: Annotated[bool, typer.Option("--norm-adv-by-std/--no-norm-adv-by-std", help="grpo: divide by the group std.")] = True,
@@ -141,7 +142,7 @@ def compute(
     err = Console(stderr=True)
     with _progress(err, enabled=not quiet and err.is_terminal) as progress:
         result = _run(lambda: compute_file([str(p) for p in dataset], cfg, output=output, report_path=report,
-                                           progress=progress, config_source=source))
+                                           progress=progress, config_source=source, html_path=html))
     if not quiet:
         if source and (source["ignored"] or source["notes"]):
             for note in source["notes"]:

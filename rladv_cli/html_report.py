@@ -291,7 +291,7 @@ def _figure(caption: str, svg: str, note: str = "") -> str:
 
 def _charts(*figures: str) -> str:
     figs = [f for f in figures if f]
-    return f'<div class="charts">\n' + "\n".join(figs) + "\n</div>" if figs else ""
+    return '<div class="charts">\n' + "\n".join(figs) + "\n</div>" if figs else ""
 
 
 def _muted(text: str) -> str:
@@ -331,8 +331,8 @@ def _count_axis(top: float, n: int = 4) -> tuple[list[float], float]:
     return [round(i * step, 12) for i in range(k + 1)], k * step
 
 
-def _svg_open(w: float, h: float, label: str) -> str:
-    return (f'<svg class="chart" viewBox="0 0 {_c(w)} {_c(h)}" width="{_c(w)}" height="{_c(h)}" role="img" '
+def _svg_open(w: float, h: float, label: str, cls: str = "chart") -> str:
+    return (f'<svg class="{cls}" viewBox="0 0 {_c(w)} {_c(h)}" width="{_c(w)}" height="{_c(h)}" role="img" '
             f'aria-label="{_e(label)}">')
 
 
@@ -499,7 +499,7 @@ def svg_stack(parts: Sequence[tuple[str, int, str]]) -> str:
     """One horizontal bar split into ``(label, count, color)`` segments, widths proportional to the counts."""
     w, h, x0, bar_w = 1000, 34, 0.0, 1000.0
     total = sum(v for _, v, _ in parts) or 1
-    out = [_svg_open(w, h, "token anatomy").replace('class="chart"', 'class="chart stack"')]
+    out = [_svg_open(w, h, "token anatomy", "chart stack")]
     for label, v, color in parts:
         width = v / total * bar_w
         out.append(f'<rect class="bar {color}" x="{_c(x0)}" y="2" width="{_c(width)}" height="30" data-count="{v}">'
@@ -551,7 +551,7 @@ def _section_inputs(r: Report) -> str:
     files = _table(("file", "rows", "tokens"),
                    [(f.path, f.rows, f.tokens) for f in r.inputs.files] + [(_Html("<b>total</b>"), r.inputs.rows, r.inputs.tokens)],
                    align="ln")
-    out = [files]
+    out = [f'<div class="scroll">{files}</div>' if len(r.inputs.files) > 12 else files]
     given = [p for p in r.inputs.paths if p not in {f.path for f in r.inputs.files}]
     if given:
         out.append(_kv([("given as", ", ".join(r.inputs.paths))]))
@@ -737,18 +737,45 @@ def _section_advantages(r: Report, f: Figures) -> str:
         figs.append(_figure("Returns over valid tokens", svg_histogram(
             f.returns, "return (per valid token)", "tokens", "c3"),
             f"{f.returns.nonfinite:,} non-finite value(s) left out" if f.returns.nonfinite else ""))
-    a = r.advantages
-    zero_tokens = None if a.fraction_zero is None else int(round(a.fraction_zero * a.count))
-    figs.append("<div><h3>Dead signal</h3>\n" + _table(("where the learning signal is lost", "count"), align="ln", rows=[
+    out.append(_charts(*figs))
+    out.append(_dead_signal(r))
+    if getattr(r, "whitening", None):
+        out.append("<h3>Whitening of the raw advantages, per batch</h3>\n" + '<div class="scroll">' + _table(
+            ("batch", "valid tokens", "mean", "variance (unbiased)"),
+            [(w.get("batch") if w.get("batch") is not None else "all rows", w.get("tokens"), w.get("mean"), w.get("var"))
+             for w in r.whitening], align="ln") + "</div>")
+    return "\n".join(out)
+
+
+DEAD_CAUSES = {
+    "rejected": "rejected by rollout rejection",
+    "all_equal_group": "in an all-equal group",
+    "singleton": "in a singleton group",
+    "other": "other (e.g. the estimator's own zeros)",
+}
+
+
+def _dead_signal(r: Report) -> str:
+    """Actor tokens whose advantage is exactly 0, by cause (the report's ``dead_signal``), and the rows and
+    groups behind them."""
+    d = getattr(r, "dead_signal", None) or {}
+    causes = d.get("causes") or {}
+    actor = d.get("actor_tokens")
+    tokens = _table(("actor tokens with advantage exactly 0", "tokens", "share of actor tokens"), align="ln", rows=[
+        ("all causes", d.get("zero_advantage_tokens"), _pct(d.get("zero_advantage_tokens"), actor)),
+    ] + [(DEAD_CAUSES.get(k, k), v, _pct(v, actor)) for k, v in causes.items()]) if d else ""
+    sources = _table(("where the learning signal is lost", "count"), align="ln", rows=[
         ("groups of 2+ rows with equal total rewards", r.groups.all_equal),
         ("singleton groups (the estimator's fallback)", r.groups.singletons),
         ("rows without an actor token", _warning_count(r, "row_without_actor_tokens")),
         ("rows whose every valid token was rejected", _warning_count(r, "row_fully_rejected")),
-        ("actor tokens rejected by rollout rejection", r.tokens.rejected),
-        ("valid tokens with advantage exactly 0", zero_tokens),
-    ]) + "</div>")
-    out.append(_charts(*figs))
-    return "\n".join(out)
+    ])
+    chart = ""
+    if causes and actor:
+        chart = _figure("Zero-advantage actor tokens by cause", svg_hbars(
+            [(DEAD_CAUSES.get(k, k), float(v) / actor, "c5") for k, v in causes.items()],
+            "share of actor tokens whose advantage is exactly 0", percent=True))
+    return "<h3>Dead signal</h3>\n" + _charts(chart, f"<div>{tokens}\n{sources}</div>")
 
 
 def _section_warnings(r: Report) -> str:
@@ -785,6 +812,7 @@ main{max-width:1240px;margin:0 auto;padding:20px 28px 48px}
 h1{font-size:24px;margin:0 0 4px}h2{font-size:19px;margin:34px 0 10px;padding-bottom:4px;border-bottom:2px solid var(--line)}
 h3{font-size:15px;margin:18px 0 6px}
 .sub,.muted,.note{color:var(--muted)}.note{margin:4px 0 0;font-size:12px}
+a,a:visited{color:var(--c1)}
 nav{margin:12px 0 4px;display:flex;flex-wrap:wrap;gap:6px 14px}nav a{color:var(--c1);text-decoration:none}
 .cards{display:flex;flex-wrap:wrap;gap:10px;margin-top:12px}
 .card{background:var(--panel);border:1px solid var(--line);border-radius:6px;padding:8px 14px;min-width:130px}
@@ -853,7 +881,8 @@ def render_html(report: Report, figures: Optional[Figures] = None) -> str:
         "warnings": _section_warnings(r),
         "timing": _section_timing(r),
     }
-    title = f"rladv report: {r.config.get('estimator', '?')} on {', '.join(r.inputs.paths)}"
+    more = f" and {len(r.inputs.paths) - 1} more" if len(r.inputs.paths) > 1 else ""
+    title = f"rladv report: {r.config.get('estimator', '?')} on {r.inputs.paths[0] if r.inputs.paths else '?'}{more}"
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en">',

@@ -34,6 +34,7 @@ from .config import Config
 from .diagnostics import RowTable, WarningBuilder, group_flags, row_stats, token_stats, value_rows
 from .errors import ComputeError, ConfigError, InputError
 from .estimators import ESTIMATORS
+from .html_report import Figures, ValueSketch, build_figures
 from .io import Chunk
 from .labels import Labels, uid_merges
 from .report import KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens
@@ -113,6 +114,7 @@ class Pipeline:
         self.batch_nonzero_rows: Optional[Tensor] = None
         self.position_sums: Optional[PositionSums] = None
         self.whitening: list[dict] = []
+        self.advantage_sketch, self.return_sketch = ValueSketch(), ValueSketch()
         self.groups = None
         self.whiten_mean: Optional[Tensor] = None
         self.whiten_var: Optional[Tensor] = None
@@ -427,6 +429,8 @@ class Pipeline:
                 advantages = torch.where(valid, advantages, torch.zeros_like(advantages))
                 returns = torch.where(valid, returns, torch.zeros_like(returns))
                 flags = {code: fn(b, self.cfg) for code, fn in checks.items()}
+            self.advantage_sketch.add(advantages[valid])
+            self.return_sketch.add(returns[valid])
             flags["zero_advantage_tokens"] = kernels.segment_sum(((advantages == 0) & valid).float(), b.row_offsets)
             adv_rows = value_rows(advantages, m, b.row_offsets)
             ret_rows = value_rows(returns, m, b.row_offsets)
@@ -456,6 +460,13 @@ class Pipeline:
         self._write_pass(write, output_schema(self.source.schema, self.is_cfg is not None))
         self.seconds["total"] = time.perf_counter() - t0
         return self._report()
+
+    def figures(self) -> Figures:
+        """The distributions the HTML report plots, from the same per-row values and sketches as the report."""
+        rows = self.rows
+        return build_figures(reward_total=rows["reward_total"], score_total=rows["score_total"], actor=rows["actor"],
+                             group_id=rows["group_id"] if self.has_uid else None,
+                             advantages=self.advantage_sketch, returns=self.return_sketch)
 
     def _check_correction_batches(self) -> None:
         """verl's rollout correction refuses a batch with no valid token (SEMANTICS §5.1)."""

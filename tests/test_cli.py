@@ -937,3 +937,15 @@ def test_inspect_export_writes_a_reproducer_that_reproduces(tmp_path):
     for a, b in zip(group["advantages"].to_pylist(), whole["advantages"].to_pylist()):
         np.testing.assert_allclose(a, b, atol=1e-6)
     assert_one_line_error(rladv("inspect", inp, "--export", out_dir), "--export needs --uid")
+
+
+def test_html_report_is_written_with_the_output_and_never_onto_it(tmp_path):
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    html = tmp_path / "r.html"
+    result = rladv("compute", inp, "--estimator", "grpo", "--kl-coef", "0.05", "--html", html, "-q")
+    assert result.exit_code == 0, result.output
+    text = html.read_text()
+    assert "rladv run report" in text and "score_on_masked_position" in text
+    before = listing(tmp_path)
+    assert_one_line_error(rladv("compute", inp, "--estimator", "grpo", "-o", html, "--html", html), "different files")
+    assert listing(tmp_path) == before
