@@ -66,20 +66,6 @@ def token_stats(rows: RowTable, prefix: str) -> Stats:
     )
 
 
-def row_stats(values: Tensor) -> Stats:
-    """``Stats`` of one value per row (exact float sums, so the result does not depend on chunking)."""
-    v = values.double().numpy()
-    if v.size == 0:
-        return Stats(count=0, mean=None, std=None, min=None, max=None)
-    mean = math.fsum(v) / v.size
-    var = math.fsum((v - mean) ** 2) / (v.size - 1) if v.size > 1 else 0.0
-    return Stats(
-        count=int(v.size), mean=mean, std=math.sqrt(var), min=float(v.min()), max=float(v.max()),
-        fraction_positive=float((v > 0).mean()), fraction_negative=float((v < 0).mean()),
-        fraction_zero=float((v == 0).mean()),
-    )
-
-
 def group_flags(reward_total: Tensor, group_index: Tensor, size: Tensor) -> dict[str, Tensor]:
     """Per-group booleans ``(G,)``: ``singleton_group`` (one row) and ``all_equal_group`` (2+ rows, equal ``R``)."""
     g = size.numel()

@@ -63,7 +63,7 @@ from .estimators.registry import ESTIMATORS, Estimator
 from .io import Dataset
 from .columns import assemble_scores, flat_values, list_offsets, score_positions
 from .labels import Labels, uid_merges
-from .report import Stats
+from .report import Stats, row_stats
 from .schema import COLUMNS
 
 PathLike = str | os.PathLike
@@ -253,20 +253,6 @@ def kl_estimate(logprob: np.ndarray, ref_logprob: np.ndarray, mode: str) -> np.n
             k2 = np.float32(0.5) * np.square(d)
             value = value + (k2 - k2)
     return value.astype(np.float32, copy=False)
-
-
-def _row_stats(v: np.ndarray) -> Stats:
-    """``Stats`` of one value per row, with exact sums (independent of chunking and row order)."""
-    v = np.asarray(v, dtype=np.float64)
-    if v.size == 0:
-        return Stats(count=0, mean=None, std=None, min=None, max=None)
-    mean = math.fsum(v) / v.size
-    var = math.fsum((v - mean) ** 2) / (v.size - 1) if v.size > 1 else 0.0
-    return Stats(
-        count=int(v.size), mean=mean, std=math.sqrt(var), min=float(v.min()), max=float(v.max()),
-        fraction_positive=float((v > 0).mean()), fraction_negative=float((v < 0).mean()),
-        fraction_zero=float((v == 0).mean()),
-    )
 
 
 def _dist(v: np.ndarray) -> Dist:
@@ -647,7 +633,7 @@ def _summarise(ds: Dataset, plan: _Plan, est: Optional[Estimator], rows: _Rows, 
     scores = None
     if scored:
         scores = Scores(
-            column=plan.score, score_total=_row_stats(rows["score_total"]), reward_total=_row_stats(rows["reward_total"]),
+            column=plan.score, score_total=row_stats(rows["score_total"]), reward_total=row_stats(rows["reward_total"]),
             reward_basis=plan.basis,
             rows_score_on_masked_position=int(((rows["score_on_observation"] + rows["score_on_padding"]) > 0).sum()),
             tokens_score_on_observation=int(rows["score_on_observation"].sum()),

@@ -55,17 +55,19 @@ class Labels:
 
     def group_ids(self, table: pa.Table, batch_ids: np.ndarray, path: str, start: int) -> np.ndarray:
         """Dense id ``(B,) int64`` of each row's ``(batch, uid)`` group, new groups numbered by first appearance."""
-        if table.num_rows == 0:
-            return np.zeros(0, dtype=np.int64)
         self._check_not_null(table, "uid", path, start, "every row needs a group id")
-        codes, values = _encode(table["uid"])
+        return self._pair_ids(batch_ids, table["uid"], self.groups)
+
+    def _pair_ids(self, parent: np.ndarray, column: pa.ChunkedArray, ids: dict) -> np.ndarray:
+        """Dense ids of ``(parent id, value of column)`` pairs, registered in ``ids`` by first appearance."""
+        if len(parent) == 0:
+            return np.zeros(0, dtype=np.int64)
+        codes, values = _encode(column)
         width = max(len(values), 1)
-        uniq, position = self._first_appearance(batch_ids * width + codes)
-        gids = np.array(
-            [self.groups.setdefault((int(p // width), values[int(p % width)]), len(self.groups)) for p in uniq],
-            dtype=np.int64,
-        )
-        return gids[position]
+        uniq, position = self._first_appearance(parent * width + codes)
+        dense = np.array([ids.setdefault((int(p // width), values[int(p % width)]), len(ids)) for p in uniq],
+                         dtype=np.int64)
+        return dense[position]
 
     def batch_name(self, batch_id: int) -> str | None:
         for value, i in self.batches.items():
@@ -82,17 +84,8 @@ class Labels:
 
     def session_ids(self, table: pa.Table, group_ids: np.ndarray, path: str, start: int) -> np.ndarray:
         """Dense id ``(B,) int64`` of each row's agent session ``(batch, uid, session_id)``."""
-        if table.num_rows == 0:
-            return np.zeros(0, dtype=np.int64)
         self._check_not_null(table, "session_id", path, start, "every output needs its session")
-        codes, values = _encode(table["session_id"])
-        width = max(len(values), 1)
-        uniq, position = self._first_appearance(group_ids * width + codes)
-        sids = np.array(
-            [self.sessions.setdefault((int(p // width), values[int(p % width)]), len(self.sessions)) for p in uniq],
-            dtype=np.int64,
-        )
-        return sids[position]
+        return self._pair_ids(group_ids, table["session_id"], self.sessions)
 
 
 def uid_merges(uids: list) -> list[tuple[str, ...]]:

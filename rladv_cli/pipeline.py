@@ -31,13 +31,13 @@ from . import __version__, kernels, validation
 from .batch import Batch, PositionSums, as_tensor, from_arrow
 from .columns import flat_values, list_offsets, scalar_values
 from .config import Config
-from .diagnostics import RowTable, WarningBuilder, group_flags, row_stats, token_stats, value_rows
+from .diagnostics import RowTable, WarningBuilder, group_flags, token_stats, value_rows
 from .errors import ComputeError, ConfigError, InputError
 from .estimators import ESTIMATORS
 from .html_report import Figures, ValueSketch, build_figures
 from .io import Chunk
 from .labels import Labels, uid_merges
-from .report import KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens
+from .report import KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens, row_stats
 from .shaping import KLController, apply_kl, kl_penalty, overlong_penalty
 
 Progress = Callable[[str, int, int], None]
@@ -524,7 +524,8 @@ class Pipeline:
             tokens=Tokens(total=tokens_total, actor=actor, observation=tokens_total - actor - padding,
                           padding=padding, rejected=actor - used, used=used),
             groups=groups,
-            scores=Scores(score_total=row_stats(rows["score_total"]), reward_total=row_stats(rows["reward_total"])),
+            scores=Scores(score_total=row_stats(rows["score_total"].double().numpy()),
+                          reward_total=row_stats(rows["reward_total"].double().numpy())),
             kl=kl,
             rollout_rejection=correction,
             dead_signal=self._dead_signal_report(),

@@ -1,7 +1,10 @@
 """The run report (CONTRACT §4): pydantic models, JSON out, and a rich rendering of the same content."""
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
+
+import numpy as np
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -53,6 +56,20 @@ class Stats(_Model):
     fraction_positive: Optional[float] = None
     fraction_negative: Optional[float] = None
     fraction_zero: Optional[float] = None
+
+
+def row_stats(values) -> Stats:
+    """``Stats`` of one value per row (array-like), with exact sums: independent of chunking and row order."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return Stats(count=0, mean=None, std=None, min=None, max=None)
+    mean = math.fsum(v.tolist()) / v.size
+    var = math.fsum(((v - mean) ** 2).tolist()) / (v.size - 1) if v.size > 1 else 0.0
+    return Stats(
+        count=int(v.size), mean=mean, std=math.sqrt(var), min=float(v.min()), max=float(v.max()),
+        fraction_positive=float((v > 0).mean()), fraction_negative=float((v < 0).mean()),
+        fraction_zero=float((v == 0).mean()),
+    )
 
 
 class Scores(_Model):
