@@ -71,6 +71,7 @@ class Batch:
     session_total: Optional[Tensor] = None
     session_active: Optional[Tensor] = None
     overlong_penalty: Optional[Tensor] = None
+    known_reward_total: Optional[Tensor] = None
     _row_ids: Optional[Tensor] = field(default=None, repr=False)
 
     @property
@@ -94,8 +95,11 @@ class Batch:
         return kernels.padded_row_sum(x, self.row_offsets, width)
 
     def reward_total(self) -> Tensor:
-        """``R_i``: the row total of ``token_level_rewards`` (see ``row_total``); ``(B,)`` float32."""
-        return self.row_total(self.token_level_rewards)
+        """``R_i``: the row total of ``token_level_rewards`` (see ``row_total``); ``(B,)`` float32. Computed once;
+        the pipeline hands in the first pass's totals (``known_reward_total``) so later passes do not redo it."""
+        if self.known_reward_total is None:
+            self.known_reward_total = self.row_total(self.token_level_rewards)
+        return self.known_reward_total
 
     def row_sum(self, x: Tensor) -> Tensor:
         """``Σ_t x[i,t]`` per row as float32 (accumulated in float64); ``(B,)``."""

@@ -114,6 +114,7 @@ class Pipeline:
         self.batch_nonzero_rows: Optional[Tensor] = None
         self.position_sums: Optional[PositionSums] = None
         self.whitening: list[dict] = []
+        self.scanned = False
         self.advantage_sketch, self.return_sketch = ValueSketch(), ValueSketch()
         self.groups = None
         self.whiten_mean: Optional[Tensor] = None
@@ -205,6 +206,8 @@ class Pipeline:
             if with_weights and self.is_cfg is not None:
                 weights = self._is_weights(batch, batch_ids)
                 batch.rollout_is_weights = weights
+        if self.scanned:  # the scan pass's totals: the same bits, not summed again
+            batch.known_reward_total = self.rows["reward_total"][batch.row_index.cpu()].to(self.device)
         if self.component_groups is not None:
             batch.component_groups = self.component_groups
         if self.fold_source is not None:
@@ -451,6 +454,7 @@ class Pipeline:
         t0 = time.perf_counter()
         self._layout_pass()
         self._scan_pass()
+        self.scanned = True
         self._check_correction_batches()
         self._group_pass()
         if (self.est.whiten and self.est.groups) or self.est.accumulate:
