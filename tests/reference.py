@@ -348,3 +348,160 @@ def reinforce_plus_plus_baseline(rewards, masks, uids):
     X = [(F32(R_i - b[uid]) * m).astype(F32) for R_i, uid, m in zip(R, uids, _rows(masks))]
     adv = [(w * m).astype(F32) for w, m in zip(masked_whiten(X, masks), _rows(masks))]
     return adv, [x.copy() for x in adv]
+
+
+# --------------------------------------------------------------------------- §7.4, §7.9–7.13 the rest
+
+
+def _reward_to_go(rewards, masks):
+    """G[i,t] = Σ_{u ≥ t} r[i,u]·m[i,u], accumulated right to left in float32 (verl's flip-cumsum-flip)."""
+    out = []
+    for r, m in zip(_rows(rewards), _rows(masks)):
+        G = np.zeros(len(r), dtype=F32)
+        run = F32(0.0)
+        for t in reversed(range(len(r))):
+            run = F32(run + F32(r[t] * m[t]))
+            G[t] = run
+        out.append(G)
+    return out
+
+
+def grpo_passk(rewards, masks, uids, norm_adv_by_std=True, epsilon=1e-6):
+    """Per group (2+ rows, else ValueError): the row with the largest R gets (r1 − r2)/(σ + ε) (or r1 − r2),
+    every other row 0; σ = Bessel std of the group (SEMANTICS §7.4). Ties for the maximum give 0."""
+    R = _outcome(rewards)
+    a = [F32(0.0)] * len(R)
+    for uid, idx in _groups(uids).items():
+        if len(idx) < 2:
+            raise ValueError(f"Pass@k requires at least 2 samples per group. Got {len(idx)} for group {uid}.")
+        order = sorted(idx, key=lambda i: -R[i])
+        gap = F32(R[order[0]] - R[order[1]])
+        if norm_adv_by_std:
+            gap = F32(gap / F32(_mean_std([R[i] for i in idx])[1] + _f(epsilon)))
+        a[order[0]] = gap
+    return _broadcast(a, masks)
+
+
+def remax(rewards, masks, reward_baselines):
+    """G = reward-to-go of r·m; advantages = G − b_i·m; returns = G (SEMANTICS §7.9)."""
+    G = _reward_to_go(rewards, masks)
+    adv = [(g - F32(b) * m).astype(F32) for g, b, m in zip(G, reward_baselines, _rows(masks))]
+    return adv, G
+
+
+def opo(rewards, masks, uids):
+    """b_g = Σ n_i R_i / Σ n_i (n_i = valid tokens; 0 for a singleton); a_i = R_i − b_g (SEMANTICS §7.10)."""
+    R = _outcome(rewards)
+    n = [F32(np.sum(m)) for m in _rows(masks)]
+    b = {}
+    for uid, idx in _groups(uids).items():
+        if len(idx) == 1:
+            b[uid] = F32(0.0)
+        else:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                b[uid] = F32(_fsum(F32(n[i] * R[i]) for i in idx) / _fsum(n[i] for i in idx))
+    return _broadcast([F32(R_i - b[u]) for R_i, u in zip(R, uids)], masks)
+
+
+def gpg(rewards, masks, uids):
+    """a_i = α·(R_i − μ_g) with α = B / max(#rows with R ≠ 0, 1) over the batch, μ_g the group mean (0 for a
+    singleton), f_norm = 1 (SEMANTICS §7.11)."""
+    R = _outcome(rewards)
+    alpha = F32(F32(len(R)) / F32(max(sum(1 for x in R if x != 0), 1)))
+    mu = {u: F32(0.0) if len(idx) == 1 else _mean_std([R[i] for i in idx])[0] for u, idx in _groups(uids).items()}
+    return _broadcast([F32(F32(alpha * F32(R_i - mu[u])) / F32(1.0)) for R_i, u in zip(R, uids)], masks)
+
+
+def _path_weights(masks, old_log_probs, sum_pi_squared, rollout_is_weights=None):
+    """W[i,t] = Σ_{u ≤ t} w_u·m_u with w = 1 − 2·exp(old) + Σπ² (× IS weight²), float32 left to right."""
+    out = []
+    for i, (m, old, spp) in enumerate(zip(_rows(masks), _rows(old_log_probs), _rows(sum_pi_squared))):
+        w = (F32(1.0) - F32(2.0) * np.exp(old).astype(F32) + spp).astype(F32)
+        if rollout_is_weights is not None:
+            w = (w * np.square(np.asarray(rollout_is_weights[i], dtype=F32))).astype(F32)
+        W = np.zeros(len(m), dtype=F32)
+        run = F32(0.0)
+        for t in range(len(m)):
+            run = F32(run + F32(w[t] * m[t]))
+            W[t] = run
+        out.append(W)
+    return out
+
+
+def _zero_tail(lengths):
+    """(row index in the list, second-longest length) when one row is strictly the longest, else None."""
+    order = sorted(lengths)
+    longest = order[-1]
+    if lengths.count(longest) == 1 and longest > order[-2]:
+        return lengths.index(longest), order[-2]
+    return None
+
+
+def optimal_token_baseline(rewards, masks, uids, old_log_probs, sum_pi_squared, rollout_is_weights=None):
+    """b_t = Σ_i G[i,t]·W[i,t]·m[i,t] / (Σ_i W[i,t]·m[i,t] + 1e-8) per group and absolute position; a singleton
+    has b = 0; zero tail for a strictly longest row; advantages = (G − b)·m; returns = G (SEMANTICS §7.12)."""
+    G, W, M = _reward_to_go(rewards, masks), _path_weights(masks, old_log_probs, sum_pi_squared, rollout_is_weights), _rows(masks)
+    adv = []
+    baselines = [np.zeros(len(g), dtype=F32) for g in G]
+    for idx in _groups(uids).values():
+        if len(idx) == 1:
+            continue
+        for i in idx:
+            for t in range(len(G[i])):
+                num = _fsum(F32(F32(G[j][t] * W[j][t]) * M[j][t]) for j in idx if t < len(G[j]))
+                den = _fsum(F32(W[j][t] * M[j][t]) for j in idx if t < len(G[j]))
+                baselines[i][t] = F32(num / F32(den + _f(1e-8)))
+        tail = _zero_tail([int(np.sum(M[i])) for i in idx])
+        if tail is not None:
+            baselines[idx[tail[0]]][tail[1]:] = 0.0
+    for g, b, m in zip(G, baselines, M):
+        adv.append((F32(1.0) * (g - b) * m).astype(F32))
+    return adv, G
+
+
+def tir_optimal_token_baseline(rewards, masks, uids, old_log_probs, sum_pi_squared, rollout_is_weights=None):
+    """As ``optimal_token_baseline`` over each row's actor tokens renumbered k = 0..n_i−1; rows without an actor
+    token are left out of their group (advantage 0) (SEMANTICS §7.12)."""
+    G, W, M = _reward_to_go(rewards, masks), _path_weights(masks, old_log_probs, sum_pi_squared, rollout_is_weights), _rows(masks)
+    Gc = [g[m > 0] for g, m in zip(G, M)]
+    Wc = [w[m > 0] for w, m in zip(W, M)]
+    bc = [np.zeros(len(g), dtype=F32) for g in Gc]
+    groups = {}
+    for i, uid in enumerate(uids):
+        if len(Gc[i]):
+            groups.setdefault(uid, []).append(i)
+    for idx in groups.values():
+        if len(idx) == 1:
+            continue
+        for i in idx:
+            for k in range(len(Gc[i])):
+                num = _fsum(F32(Gc[j][k] * Wc[j][k]) for j in idx if k < len(Gc[j]))
+                den = _fsum(Wc[j][k] for j in idx if k < len(Gc[j]))
+                bc[i][k] = F32(num / F32(den + _f(1e-8)))
+        tail = _zero_tail([len(Gc[i]) for i in idx])
+        if tail is not None:
+            bc[idx[tail[0]]][tail[1]:] = 0.0
+    adv = []
+    for g, gc, b, m in zip(G, Gc, bc, M):
+        a = np.zeros(len(g), dtype=F32)
+        a[m > 0] = gc - b
+        adv.append((a * m).astype(F32))
+    return adv, G
+
+
+def gdpo(rewards, masks, uids, components=None, weights=None, epsilon=1e-6):
+    """A_sum = Σ_k w_k · grpo(component_k) (each component a per-row scalar placed on one position; without
+    components the single one is the rewards themselves); advantages = masked_whiten(A_sum, m)·m;
+    returns = advantages (SEMANTICS §7.13)."""
+    if components is None:
+        parts = [rewards]
+    else:
+        parts = [[np.array([c], dtype=F32) for c in comp] for comp in components]
+    weights = [1.0] * len(parts) if weights is None else weights
+    total = None
+    for w, part in zip(weights, parts):
+        adv, _ = grpo(part, masks, uids, norm_adv_by_std=True, epsilon=epsilon)
+        term = [(F32(w) * a).astype(F32) for a in adv]
+        total = term if total is None else [(x + y).astype(F32) for x, y in zip(total, term)]
+    out = [(x * m).astype(F32) for x, m in zip(masked_whiten(total, masks), _rows(masks))]
+    return out, [x.copy() for x in out]
