@@ -42,7 +42,7 @@ def _cases():
             yield pytest.param(c, est, id=Path(c["expected"]).stem)
 
 
-@pytest.mark.parametrize("case, est", _cases())
+@pytest.mark.parametrize("case, est", list(_cases()))
 def test_golden(case, est):
     t, e = pq.read_table(GOLDEN / case["input"]), pq.read_table(GOLDEN / case["expected"])
     r, m, u = e["token_level_rewards"].to_pylist(), e["response_mask"].to_pylist(), t["uid"].to_pylist()
