@@ -1,0 +1,301 @@
+"""Atomic output under SIGKILL (issue 7, item 3) and byte-identical, repeatable output (issue 7, item 4).
+
+A dataset of ~3M tokens is written into tmp_path; ``rladv compute`` runs on it as a subprocess and is killed
+with SIGKILL at seeded moments: at random times after the start, when the temporary output has reached a random
+fraction of its final size (i.e. in the middle of the large write), and in the window right after the temporary
+file was renamed. After every kill:
+
+- the output path holds exactly the previous output (pre-created, byte-identical), or, when no previous output
+  existed, nothing, or (only if the kill came after the rename) the complete new output, byte-identical to an
+  uninterrupted run; never a partial file;
+- the same holds for the ``--report`` JSON;
+- the input is byte-identical;
+- temporary ``.rladv-*.tmp`` files a killed process could not remove are allowed (they are counted and printed,
+  ``pytest -s`` shows the figures) but never sit at the output name.
+
+Determinism: for every estimator (and a few stage-heavy option sets), on ``sample_data/multiturn.parquet`` with
+the columns the estimators need added, outputs are byte-identical and report numbers identical (timings,
+the output path and ``config.chunk_rows`` aside) across ``--chunk-rows`` 1, 7 and the default, across two runs
+in one process, and across fresh processes with different ``PYTHONHASHSEED`` values.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from rladv_cli.cli import app
+from rladv_cli.estimators.registry import ESTIMATORS
+
+SEED = 7
+ROWS, MEAN_LEN = 16_000, 200  # ~3.2M tokens
+KILL_POINTS = [("time", True), ("size", True), ("size", True), ("time", False), ("size", False), ("commit", True)]
+
+
+def _rladv() -> list[str]:
+    script = Path(sys.executable).parent / "rladv"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "rladv_cli.cli"]
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def make_dataset(path: Path, seed: int = SEED) -> int:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(MEAN_LEN // 2, MEAN_LEN * 3 // 2, ROWS)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    tokens = int(lengths.sum())
+    mask = (rng.random(tokens) < 0.9).astype(np.int8)
+
+    def lists(values, t):
+        return pa.ListArray.from_arrays(offsets, pa.array(values, type=t))
+
+    table = pa.table({
+        "uid": pa.array([f"p{i // 8}" for i in range(ROWS)]),
+        "response_mask": lists(mask, pa.int8()),
+        "old_log_probs": lists(rng.normal(-1, 0.3, tokens).astype(np.float32), pa.float32()),
+        "score": pa.array(rng.integers(0, 2, ROWS).astype(np.float32)),
+        "step": pa.array(np.arange(ROWS) // 4000, pa.int64()),
+    })
+    pq.write_table(table, path)
+    return tokens
+
+
+def _temps(folder: Path) -> list[Path]:
+    return sorted(folder.glob(".rladv-*"))
+
+
+def _kill_when(proc: subprocess.Popen, folder: Path, strategy: str, value: float, t0: float) -> str:
+    """Poll until the kill condition holds, then SIGKILL; returns what was observed at the kill."""
+    seen_tmp = False
+    while proc.poll() is None:
+        tmps = [p for p in _temps(folder) if p.name.endswith(".parquet.tmp")]
+        seen_tmp = seen_tmp or bool(tmps)
+        if strategy == "time" and time.monotonic() - t0 >= value:
+            break
+        if strategy == "size" and tmps:
+            try:
+                if max(p.stat().st_size for p in tmps) >= value:
+                    break
+            except FileNotFoundError:
+                pass  # renamed meanwhile
+        if strategy == "commit" and seen_tmp and not tmps:
+            break  # the temporary output was just renamed; the process is finishing
+        time.sleep(0.0005)
+    if proc.poll() is not None:
+        return "finished before the kill"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    return "killed"
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    root = tmp_path_factory.mktemp("atomic")
+    inp = root / "rollouts.parquet"
+    tokens = make_dataset(inp)
+    ref_dir = root / "ref"
+    ref_dir.mkdir()
+    args = ["compute", str(inp), "--estimator", "grpo", "--batch-key", "step", "-q"]
+    t0 = time.monotonic()
+    p = subprocess.run(_rladv() + args + ["-o", str(ref_dir / "out.parquet"), "--report", str(ref_dir / "r.json")],
+                       capture_output=True, text=True, timeout=300)
+    duration = time.monotonic() - t0
+    assert p.returncode == 0, p.stderr
+    # a valid previous output and report: a smaller run of the same command
+    prev_in = root / "small.parquet"
+    pq.write_table(pq.read_table(inp).slice(0, 2000), prev_in)
+    prev_dir = root / "prev"
+    prev_dir.mkdir()
+    p = subprocess.run(_rladv() + ["compute", str(prev_in), "--estimator", "grpo", "-q", "-o", str(prev_dir / "out.parquet"),
+                                   "--report", str(prev_dir / "r.json")], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return dict(root=root, inp=inp, tokens=tokens, args=args, duration=duration,
+                ref=(ref_dir / "out.parquet").read_bytes(), ref_report=json.loads((ref_dir / "r.json").read_text()),
+                prev=(prev_dir / "out.parquet").read_bytes(), prev_report=(prev_dir / "r.json").read_bytes())
+
+
+def _report_numbers(report: dict) -> dict:
+    return {k: v for k, v in report.items() if k not in ("timing", "output")}
+
+
+def test_sigkill_leaves_previous_or_complete_output(big):
+    rng = np.random.default_rng(SEED)
+    assert 2_000_000 <= big["tokens"] <= 5_000_000
+    input_digest = _digest(big["inp"])
+    final_size = len(big["ref"])
+    outcomes, temps_left = [], 0
+    for i, (strategy, with_previous) in enumerate(KILL_POINTS):
+        folder = big["root"] / f"kill{i}"
+        folder.mkdir()
+        out, report = folder / "out.parquet", folder / "r.json"
+        if with_previous:
+            out.write_bytes(big["prev"])
+            report.write_bytes(big["prev_report"])
+        value = {"time": float(rng.uniform(0.3, big["duration"])), "size": float(rng.uniform(0.05, 0.95)) * final_size,
+                 "commit": 0.0}[strategy]
+        t0 = time.monotonic()
+        proc = subprocess.Popen(_rladv() + big["args"] + ["-o", str(out), "--report", str(report)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        how = _kill_when(proc, folder, strategy, value, t0)
+        at = time.monotonic() - t0
+        # the output name: previous output, nothing, or the complete new output; never a partial file
+        if out.exists():
+            data = out.read_bytes()
+            if data == big["prev"] and with_previous:
+                state = "previous output intact"
+            else:
+                assert data == big["ref"], f"kill {i} ({strategy} at {at:.2f}s): a partial or foreign file at the output name"
+                state = "complete new output"
+        else:
+            assert not with_previous, f"kill {i}: the previous output was removed"
+            state = "no output"
+        if report.exists():
+            text = report.read_bytes()
+            if not (with_previous and text == big["prev_report"]):
+                assert _report_numbers(json.loads(text)) == _report_numbers(big["ref_report"]), f"kill {i}: partial report"
+        pq.read_table(out) if out.exists() else None  # whatever is there reads as Parquet
+        left = _temps(folder)
+        assert all(p.name.startswith(".rladv-") and p.name.endswith(".tmp") for p in left), left
+        assert out not in left
+        temps_left += len(left)
+        assert _digest(big["inp"]) == input_digest
+        outcomes.append((i, strategy, round(value, 3), round(at, 2), how, state, len(left)))
+        if how == "finished before the kill":
+            assert proc.returncode == 0 and state == "complete new output"
+        else:
+            assert proc.returncode == -signal.SIGKILL
+    print(f"\natomic: {big['tokens']} tokens, uninterrupted run {big['duration']:.2f}s, output {final_size} bytes")
+    for row in outcomes:
+        print("  kill %d: %-6s value=%-12s at %5.2fs  %-24s -> %-24s temp files left: %d" % row)
+    print(f"  temp files left in total: {temps_left}")
+    killed = [o for o in outcomes if o[4] == "killed"]
+    assert len(killed) >= 4, outcomes  # most kill points must really interrupt the run
+    assert any(o[5] != "complete new output" for o in killed)
+
+
+# ------------------------------------------------------------------------------------------- determinism
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
+VARIANTS = {name: (["--reward-components", "acc,fmt"] if name == "gdpo" else []) for name in ESTIMATORS}
+VARIANTS.update({
+    "grpo+kl+rollout-correction+batches": ["--kl-coef", "0.05", "--kl-penalty", "low_var_kl", "--rollout-is", "token",
+                                           "--rollout-rs", "token_k1,seq_max_k2", "--rollout-rs-threshold",
+                                           "0.5_2.0,2.5", "--batch-key", "step"],
+    "gae+adaptive-kl+batches": ["--gamma", "0.99", "--lam", "0.95", "--kl-coef", "0.1", "--kl-ctrl", "adaptive",
+                                "--kl-target", "0.01", "--kl-horizon", "100", "--batch-key", "step"],
+    "reinforce_plus_plus_baseline+is-sequence-normalized": ["--rollout-is", "sequence", "--rollout-is-batch-normalize"],
+    "optimal_token_baseline+is": ["--rollout-is", "token"],
+    "grpo+overlong": ["--overlong-buffer-len", "8", "--max-resp-len", "40", "--overlong-penalty-factor", "0.5"],
+})
+
+
+def _estimator(variant: str) -> str:
+    return variant.split("+", 1)[0]
+
+
+def _variant_args(variant: str) -> list[str]:
+    return ["--estimator", _estimator(variant), *VARIANTS[variant]]
+
+
+@pytest.fixture(scope="module")
+def multiturn(tmp_path_factory) -> Path:
+    """sample_data/multiturn.parquet plus reward_baselines, sum_pi_squared, two reward components and a step."""
+    rng = np.random.default_rng(SEED)
+    table = pq.read_table(SAMPLES / "multiturn.parquet")
+    n = table.num_rows
+    lengths = [len(m) for m in table["response_mask"].to_pylist()]
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    spi = rng.uniform(0.05, 1.0, int(sum(lengths))).astype(np.float32)
+    table = (table.append_column("reward_baselines", pa.array(rng.uniform(0, 1, n).astype(np.float32)))
+             .append_column("sum_pi_squared", pa.ListArray.from_arrays(offsets, pa.array(spi)))
+             .append_column("acc", pa.array(rng.integers(0, 2, n).astype(np.float64)))
+             .append_column("fmt", pa.array(rng.uniform(0, 1, n)))
+             .append_column("step", pa.array(np.arange(n) * 3 // n, pa.int64())))
+    path = tmp_path_factory.mktemp("determinism") / "multiturn.parquet"
+    pq.write_table(table, path)
+    return path
+
+
+def _strip(report: dict) -> dict:
+    """Report numbers that must repeat: everything but timings, the output path and the chunk size."""
+    out = {k: v for k, v in report.items() if k not in ("timing", "output")}
+    out["config"] = {k: v for k, v in report["config"].items() if k != "chunk_rows"}
+    return out
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_byte_identical_across_chunk_sizes_and_runs(multiturn, tmp_path, variant):
+    runner = CliRunner()
+    outputs, reports = {}, {}
+    for label, chunk in (("chunk 1", ["--chunk-rows", "1"]), ("chunk 7", ["--chunk-rows", "7"]), ("default", []),
+                         ("default, again", [])):
+        folder = tmp_path / label.replace(" ", "_").replace(",", "")
+        folder.mkdir()
+        result = runner.invoke(app, ["compute", str(multiturn), *_variant_args(variant), *chunk, "-q",
+                                     "-o", str(folder / "out.parquet"), "--report", str(folder / "r.json")])
+        assert result.exit_code == 0, (label, result.output)
+        outputs[label] = (folder / "out.parquet").read_bytes()
+        reports[label] = _strip(json.loads((folder / "r.json").read_text()))
+    for label in outputs:
+        assert outputs[label] == outputs["default"], f"{variant}: {label} output differs from the default run"
+        assert reports[label] == reports["default"], f"{variant}: {label} report numbers differ"
+
+
+_SCRIPT = """
+import json, sys
+from pathlib import Path
+import rladv_cli
+inp, out = sys.argv[1], Path(sys.argv[2])
+for variant, args in json.loads(sys.argv[3]).items():
+    settings = {}
+    it = iter(args)
+    for flag in it:
+        key = flag.lstrip("-").replace("-", "_")
+        if key in ("rollout_is_batch_normalize",):
+            settings[key] = True
+            continue
+        value = next(it)
+        settings[key] = value.split(",") if key in ("reward_components",) else value
+    rep = rladv_cli.compute_file([inp], output=str(out / (variant + ".parquet")),
+                                 report_path=str(out / (variant + ".json")), device="cpu", **settings)
+"""
+
+
+def test_byte_identical_across_processes_and_hash_seeds(multiturn, tmp_path):
+    """Fresh interpreters with different PYTHONHASHSEED (set/dict order of string uids) give the same bytes as
+    the in-process CLI."""
+    runner = CliRunner()
+    variants = {v: _variant_args(v) for v in sorted(VARIANTS)}
+    procs = {}
+    for seed in ("1", "4242"):
+        folder = tmp_path / f"seed{seed}"
+        folder.mkdir()
+        procs[seed] = (folder, subprocess.Popen([sys.executable, "-c", _SCRIPT, str(multiturn), str(folder),
+                                                 json.dumps(variants)], env={**os.environ, "PYTHONHASHSEED": seed},
+                                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    here = tmp_path / "cli"
+    here.mkdir()
+    for variant, args in variants.items():
+        result = runner.invoke(app, ["compute", str(multiturn), *args, "--device", "cpu", "-q",
+                                     "-o", str(here / f"{variant}.parquet"), "--report", str(here / f"{variant}.json")])
+        assert result.exit_code == 0, (variant, result.output)
+    for seed, (folder, proc) in procs.items():
+        stdout, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, stderr
+        for variant in variants:
+            assert (folder / f"{variant}.parquet").read_bytes() == (here / f"{variant}.parquet").read_bytes(), (seed, variant)
+            got = _strip(json.loads((folder / f"{variant}.json").read_text()))
+            want = _strip(json.loads((here / f"{variant}.json").read_text()))
+            assert got == want, (seed, variant)
