@@ -8,13 +8,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .errors import ConfigError
 from .estimators.registry import ESTIMATORS
 
+INT_MAX = 2**31 - 1
 KL_MODES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 
 
 class Config(BaseModel):
     """Everything that decides the numbers; defaults are verl 0.9.1's ``algorithm`` defaults."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, title="rladv compute config")
+    model_config = ConfigDict(extra="forbid", frozen=True, title="rladv compute config", allow_inf_nan=False)
 
     estimator: str = Field(description="advantage estimator, by verl's name (rladv estimators lists them)")
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="discount factor (gae, reinforce_plus_plus)")
@@ -28,26 +29,26 @@ class Config(BaseModel):
     kl_penalty: str = Field("kl", description="per-token KL estimate: kl/k1, abs, mse/k2, low_var_kl/k3, or <mode>+")
     kl_ctrl: Literal["fixed", "adaptive"] = Field("fixed", description="KL coefficient controller")
     kl_target: float = Field(0.1, description="adaptive controller: target KL")
-    kl_horizon: int = Field(10000, description="adaptive controller: horizon")
+    kl_horizon: int = Field(10000, le=INT_MAX, description="adaptive controller: horizon")
     rollout_rs: Optional[str] = Field(None, description="rollout rejection options, verl's string (e.g. token_k1)")
     rollout_rs_threshold: Optional[str] = Field(None, description="rollout rejection thresholds, verl's string")
     rollout_is: Optional[Literal["token", "sequence"]] = Field(None, description="importance-weight level")
     rollout_is_threshold: str = Field("2.0", description="IS truncation threshold (number) or IcePop band lo_hi")
     rollout_is_batch_normalize: bool = Field(False, description="normalise IS weights by their batch mean")
     overlong_buffer_len: Optional[int] = Field(
-        None, gt=0, description="DAPO overlong shaping: buffer length (turns the stage on; needs max_resp_len)"
+        None, gt=0, le=INT_MAX, description="DAPO overlong shaping: buffer length (turns the stage on; needs max_resp_len)"
     )
     overlong_penalty_factor: float = Field(1.0, description="DAPO overlong shaping: penalty at max_resp_len")
-    max_resp_len: Optional[int] = Field(None, gt=0, description="DAPO overlong shaping: maximum response length")
+    max_resp_len: Optional[int] = Field(None, gt=0, le=INT_MAX, description="DAPO overlong shaping: maximum response length")
     reward_components: Optional[tuple[str, ...]] = Field(
         None, description="gdpo: float columns holding per-row reward components"
     )
     reward_weights: Optional[tuple[float, ...]] = Field(None, description="gdpo: weight of each component")
     batch_key: Optional[str] = Field(None, description="column whose values split the dataset into independent batches")
-    chunk_rows: int = Field(1024, gt=0, description="rows held in memory at once; results do not depend on it")
+    chunk_rows: int = Field(1024, gt=0, le=INT_MAX, description="rows held in memory at once; results do not depend on it")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="torch device; auto = cuda when available")
     threads: int = Field(
-        1, ge=1,
+        1, ge=1, le=1024,
         description="torch CPU threads for the run (the kernels are memory-bound; on small CPUs the thread pool's "
         "wake-up cost exceeds the gain)",
     )
@@ -103,6 +104,6 @@ class Config(BaseModel):
             return cls(**settings)
         except ValidationError as err:
             first = err.errors()[0]
-            flag = "--" + "-".join(str(p) for p in first["loc"]).replace("_", "-") if first["loc"] else "config"
+            flag = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "config"
             msg = first["msg"].removeprefix("Value error, ")
             raise ConfigError(f"{flag}: {msg}" if first["loc"] else msg) from None

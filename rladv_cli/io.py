@@ -46,6 +46,11 @@ class Dataset:
                 files.append(p)
             else:
                 raise InputError(str(p), "no such file or folder")
+        seen = set()
+        for p in files:
+            if p.resolve() in seen:
+                raise InputError(str(p), "is given twice; each file of a dataset is read once")
+            seen.add(p.resolve())
         self.paths = [str(p) for p in files]
         self._files = [self._open(p) for p in self.paths]
         self.schema = self._files[0].schema_arrow
@@ -57,9 +62,14 @@ class Dataset:
     @staticmethod
     def _open(path: str) -> pq.ParquetFile:
         try:
-            return pq.ParquetFile(path)
-        except (pa.ArrowException, OSError) as err:
+            f = pq.ParquetFile(path)
+        except (pa.ArrowException, OSError, UnicodeDecodeError, ValueError) as err:
             raise InputError(path, f"not a readable Parquet file ({str(err).splitlines()[0]})") from None
+        names = f.schema_arrow.names
+        twice = next((n for n in names if names.count(n) > 1), None)
+        if twice is not None:
+            raise InputError(path, "appears twice; column names must be unique", column=twice)
+        return f
 
     def _check_same_schema(self, path: str, schema: pa.Schema) -> None:
         if schema.names != self.schema.names:
@@ -87,6 +97,9 @@ class Dataset:
                     start += rb.num_rows
             except (pa.ArrowException, OSError) as err:
                 raise InputError(path, f"cannot be read past row {start} ({str(err).splitlines()[0]})") from None
+            if start != self.file_rows[i]:
+                raise InputError(path, f"holds {start} readable rows but its footer says {self.file_rows[i]}; "
+                                       "the file is truncated or corrupt")
             first_row += self.file_rows[i]
 
     def locate(self, row: int) -> tuple[str, int]:

@@ -37,6 +37,10 @@ class Labels:
     @staticmethod
     def _check_not_null(table: pa.Table, column: str, path: str, start: int, why: str) -> None:
         col = table[column]
+        t = col.type
+        if pa.types.is_nested(t) or not (pa.types.is_primitive(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+                                         or pa.types.is_dictionary(t)):
+            raise InputError(path, f"has type {t}; a label needs one string or number per row", column=column)
         if col.null_count:
             bad = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
             raise InputError(path, f"is null; {why}", row=start + bad, column=column)

@@ -138,21 +138,28 @@ def check_chunk(table: pa.Table, path: str, start: int) -> None:
                 raise InputError(path, f"has value {v[bad]}; masks must be 0 or 1", row=start + int(parents[bad]), column=name)
             flat[name] = v
         elif col.kind == "float_list":
-            bad = _first(~np.isfinite(v.astype(np.float64, copy=False)))
+            bad = _first(_not_float32(v))
             if bad is not None:
                 parents = pc.list_parent_indices(arr).to_numpy()
                 raise InputError(
-                    path, f"has {v[bad]} at position {_pos(arr, parents, bad)}; NaN and infinity are not allowed",
-                    row=start + int(parents[bad]), column=name,
+                    path, f"has {v[bad]} at position {_pos(arr, parents, bad)}; values must be finite float32 "
+                    "numbers (no NaN, infinity, or beyond ±3.4e38)", row=start + int(parents[bad]), column=name,
                 )
     if "attention_mask" in flat:
         _check_padding(table, path, start, flat)
 
 
+def _not_float32(v: np.ndarray) -> np.ndarray:
+    """Values that are not finite once read as float32 (NaN, infinity, or beyond float32's range)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return ~np.isfinite(v.astype(np.float32))
+
+
 def _check_finite(arr: pa.Array, name: str, path: str, start: int) -> None:
-    bad = _first(~pc.is_finite(pc.cast(arr, pa.float64())).to_numpy(zero_copy_only=False))
+    bad = _first(_not_float32(pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False)))
     if bad is not None:
-        raise InputError(path, f"is {arr[bad].as_py()}; values must be finite", row=start + bad, column=name)
+        raise InputError(path, f"is {arr[bad].as_py()}; values must be finite float32 numbers",
+                         row=start + bad, column=name)
 
 
 def check_numbers(table: pa.Table, columns: Iterable[str], path: str, start: int) -> None:
