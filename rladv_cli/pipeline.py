@@ -432,6 +432,7 @@ class Pipeline:
                 advantages = torch.where(valid, advantages, torch.zeros_like(advantages))
                 returns = torch.where(valid, returns, torch.zeros_like(returns))
                 flags = {code: fn(b, self.cfg) for code, fn in checks.items()}
+            self._check_finite(chunk, b, advantages, returns, valid)
             self.advantage_sketch.add(advantages[valid])
             self.return_sketch.add(returns[valid])
             flags["zero_advantage_tokens"] = kernels.segment_sum(((advantages == 0) & valid).float(), b.row_offsets)
@@ -440,6 +441,19 @@ class Pipeline:
             self.rows.add(**{f"adv_{k}": v for k, v in adv_rows.items()}, **{f"ret_{k}": v for k, v in ret_rows.items()}, **flags)
             with self._timed("write"):
                 write(_output_table(chunk.table, b, advantages, returns, p.is_weights, schema))
+
+    def _check_finite(self, chunk: Chunk, b: Batch, advantages: Tensor, returns: Tensor, valid: Tensor) -> None:
+        """Nothing silently wrong: a NaN/inf advantage or return on a valid token stops the run (inputs that are
+        finite can still overflow, e.g. log-probs above 0 in exp())."""
+        bad = valid & ~(torch.isfinite(advantages) & torch.isfinite(returns))
+        if bool(bad.any()):
+            token = int(torch.nonzero(bad)[0])
+            row = int(torch.searchsorted(b.row_offsets, torch.tensor(token, device=b.row_offsets.device), right=True)) - 1
+            raise ComputeError(
+                f"{chunk.path}: row {chunk.start + row}: {self.cfg.estimator} produced a non-finite advantage or "
+                f"return at position {token - int(b.row_offsets[row])}; check that row's inputs (values beyond "
+                "float32's range, or log-probs above 0 that overflow exp())"
+            )
 
     # ----------------------------------------------------------------- run
     def run(self, write: Callable[[pa.Table], None]) -> Report:

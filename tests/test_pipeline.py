@@ -109,3 +109,14 @@ def test_batch_normalised_is_weights_per_batch_equal_each_batch_alone():
         alone, _ = rladv_cli.compute(t.filter(rows), **settings)
         assert both.filter(rows)["rollout_is_weights"].equals(alone["rollout_is_weights"])
         assert both.filter(rows)["advantages"].equals(alone["advantages"])
+
+
+def test_non_finite_results_stop_the_run_naming_the_row(tmp_path):
+    # each score is a finite float32, their reward-to-go is not
+    t = pa.table({
+        "response_mask": pa.array([[1], [1, 1]], pa.list_(pa.int8())),
+        "rm_scores": pa.array([[1.0], [3e38, 3e38]], pa.list_(pa.float32())),
+        "reward_baselines": pa.array([0.0, 0.0], pa.float32()),
+    })
+    with pytest.raises(rladv_cli.ComputeError, match="row 1: remax produced a non-finite advantage or return at position 0"):
+        rladv_cli.compute(t, estimator="remax", device="cpu")
