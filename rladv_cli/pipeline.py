@@ -4,8 +4,9 @@ Per chunk, in verl's order (SEMANTICS §10): validate -> score assembly -> KL sh
 -> rollout rejection (rewrites ``response_mask``) -> estimator -> whitening -> write.
 
 Passes over the data (each reads only the columns it needs; a one-chunk dataset is read from disk once):
-  kl      only for an adaptive KL controller with ``--batch-key``: per-row KL, so each batch's coefficient is
-          known before its rewards are shaped;
+  layout  row lengths and batch ids (verl pads each batch to its longest response, which fixes how row totals
+          round); with an adaptive KL controller and ``--batch-key``, also each row's KL, so each batch's
+          coefficient is known before its rewards are shaped;
   scan    per-row totals ``R_i``, token counts, group labels, diagnostics, rollout-correction statistics,
           and whitening moments of estimators that need no group statistics;
   group statistics  only for whitened estimators that need group statistics (``reinforce_plus_plus_baseline``)
@@ -80,7 +81,6 @@ class Pipeline:
         self.est = ESTIMATORS[cfg.estimator]
         self.device = resolve_device(cfg.device)
         names = set(source.columns)
-        self.correction = None
         if cfg.rollout_rs or cfg.rollout_is:
             from .rejection import parse_rollout_is, parse_rollout_rs
 
