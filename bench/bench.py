@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -76,11 +75,12 @@ def make_dataset(tokens: int, path: Path) -> None:
 
 def end_to_end(path: Path, estimator: str, out: Path) -> tuple[float, float]:
     code = (
-        "import resource, sys\n"
+        "import sys\n"
         "from rladv_cli.cli import main\n"
         f"sys.argv = ['rladv', 'compute', {str(path)!r}, '--estimator', {estimator!r}, '-o', {str(out)!r}, '-q', '--device', 'cpu']\n"
         "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        # VmHWM belongs to this process image; ru_maxrss would also count the parent's pages before exec
+        "print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')))\n"
     )
     t0 = time.perf_counter()
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
