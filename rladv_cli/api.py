@@ -78,20 +78,40 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
 
 
 @dataclass(frozen=True)
+class Problem:
+    """One kind of row-level problem: where (column), what, how many rows, the first rows (``file:row``) and
+    one full message."""
+
+    column: Optional[str]
+    kind: str
+    count: int
+    rows: list[str]
+    example: str
+
+
+@dataclass(frozen=True)
 class ValidationSummary:
-    """What ``validate`` checked: the files, rows and tokens of a dataset that passed."""
+    """What ``validate`` checked: files, rows, tokens, and every row-level problem found (empty when valid)."""
 
     paths: list[str]
     rows: int
     tokens: int
     columns: list[str]
+    problems: list[Problem]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
 
 
 def validate(inputs: Sequence[PathLike] | PathLike, estimator: Optional[str] = None, *, kl: bool = False,
              rollout_correction: bool = False, batch_key: Optional[str] = None,
              chunk_rows: int = 8192) -> ValidationSummary:
-    """Check a dataset against the contract (and the columns ``estimator`` needs) without torch; raises
-    ``InputError`` naming file, row and column at the first problem."""
+    """Check a dataset against the contract (and the columns ``estimator`` needs) without torch.
+
+    Dataset-level problems (unreadable file, missing column, wrong type) raise ``InputError`` at once; every
+    row-level problem is collected, grouped by kind with counts and first rows (``compute`` stops at the
+    first one instead)."""
     paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     dataset = Dataset(paths)
     if estimator is not None:
@@ -102,7 +122,11 @@ def validate(inputs: Sequence[PathLike] | PathLike, estimator: Optional[str] = N
     if dataset.num_rows == 0:
         raise InputError(dataset.paths[0], "holds no rows")
     tokens = 0
+    found: dict[tuple, list] = {}
     for chunk in dataset.chunks(None, chunk_rows):
-        validation.check_chunk(chunk.table, chunk.path, chunk.start)
+        for row, err in validation.invalid_rows(chunk.table, chunk.path, chunk.start):
+            found.setdefault((err.column, err.kind), []).append((f"{chunk.path}:{chunk.start + row}", str(err)))
         tokens += pc.sum(pc.list_value_length(chunk.table["response_mask"])).as_py() or 0
-    return ValidationSummary(dataset.paths, dataset.num_rows, int(tokens), dataset.columns)
+    problems = [Problem(column=column, kind=kind, count=len(hits), rows=[h[0] for h in hits[:5]], example=hits[0][1])
+                for (column, kind), hits in found.items()]
+    return ValidationSummary(dataset.paths, dataset.num_rows, int(tokens), dataset.columns, problems)

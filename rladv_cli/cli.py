@@ -216,7 +216,15 @@ def validate(
     from .api import validate as run_validate
 
     summary = _run(lambda: run_validate([str(p) for p in dataset], estimator.value if estimator else None, kl=kl))
-    typer.echo(f"ok: {summary.rows} rows, {summary.tokens} tokens in {len(summary.paths)} file(s)")
+    if summary.ok:
+        typer.echo(f"ok: {summary.rows} rows, {summary.tokens} tokens in {len(summary.paths)} file(s)")
+        return
+    bad = sum(p.count for p in summary.problems)
+    typer.echo(f"Error: {bad} of {summary.rows} rows break the data contract ({len(summary.problems)} kind(s)):", err=True)
+    for p in summary.problems:
+        more = f"; first rows {', '.join(p.rows)}" if p.count > 1 else ""
+        typer.echo(f"  {p.count} row(s) with {p.kind}, e.g. {p.example}{more}", err=True)
+    raise typer.Exit(code=2)
 
 
 @app.command()

@@ -22,7 +22,8 @@ class InputError(RladvError):
     Example: ``data/a.parquet: row 7, column rm_scores: length 12 differs from response_mask's 13``
     """
 
-    def __init__(self, path: str, message: str, *, row: int | None = None, column: str | None = None):
+    def __init__(self, path: str, message: str, *, row: int | None = None, column: str | None = None,
+                 kind: str | None = None):
         where = [str(path)]
         if row is not None:
             where.append(f"row {row}")
@@ -30,6 +31,7 @@ class InputError(RladvError):
             where.append(f"column {column}")
         super().__init__(", ".join(where[:1]) + (": " + ", ".join(where[1:]) if len(where) > 1 else "") + f": {message}")
         self.path, self.row, self.column = str(path), row, column
+        self.kind = kind or message  # the problem without its values, to count problems of one kind
 
 
 class ComputeError(RladvError):

@@ -297,19 +297,8 @@ def _check_rows(table: pa.Table, path: str, start: int) -> None:
 
 
 def invalid_rows(table: pa.Table, path: str, start: int) -> list[tuple[int, str]]:
-    """``(row within table, message)`` of every row that fails validation. A chunk that passes is checked once;
-    a failing one is bisected, so ``k`` bad rows cost ``O(k log n)`` checks and the answer does not depend on
-    how rows were chunked."""
-    try:
-        _check_rows(table, path, start)
-        return []
-    except InputError as err:
-        if table.num_rows <= 1:
-            return [(0, str(err))]
-    half = table.num_rows // 2
-    left = invalid_rows(table.slice(0, half), path, start)
-    right = invalid_rows(table.slice(half), path, start + half)
-    return left + [(half + i, msg) for i, msg in right]
+    """``(row within table, message)`` of every row that fails inspect's checks (``validation.invalid_rows``)."""
+    return [(row, str(err)) for row, err in validation.invalid_rows(table, path, start, _check_rows)]
 
 
 # ==================================================================================== the streaming scan

@@ -713,10 +713,23 @@ def test_validate_fails_like_compute(tmp_path, mutate, row, column):
     before, data = listing(tmp_path), {bad: bad.read_bytes()}
     v = rladv("validate", bad, "--estimator", "gae")
     c = rladv("compute", bad, "--estimator", "gae")
-    line_v = assert_one_line_error(v, str(bad), row=row, column=column)
     line_c = assert_one_line_error(c, str(bad), row=row, column=column)
-    assert line_v == line_c
+    # validate lists every problem: a header, then one line per kind holding compute's message
+    assert v.exit_code == 2 and "Traceback" not in v.output
+    lines = v.stderr.strip().splitlines()
+    assert lines[0].startswith("Error: 1 of ") and line_c.removeprefix("Error: ") in lines[1]
     assert_untouched(tmp_path, before, data)
+
+
+def test_validate_reports_every_problem_with_counts_and_first_rows(tmp_path):
+    cols = good_columns()
+    cols["response_mask"] = [[2] + m[1:] if i % 2 else m for i, m in enumerate(cols["response_mask"])]
+    bad = write(tmp_path / "bad.parquet", cols)
+    v = rladv("validate", bad)
+    lines = v.stderr.strip().splitlines()
+    n_bad = sum(1 for i in range(len(cols["response_mask"])) if i % 2)
+    assert v.exit_code == 2 and lines[0].startswith(f"Error: {n_bad} of {len(cols['response_mask'])} rows")
+    assert f"{n_bad} row(s) with mask value other than 0 or 1" in lines[1] and f"{bad}:1, {bad}:3" in lines[1]
 
 
 def test_validate_missing_column_for_estimator(tmp_path):
