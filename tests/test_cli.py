@@ -962,3 +962,19 @@ def test_html_report_is_written_with_the_output_and_never_onto_it(tmp_path):
     before = listing(tmp_path)
     assert_one_line_error(rladv("compute", inp, "--estimator", "grpo", "-o", html, "--html", html), "different files")
     assert listing(tmp_path) == before
+
+
+def test_inspect_row_and_uid_on_semantics_examples(tmp_path):
+    gae = write(tmp_path / "gae.parquet", {"response_mask": [[1, 1, 1]], "rm_scores": [[0, 0, 1.0]],
+                                           "values": [[0.2, 0.3, 0.4]]})
+    result = rladv("inspect", gae, "--row", "0", "--estimator", "gae", "--json")
+    assert result.exit_code == 0, result.output
+    view = json.loads(result.stdout)
+    # §7.1 with lam = 1.0 (the inspect default): A_raw = [0.8, 0.7, 0.6], returns = A_raw + V = [1, 1, 1]
+    np.testing.assert_allclose(view["returns"], [1.0, 1.0, 1.0], atol=1e-6)
+    grp = write(tmp_path / "grp.parquet", {"uid": ["a", "a", "a"], "response_mask": [[1], [1], [1]],
+                                           "rm_scores": [[1.0], [0.0], [0.5]]})
+    result = rladv("inspect", grp, "--uid", "a", "--json")
+    assert result.exit_code == 0, result.output
+    members = json.loads(result.stdout)["members"]
+    np.testing.assert_allclose([m["advantage"] for m in members], [0.999998, -0.999998, 0.0], atol=1e-6)

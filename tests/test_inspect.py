@@ -472,3 +472,16 @@ def test_render_group_and_row(semantics_groups):
     render_row(row_view(semantics_groups, 0, estimator="grpo"), c)
     out = c.file.getvalue()
     assert "singleton_group" in out and "0.999998" in out and "observation" in out
+
+
+def test_a_clean_dataset_has_no_warn_or_fail(tmp_path):
+    """Two groups of two with distinct scores, actor tokens only, scores on the last token, no KL: all pass."""
+    path = write(tmp_path / "clean.parquet", {
+        "uid": ["a", "b", "a", "b"],
+        "response_mask": [[1, 1, 1], [1, 1], [1, 1], [1, 1, 1]],
+        "rm_scores": [[0, 0, 1.0], [0, 0.5], [0, 0.0], [0, 0, -0.5]],
+        "old_log_probs": [[-1, -1, -1], [-1, -1], [-1, -1], [-1, -1, -1]],
+        "ref_log_prob": [[-1.1, -1.2, -1.1], [-1.3, -1.1], [-1.2, -1.1], [-1.1, -1.1, -1.2]],
+    })
+    for ins in (inspect(path, expected_n=2), inspect(path, expected_n=2, kl_coef=0.01, estimator="reinforce_plus_plus")):
+        assert [c.code for c in ins.checks if c.status != "pass"] == []
