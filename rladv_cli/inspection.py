@@ -977,6 +977,16 @@ def _uid_equals(table: pa.Table, uid: str) -> np.ndarray:
     return pc.fill_null(pc.equal(as_str, pa.scalar(str(uid), pa.string())), False).to_numpy(zero_copy_only=False)
 
 
+def _group_rows(ds: Dataset, uid: str) -> tuple[pa.Table, np.ndarray]:
+    """The rows of uid group ``uid`` and their dataset-wide indices; errors when there is no such group."""
+    if "uid" not in ds.columns:
+        raise InputError(ds.paths[0], "missing; --uid needs a uid column", column="uid")
+    table, index = _read_rows(ds, lambda c: _uid_equals(c.table, uid))
+    if table.num_rows == 0:
+        raise ConfigError(f"--uid {uid}: no row has this uid")
+    return table, index
+
+
 def _compute_on(table: pa.Table, estimator: str, settings: dict) -> pa.Table:
     from .api import compute
 
@@ -1199,11 +1209,7 @@ def group_view(inputs: Sequence[PathLike] | PathLike, uid: str, *, estimator: st
     """
     est = _estimator(estimator)
     ds = Dataset(_paths(inputs))
-    if "uid" not in ds.columns:
-        raise InputError(ds.paths[0], "missing; --uid needs a uid column", column="uid")
-    table, index = _read_rows(ds, lambda c: _uid_equals(c.table, uid))
-    if table.num_rows == 0:
-        raise ConfigError(f"--uid {uid}: no row has this uid")
+    table, index = _group_rows(ds, uid)
     for i in range(table.num_rows):
         path, file_row = ds.locate(int(index[i]))
         validation.check_chunk(table.slice(i, 1), path, file_row)
@@ -1348,11 +1354,7 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
     if not os.path.isdir(folder):
         raise ConfigError(f"--export {folder}: not a folder")
     ds = Dataset(_paths(inputs))
-    if "uid" not in ds.columns:
-        raise InputError(ds.paths[0], "missing; --uid needs group ids", column="uid")
-    table, _ = _read_rows(ds, lambda c: _uid_equals(c.table, uid))
-    if table.num_rows == 0:
-        raise ConfigError(f"--uid {uid}: no row of the dataset has this uid")
+    table, _ = _group_rows(ds, uid)
     needed = set(validation.required_columns(
         ds.columns, estimator, kl=bool(settings.get("kl_coef")),
         rollout_correction=bool(settings.get("rollout_rs") or settings.get("rollout_is")),
