@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -109,8 +109,6 @@ class Batch:
         """Broadcast ``(B,)`` to the row's tokens ``(N,)``."""
         return per_row[self.row_ids]
 
-    def with_mask(self, response_mask: Tensor) -> "Batch":
-        return replace(self, response_mask=response_mask)
 
 
 def as_tensor(a: np.ndarray, device: torch.device | str = "cpu") -> Tensor:
