@@ -109,3 +109,25 @@ def test_row_moments_combine_to_the_batch_moments(lengths, seed, split):
     if v.size:
         np.testing.assert_allclose(mean, v.mean(), rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(m2, ((v - v.mean()) ** 2).sum(), rtol=1e-9, atol=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=ragged, seed=st.integers(0, 2**31 - 1), reset_p=st.floats(0, 0.6), cut=st.integers(0, 12))
+def test_undiscounted_scan_equals_the_loop_and_ignores_neighbours(lengths, seed, reset_p, cut):
+    """Undiscounted scans with resets (a in {0, 1}, the default γ = λ = 1): the loop, row by row."""
+    g = torch.Generator().manual_seed(seed)
+    off = offsets_of(lengths)
+    n = int(off[-1])
+    a = (torch.rand(n, generator=g) > reset_p).float()
+    b = torch.randn(n, generator=g)
+    h = kernels.reverse_linear_scan(a, b, off)
+    want = np.zeros(n)
+    for i in range(len(lengths)):
+        acc = 0.0
+        for t in range(int(off[i + 1]) - 1, int(off[i]) - 1, -1):
+            acc = float(b[t]) + float(a[t]) * acc
+            want[t] = acc
+    np.testing.assert_allclose(h.numpy(), want, rtol=1e-6, atol=1e-6)
+    k = min(cut, len(lengths) - 1)
+    lo, hi = int(off[k]), int(off[k + 1])
+    assert torch.equal(h[lo:hi], kernels.reverse_linear_scan(a[lo:hi], b[lo:hi], torch.tensor([0, hi - lo])))
