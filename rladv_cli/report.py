@@ -140,7 +140,7 @@ class Report(_Model):
 
 
 def _fmt(x: Optional[float]) -> str:
-    return "-" if x is None else f"{x:.6g}"
+    return "-" if x is None else f"{x:.4g}"
 
 
 def render(report: Report, console) -> None:
@@ -162,14 +162,14 @@ def render(report: Report, console) -> None:
     if r.kl.enabled:
         t.add_row("KL", f"{r.kl.penalty}, mean {_fmt(r.kl.mean)}, coef {_fmt(r.kl.coef)} ({r.kl.ctrl})")
     console.print(t)
-    s = Table(title="values", header_style="bold")
+    s = Table(title="values (per row: totals; per valid token: advantage, return)", header_style="bold")
     for col in ("", "mean", "std", "min", "max", "+", "-", "0"):
         s.add_column(col, justify="right" if col else "left")
     for name, st in (
-        ("score total / row", r.scores.score_total),
-        ("reward total / row", r.scores.reward_total),
-        ("advantages / token", r.advantages),
-        ("returns / token", r.returns),
+        ("score/row", r.scores.score_total),
+        ("reward/row", r.scores.reward_total),
+        ("advantage", r.advantages),
+        ("return", r.returns),
     ):
         s.add_row(
             name, _fmt(st.mean), _fmt(st.std), _fmt(st.min), _fmt(st.max),
@@ -195,7 +195,8 @@ def render(report: Report, console) -> None:
         for col in ("code", "count", "rows", "what it means"):
             w.add_column(col)
         for item in r.warnings:
-            w.add_row(f"[yellow]{item.code}[/yellow]", str(item.count), ", ".join(item.where[:3]), item.message)
+            w.add_row(f"[yellow]{item.code}[/yellow]", str(item.count), ", ".join(str(r) for r in item.rows[:3]),
+                      item.message)
         console.print(w)
     else:
         console.print("[green]no warnings[/green]")
