@@ -11,6 +11,17 @@ def offsets_of(lengths):
     return torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.long)
 
 
+def loop_scan(a, b, off) -> np.ndarray:
+    """The oracle: h_t = b_t + a_t * h_{t+1}, right to left inside each row, one token at a time."""
+    want = np.zeros(a.numel())
+    for i in range(off.numel() - 1):
+        acc = 0.0
+        for t in range(int(off[i + 1]) - 1, int(off[i]) - 1, -1):
+            acc = float(b[t]) + float(a[t]) * acc
+            want[t] = acc
+    return want
+
+
 ragged = st.lists(st.integers(1, 70), min_size=1, max_size=12)
 
 
@@ -23,12 +34,7 @@ def test_reverse_linear_scan_equals_the_loop(lengths, seed, reset_p):
     a = torch.rand(n, generator=g) * (torch.rand(n, generator=g) > reset_p)
     b = torch.randn(n, generator=g)
     h = kernels.reverse_linear_scan(a, b, off)
-    want = np.zeros(n)
-    for i in range(len(lengths)):
-        acc = 0.0
-        for t in range(int(off[i + 1]) - 1, int(off[i]) - 1, -1):
-            acc = float(b[t]) + float(a[t]) * acc
-            want[t] = acc
+    want = loop_scan(a, b, off)
     np.testing.assert_allclose(h.numpy(), want, rtol=1e-5, atol=1e-5)
 
 
@@ -121,12 +127,7 @@ def test_undiscounted_scan_equals_the_loop_and_ignores_neighbours(lengths, seed,
     a = (torch.rand(n, generator=g) > reset_p).float()
     b = torch.randn(n, generator=g)
     h = kernels.reverse_linear_scan(a, b, off)
-    want = np.zeros(n)
-    for i in range(len(lengths)):
-        acc = 0.0
-        for t in range(int(off[i + 1]) - 1, int(off[i]) - 1, -1):
-            acc = float(b[t]) + float(a[t]) * acc
-            want[t] = acc
+    want = loop_scan(a, b, off)
     np.testing.assert_allclose(h.numpy(), want, rtol=1e-6, atol=1e-6)
     k = min(cut, len(lengths) - 1)
     lo, hi = int(off[k]), int(off[k + 1])
