@@ -12,6 +12,13 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
+try:  # the C scan (setup.py builds it when a compiler is there)
+    from . import _scan
+except ImportError:  # pragma: no cover - depends on the install
+    _scan = None
+
+NATIVE_SCAN = _scan is not None
+
 
 def row_lengths(row_offsets: Tensor) -> Tensor:
     """``L_i = row_offsets[i+1] - row_offsets[i]``; ``(B,) int64``."""
@@ -126,6 +133,30 @@ def reverse_linear_scan(a: Tensor, b: Tensor, row_offsets: Tensor) -> Tensor:
 
     a, b: ``(N,)`` float32; returns ``h (N,)``. Masks are encoded by the caller: a skipped token that passes
     the state through has ``a = 1, b = 0``; a reset has ``a = 0``; a kept token has ``a = γ`` (or ``γλ``).
+    Where ``a_t = 0`` the result is ``b_t``: nothing from the right enters, not even an inf or a signed zero.
+
+    On the CPU with the native extension built (``NATIVE_SCAN``), the rows are scanned sequentially in C,
+    in verl's order and rounding (one float32 multiply, then one add). Elsewhere (a GPU, or no compiler at
+    install time) the log-depth scan below runs; both agree within float32 rounding.
+    """
+    if _scan is not None and a.device.type == "cpu" and a.dtype == b.dtype == torch.float32:
+        return _native_scan(a, b, row_offsets)
+    return log_depth_scan(a, b, row_offsets)
+
+
+def _native_scan(a: Tensor, b: Tensor, row_offsets: Tensor) -> Tensor:
+    a, b = a.contiguous(), b.contiguous()
+    offsets = row_offsets.to(torch.int64).contiguous()
+    if a.numel() != b.numel() or int(offsets[0]) != 0 or int(offsets[-1]) != b.numel():
+        raise ValueError("reverse_linear_scan: offsets must run from 0 to the number of tokens")
+    out = torch.empty_like(b)
+    if b.numel():
+        _scan.reverse_linear_scan(a.data_ptr(), b.data_ptr(), offsets.data_ptr(), offsets.numel() - 1, out.data_ptr())
+    return out
+
+
+def log_depth_scan(a: Tensor, b: Tensor, row_offsets: Tensor) -> Tensor:
+    """``reverse_linear_scan`` without a loop in any language: the path for GPUs.
 
     Log-depth Hillis-Steele scan over the flat tokens: after step k, ``(A_t, B_t)`` summarises the window
     ``[t, t + 2^k)`` as ``h_t = B_t + A_t · h_{t+2^k}``; windows merge by

@@ -1,5 +1,8 @@
 """Segmented kernels against plain loops; results must not depend on a row's neighbours."""
+import os
+
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,33 +27,92 @@ def loop_scan(a, b, off) -> np.ndarray:
 
 ragged = st.lists(st.integers(1, 70), min_size=1, max_size=12)
 
+native = pytest.mark.skipif(not kernels.NATIVE_SCAN, reason="the C scan was not built (no compiler at install)")
+# Both implementations of the reverse scan: the C one the CPU uses, and the log-depth one GPUs use.
+SCANS = [
+    pytest.param(kernels.log_depth_scan, id="log_depth"),
+    pytest.param(kernels.reverse_linear_scan, id="native", marks=native),
+]
 
+
+def float32_loop_scan(a, b, off) -> np.ndarray:
+    """verl's order and rounding: one float32 multiply, then one add, right to left; ``a = 0`` takes ``b``."""
+    a, b = a.numpy(), b.numpy()
+    out = np.empty_like(b)
+    for i in range(off.numel() - 1):
+        h = np.float32(0)
+        for t in range(int(off[i + 1]) - 1, int(off[i]) - 1, -1):
+            h = b[t] if a[t] == 0 or t == int(off[i + 1]) - 1 else np.float32(b[t] + np.float32(a[t] * h))
+            out[t] = h
+    return out
+
+
+def test_the_native_scan_is_built_where_ci_requires_it():
+    """.ci/run sets RLADV_REQUIRE_NATIVE=1: there a failed C build must fail the run, not slow it down."""
+    if os.environ.get("RLADV_REQUIRE_NATIVE") != "1":
+        pytest.skip("RLADV_REQUIRE_NATIVE is not set")
+    assert kernels.NATIVE_SCAN
+
+
+@native
+@settings(max_examples=60, deadline=None)
+@given(lengths=ragged, seed=st.integers(0, 2**31 - 1), reset_p=st.floats(0, 0.5), skip_p=st.floats(0, 0.5))
+def test_native_scan_rounds_exactly_like_the_float32_loop(lengths, seed, reset_p, skip_p):
+    g = torch.Generator().manual_seed(seed)
+    off = offsets_of(lengths)
+    n = int(off[-1])
+    a = torch.full((n,), 0.95 * 0.97, dtype=torch.float32)
+    a[torch.rand(n, generator=g) < skip_p] = 1.0
+    a[torch.rand(n, generator=g) < reset_p] = 0.0
+    b = torch.randn(n, generator=g) * (a != 1.0)
+    assert np.array_equal(kernels.reverse_linear_scan(a, b, off).numpy(), float32_loop_scan(a, b, off))
+
+
+@pytest.mark.parametrize("scan", SCANS)
+def test_a_reset_lets_nothing_from_the_right_enter(scan):
+    off = torch.tensor([0, 4])
+    a = torch.tensor([0.5, 0.0, 1.0, 1.0])
+    b = torch.tensor([1.0, -0.0, float("inf"), 2.0])
+    h = scan(a, b, off)
+    assert h[1].item() == 0.0 and torch.signbit(h[1]) and h[0].item() == 1.0
+    assert torch.isinf(h[2:3]).all()
+
+
+def test_native_scan_refuses_offsets_that_do_not_cover_the_tokens():
+    if not kernels.NATIVE_SCAN:
+        pytest.skip("the C scan was not built")
+    with pytest.raises(ValueError, match="offsets"):
+        kernels.reverse_linear_scan(torch.ones(3), torch.ones(3), torch.tensor([0, 5]))
+
+
+@pytest.mark.parametrize("scan", SCANS)
 @settings(max_examples=60, deadline=None)
 @given(lengths=ragged, seed=st.integers(0, 2**31 - 1), reset_p=st.floats(0, 0.5))
-def test_reverse_linear_scan_equals_the_loop(lengths, seed, reset_p):
+def test_reverse_linear_scan_equals_the_loop(scan, lengths, seed, reset_p):
     g = torch.Generator().manual_seed(seed)
     off = offsets_of(lengths)
     n = int(off[-1])
     a = torch.rand(n, generator=g) * (torch.rand(n, generator=g) > reset_p)
     b = torch.randn(n, generator=g)
-    h = kernels.reverse_linear_scan(a, b, off)
+    h = scan(a, b, off)
     want = loop_scan(a, b, off)
     np.testing.assert_allclose(h.numpy(), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("scan", SCANS)
 @settings(max_examples=30, deadline=None)
 @given(lengths=ragged, seed=st.integers(0, 2**31 - 1), cut=st.integers(0, 12))
-def test_scan_and_row_sums_of_a_row_do_not_depend_on_its_neighbours(lengths, seed, cut):
+def test_scan_and_row_sums_of_a_row_do_not_depend_on_its_neighbours(scan, lengths, seed, cut):
     g = torch.Generator().manual_seed(seed)
     off = offsets_of(lengths)
     n = int(off[-1])
     a, b = torch.rand(n, generator=g), torch.randn(n, generator=g)
-    whole = kernels.reverse_linear_scan(a, b, off)
+    whole = scan(a, b, off)
     width = torch.full((len(lengths),), max(lengths) + 3)
     sums = kernels.padded_row_sum(b, off, width)
     k = min(cut, len(lengths) - 1)
     lo, hi = int(off[k]), int(off[k + 1])
-    alone = kernels.reverse_linear_scan(a[lo:hi], b[lo:hi], torch.tensor([0, hi - lo]))
+    alone = scan(a[lo:hi], b[lo:hi], torch.tensor([0, hi - lo]))
     assert torch.equal(whole[lo:hi], alone)
     assert torch.equal(sums[k:k + 1], kernels.padded_row_sum(b[lo:hi], torch.tensor([0, hi - lo]), width[:1]))
 
@@ -117,18 +179,19 @@ def test_row_moments_combine_to_the_batch_moments(lengths, seed, split):
         np.testing.assert_allclose(m2, ((v - v.mean()) ** 2).sum(), rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("scan", SCANS)
 @settings(max_examples=60, deadline=None)
 @given(lengths=ragged, seed=st.integers(0, 2**31 - 1), reset_p=st.floats(0, 0.6), cut=st.integers(0, 12))
-def test_undiscounted_scan_equals_the_loop_and_ignores_neighbours(lengths, seed, reset_p, cut):
+def test_undiscounted_scan_equals_the_loop_and_ignores_neighbours(scan, lengths, seed, reset_p, cut):
     """Undiscounted scans with resets (a in {0, 1}, the default γ = λ = 1): the loop, row by row."""
     g = torch.Generator().manual_seed(seed)
     off = offsets_of(lengths)
     n = int(off[-1])
     a = (torch.rand(n, generator=g) > reset_p).float()
     b = torch.randn(n, generator=g)
-    h = kernels.reverse_linear_scan(a, b, off)
+    h = scan(a, b, off)
     want = loop_scan(a, b, off)
     np.testing.assert_allclose(h.numpy(), want, rtol=1e-6, atol=1e-6)
     k = min(cut, len(lengths) - 1)
     lo, hi = int(off[k]), int(off[k + 1])
-    assert torch.equal(h[lo:hi], kernels.reverse_linear_scan(a[lo:hi], b[lo:hi], torch.tensor([0, hi - lo])))
+    assert torch.equal(h[lo:hi], scan(a[lo:hi], b[lo:hi], torch.tensor([0, hi - lo])))
