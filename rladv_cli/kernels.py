@@ -146,13 +146,35 @@ def reverse_linear_scan(a: Tensor, b: Tensor, row_offsets: Tensor) -> Tensor:
 
 def _native_scan(a: Tensor, b: Tensor, row_offsets: Tensor) -> Tensor:
     a, b = a.contiguous(), b.contiguous()
-    offsets = row_offsets.to(torch.int64).contiguous()
-    if a.numel() != b.numel() or int(offsets[0]) != 0 or int(offsets[-1]) != b.numel():
-        raise ValueError("reverse_linear_scan: offsets must run from 0 to the number of tokens")
+    offsets = _native_offsets(row_offsets, a, b)
     out = torch.empty_like(b)
-    if b.numel():
-        _scan.reverse_linear_scan(a.data_ptr(), b.data_ptr(), offsets.data_ptr(), offsets.numel() - 1, out.data_ptr())
+    _scan.reverse_linear_scan(a.data_ptr(), b.data_ptr(), offsets.data_ptr(), offsets.numel() - 1, out.data_ptr())
     return out
+
+
+def native_gae(mask: Tensor, rewards: Tensor, values: Tensor, row_offsets: Tensor, gamma: float,
+               gamma_lam: float) -> tuple[Tensor, Tensor] | None:
+    """verl's GAE loop per row in C (see ``estimators.gae`` for the formula): ``(advantages, returns)``,
+    ``(N,)`` float32 each, rounded as verl's loop rounds; ``None`` where the C kernel cannot run (no build,
+    not a CPU float32 batch)."""
+    tensors = (mask, rewards, values)
+    if _scan is None or any(x.device.type != "cpu" or x.dtype != torch.float32 for x in tensors):
+        return None
+    mask, rewards, values = (x.contiguous() for x in tensors)
+    offsets = _native_offsets(row_offsets, *tensors)
+    advantages, returns = torch.empty_like(values), torch.empty_like(values)
+    _scan.gae(mask.data_ptr(), rewards.data_ptr(), values.data_ptr(), offsets.data_ptr(), offsets.numel() - 1,
+              gamma, gamma_lam, advantages.data_ptr(), returns.data_ptr())
+    return advantages, returns
+
+
+def _native_offsets(row_offsets: Tensor, *tensors: Tensor) -> Tensor:
+    """int64 offsets the C loops may trust: from 0 to the token count every tensor has."""
+    offsets = row_offsets.to(torch.int64).contiguous()
+    n = int(offsets[-1])
+    if int(offsets[0]) != 0 or any(x.numel() != n for x in tensors):
+        raise ValueError("native scan: offsets must run from 0 to the number of tokens")
+    return offsets
 
 
 def log_depth_scan(a: Tensor, b: Tensor, row_offsets: Tensor) -> Tensor:

@@ -81,7 +81,7 @@ def test_a_reset_lets_nothing_from_the_right_enter(scan):
 def test_native_scan_refuses_offsets_that_do_not_cover_the_tokens():
     if not kernels.NATIVE_SCAN:
         pytest.skip("the C scan was not built")
-    with pytest.raises(ValueError, match="offsets"):
+    with pytest.raises(ValueError, match="offsets must run"):
         kernels.reverse_linear_scan(torch.ones(3), torch.ones(3), torch.tensor([0, 5]))
 
 

@@ -489,3 +489,30 @@ def test_groups_spanning_files(name, data, s, kl, tmp_path_factory):
     if failed(one):
         return
     assert_bit_equal(pq.read_table(d / "split.adv.parquet"), pq.read_table(d / "one.adv.parquet"))
+
+
+SCAN_ESTIMATORS = ["gae", "reinforce_plus_plus", "remax", "optimal_token_baseline", "tir_optimal_token_baseline"]
+
+
+@pytest.mark.skipif(not __import__("rladv_cli.kernels").kernels.NATIVE_SCAN, reason="the C scan was not built")
+@pytest.mark.parametrize("name", SCAN_ESTIMATORS)
+@examples(10)
+@given(data=st.data(), s=S.estimator_settings(), kl=S.kl_settings())
+def test_torch_scans_agree_with_the_c_loops(name, data, s, kl):
+    """The scans GPUs run (log-depth, torch) against the C loops the CPU runs, on the same data: the CPU/GPU
+    parity of the scan estimators, checked without a GPU."""
+    from unittest import mock
+
+    from rladv_cli import kernels
+
+    rollout = data.draw(S.rollouts(**needs(name)), label="rollout")
+    table = rollout.table()
+    native = attempt(run, table, name, **s, **kl)
+    with mock.patch.object(kernels, "_scan", None):
+        torch_only = attempt(run, table, name, **s, **kl)
+    if failed(native):
+        assert failed(torch_only) and str(torch_only) == str(native)
+        return
+    for col in ("advantages", "returns"):
+        for i, (a, b) in enumerate(zip(rows_of(native, col), rows_of(torch_only, col))):
+            np.testing.assert_allclose(a, b, atol=ATOL, rtol=RTOL, err_msg=f"{name} {col} row {i}")

@@ -6,7 +6,7 @@ from torch import Tensor
 
 from ..batch import Batch
 from ..config import Config
-from ..kernels import reverse_linear_scan, shift_left_in_row
+from ..kernels import native_gae, reverse_linear_scan, shift_left_in_row
 
 
 def gae(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
@@ -20,15 +20,19 @@ def gae(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
         A_t     = A_{t+1}                     if m_t = 0   (state carried across observations)
         returns = A + V
 
-    ``γλ`` is formed in float64 and rounded once. The pipeline whitens ``A`` over the batch.
+    ``γλ`` is formed in float64 and rounded once. The pipeline whitens ``A`` over the batch. On the CPU the
+    C loop (``kernels.native_gae``) runs this recurrence in verl's order; elsewhere two segmented scans do.
     """
     m, r, values = batch.response_mask, batch.token_level_rewards, batch.values
+    gamma_lam = float(np.float32(cfg.gamma * cfg.lam))
+    native = native_gae(m, r, values, batch.row_offsets, cfg.gamma, gamma_lam)
+    if native is not None:
+        return native
     kept = m > 0
     # V at the first kept position at or after t: pass through unkept positions.
     value_here_or_next = reverse_linear_scan((~kept).float(), values * m, batch.row_offsets)
     nextvalues = shift_left_in_row(value_here_or_next, batch.row_offsets)
     delta = (r + cfg.gamma * nextvalues) - values
-    gamma_lam = float(np.float32(cfg.gamma * cfg.lam))
     a = kept.float() * gamma_lam + (~kept).float()
     advantages = reverse_linear_scan(a, delta * m, batch.row_offsets)
     return advantages, advantages + values
