@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import queue
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -15,7 +17,9 @@ from .errors import InputError, OutputError
 # Output row groups have a fixed number of rows so the file's bytes do not depend on --chunk-rows.
 ROW_GROUP_ROWS = 1024
 COMPRESSION = "zstd"
-
+# Tables queued for the writer thread: one keeps computing and compressing busy at once while memory stays
+# a few chunks. (Decoding the next chunk ahead on a thread was measured too: no faster on 2 cores, +360 MB.)
+WRITE_QUEUE = 1
 
 @dataclass(frozen=True)
 class Chunk:
@@ -138,8 +142,11 @@ class AtomicParquetWriter:
     """Writes to a temporary file beside ``path`` and renames it over ``path`` only on ``commit()``.
 
     Rows are regrouped into row groups of exactly ``ROW_GROUP_ROWS`` rows (the last one shorter), so the
-    bytes written depend only on the rows, not on how they were chunked. ``abort()`` (or leaving the
-    context with an exception) removes the temporary file and leaves any existing ``path`` untouched.
+    bytes written depend only on the rows, not on how they were chunked. Encoding and compression run on a
+    writer thread (pyarrow releases the GIL), overlapping the computation of the next chunk; ``write`` blocks
+    while ``WRITE_QUEUE`` tables wait, and an error of the thread is raised by the next ``write`` or by
+    ``commit``. ``abort()`` (or leaving the context with an exception) removes the temporary file and leaves
+    any existing ``path`` untouched.
     """
 
     def __init__(self, path: str, schema: pa.Schema):
@@ -150,12 +157,26 @@ class AtomicParquetWriter:
         self._writer = pq.ParquetWriter(self._tmp, schema, compression=COMPRESSION)
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
+        self._queue: queue.Queue = queue.Queue(maxsize=WRITE_QUEUE)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._drain, name="rladv-write", daemon=True)
+        self._thread.start()
 
     def write(self, table: pa.Table) -> None:
-        self._pending.append(table)
-        self._pending_rows += table.num_rows
-        while self._pending_rows >= ROW_GROUP_ROWS:
-            self._flush(ROW_GROUP_ROWS)
+        self._raise_thread_error()
+        self._queue.put(table)
+
+    def _drain(self) -> None:
+        while (table := self._queue.get()) is not None:
+            if self._error is not None:
+                continue  # keep taking tables so that ``write`` never blocks on a dead thread
+            try:
+                self._pending.append(table)
+                self._pending_rows += table.num_rows
+                while self._pending_rows >= ROW_GROUP_ROWS:
+                    self._flush(ROW_GROUP_ROWS)
+            except BaseException as err:
+                self._error = err
 
     def _flush(self, rows: int) -> None:
         buffered = pa.concat_tables(self._pending)
@@ -164,7 +185,18 @@ class AtomicParquetWriter:
         self._pending = [rest] if rest.num_rows else []
         self._pending_rows = rest.num_rows
 
+    def _stop_thread(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def _raise_thread_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
     def commit(self) -> None:
+        self._stop_thread()
+        self._raise_thread_error()
         if self._pending_rows:
             self._flush(self._pending_rows)
         self._writer.close()
@@ -172,6 +204,7 @@ class AtomicParquetWriter:
 
     def abort(self) -> None:
         try:
+            self._stop_thread()
             self._writer.close()
         finally:
             if os.path.exists(self._tmp):

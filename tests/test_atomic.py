@@ -299,3 +299,40 @@ def test_byte_identical_across_processes_and_hash_seeds(multiturn, tmp_path):
             got = _strip(json.loads((folder / f"{variant}.json").read_text()))
             want = _strip(json.loads((here / f"{variant}.json").read_text()))
             assert got == want, (seed, variant)
+
+
+def test_an_error_on_the_writer_thread_reaches_the_caller_and_leaves_nothing(tmp_path):
+    """The writer compresses on its own thread: its failure must surface in ``commit`` (or the next ``write``)
+    and the temporary file must go, with an earlier output untouched."""
+    import pyarrow as pa
+    import pytest
+
+    from rladv_cli.io import AtomicParquetWriter
+
+    out = tmp_path / "out.parquet"
+    out.write_bytes(b"previous")
+    schema = pa.schema([pa.field("x", pa.int64())])
+    with pytest.raises(ValueError, match="schema does not match"):
+        with AtomicParquetWriter(str(out), schema) as sink:
+            sink.write(pa.table({"y": pa.array(["not the schema"] * 2000)}))
+            sink.write(pa.table({"x": pa.array([1, 2], pa.int64())}))
+            sink.commit()
+    assert out.read_bytes() == b"previous"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.parquet"]
+
+
+def test_the_writer_thread_keeps_rows_in_order_across_row_groups(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rladv_cli.io import ROW_GROUP_ROWS, AtomicParquetWriter
+
+    out = tmp_path / "out.parquet"
+    schema = pa.schema([pa.field("x", pa.int64())])
+    with AtomicParquetWriter(str(out), schema) as sink:
+        for start in range(0, 5000, 333):
+            sink.write(pa.table({"x": pa.array(range(start, min(start + 333, 5000)), pa.int64())}))
+        sink.commit()
+    f = pq.ParquetFile(out)
+    assert f.read().column("x").to_pylist() == list(range(5000))
+    assert [f.metadata.row_group(i).num_rows for i in range(f.num_row_groups)] == [ROW_GROUP_ROWS] * 4 + [5000 - 4 * ROW_GROUP_ROWS]
