@@ -83,10 +83,10 @@ class Prepared:
 @dataclass
 class ShardResult:
     """What one pass over one shard (one input file) hands back: per-row columns ``(B_shard,)`` in row
-    order, and partial statistics that the driver merges in shard order (``Pipeline._merge``)."""
+    order, and partial statistics that the driver merges in shard order (``Pipeline._merge_*``)."""
 
     rows: dict[str, Tensor]
-    seconds: dict[str, float]
+    seconds: dict[str, float] = field(default_factory=dict)
     labels: Optional[Labels] = None
     correction: dict[int, object] = field(default_factory=dict)
     position_sums: Optional[tuple[Tensor, dict[str, Tensor]]] = None
@@ -139,10 +139,9 @@ class ShardWork:
         """One pass (``layout``, ``scan``, ``group_statistics`` or ``write``) over one shard; ``write``
         receives the write pass's output tables."""
         self.seconds = defaultdict(float)
-        if stage == "write":
-            result = self._write(shard, given, write)
-        else:
-            result = {"layout": self._layout, "scan": self._scan, "group_statistics": self._group_statistics}[stage](shard, given)
+        passes = {"layout": self._layout, "scan": self._scan, "group_statistics": self._group_statistics,
+                  "write": partial(self._write, write=write)}
+        result = passes[stage](shard, given)
         result.seconds = dict(self.seconds)
         return result
 
@@ -273,7 +272,7 @@ class ShardWork:
                                  as_tensor(flat_values(chunk.table, "ref_log_prob")), self.cfg.kl_penalty) * m0
                 cols["kl_row"] = kernels.segment_sum(kld, offsets) / (kernels.segment_sum(m0, offsets) + 1e-8)
             rows.add(**cols)
-        return ShardResult(rows.columns(), {}, labels=labels)
+        return ShardResult(rows.columns(), labels=labels)
 
     def _scan(self, shard: Shard, given: dict[str, Tensor]) -> ShardResult:
         """Per-row totals, labels, diagnostics and rollout-correction statistics; group and session ids are
@@ -299,7 +298,7 @@ class ShardWork:
                 with self._timed("estimator"):
                     raw, _ = self.est.fn(p.batch, self.cfg)
                 rows.add(**_moments(raw, p.batch))
-        return ShardResult(rows.columns(), {}, labels=labels, correction=correction)
+        return ShardResult(rows.columns(), labels=labels, correction=correction)
 
     def _scan_rows(self, p: Prepared) -> dict[str, Tensor]:
         """Per-row totals, token counts and row-level warning flags of one prepared chunk."""
@@ -357,11 +356,11 @@ class ShardWork:
                 if self.est.whiten:
                     raw, _ = self.est.fn(p.batch, self.cfg)
                     rows.add(**_moments(raw, p.batch))
-        partial = None
+        touched = None
         if sums:  # an untouched or zero slot adds nothing to the driver's sums
             slots = torch.nonzero(torch.stack([buf != 0 for buf in sums.values()]).any(0)).flatten()
-            partial = (slots, {name: buf[slots] for name, buf in sums.items()})
-        return ShardResult(rows.columns(), {}, position_sums=partial)
+            touched = (slots, {name: buf[slots] for name, buf in sums.items()})
+        return ShardResult(rows.columns(), position_sums=touched)
 
     def _write(self, shard: Shard, given: dict[str, Tensor], write: Callable[[pa.Table], None]) -> ShardResult:
         """Advantages and returns, written chunk by chunk; per-row summaries and value sketches for the report."""
@@ -396,7 +395,7 @@ class ShardWork:
             rows.add(**{f"adv_{k}": v for k, v in adv_rows.items()}, **{f"ret_{k}": v for k, v in ret_rows.items()}, **flags)
             with self._timed("write"):
                 write(_output_table(chunk.table, b, advantages, returns, p.is_weights, self.schema))
-        return ShardResult(rows.columns(), {}, sketches=sketches)
+        return ShardResult(rows.columns(), sketches=sketches)
 
     def _check_finite(self, chunk: Chunk, b: Batch, advantages: Tensor, returns: Tensor, valid: Tensor) -> None:
         """Nothing silently wrong: a NaN/inf advantage or return on a valid token stops the run (inputs that are

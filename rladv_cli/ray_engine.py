@@ -20,6 +20,7 @@ import pickle
 import shutil
 import tempfile
 import warnings
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
@@ -163,7 +164,7 @@ class RayShards:
     def __call__(self, stage: str, work, items: list[tuple[Shard, dict]]) -> list:
         ray = self.ray
         work_ref = ray.put(work.detached())
-        rows = [{"index": i, "name": self.names[shard.index], "task": pickle.dumps((shard, given))}
+        rows = [{"index": i, "name": self.names[shard.index], "task": _pack((shard, given))}
                 for i, (shard, given) in enumerate(items)]
         with warnings.catch_warnings():  # Ray Data deprecates max_retries and offers no bound on lost workers
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -175,7 +176,7 @@ class RayShards:
         total, done = sum(shard.num_rows for shard, _ in items), 0
         try:
             for row in ds.iter_rows():
-                results[row["index"]] = pickle.loads(row["result"])
+                results[row["index"]] = _unpack(row["result"])
                 done += items[row["index"]][0].num_rows
                 if self.progress:
                     self.progress(stage.replace("_", " "), done, total)
@@ -197,7 +198,7 @@ def _run_task(row: dict, work, stage: str, staging: str) -> dict:
     import torch
 
     work = ray.get(work)
-    shard, given = pickle.loads(row["task"])
+    shard, given = _unpack(row["task"])
     torch.set_num_threads(work.cfg.threads)
     try:
         if stage == "write":
@@ -208,4 +209,13 @@ def _run_task(row: dict, work, stage: str, staging: str) -> dict:
             result = work.run(stage, shard, given)
     except RladvError as err:
         result = err
-    return {"index": row["index"], "result": pickle.dumps(result)}
+    return {"index": row["index"], "result": _pack(result)}
+
+
+def _pack(value) -> bytes:
+    """Pickled and compressed (fast): a result's value sketches are megabytes of mostly zero counts."""
+    return zlib.compress(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL), 1)
+
+
+def _unpack(data: bytes):
+    return pickle.loads(zlib.decompress(data))
