@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
+from .api import finish_report
 from .config import Config
 from .errors import ComputeError, ConfigError, OutputError, RladvError
 from .io import AtomicParquetWriter, Dataset, Shard, write_json_atomic
@@ -48,28 +49,21 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
     from .pipeline import Pipeline
 
     ray = _import_ray()
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--ray-workers must be at least 1, got {workers}")
     paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     dataset = Dataset(paths)
+    pipeline = Pipeline(dataset, config, progress)
     out_dir = Path(output_dir) if output_dir is not None else default_output_dir(paths, dataset)
     names = output_names(dataset, out_dir)
     for flag, path in (("--report", report_path), ("--html", html_path)):
         if path is not None and Path(path).resolve().parent == out_dir.resolve() and Path(path).name in names:
             raise OutputError(f"{flag} {path} is one of the output shards")
-    pipeline = Pipeline(dataset, config, progress)
     with _cluster(ray, address, workers):
         staging = tempfile.mkdtemp(prefix=".rladv-", dir=out_dir)
         try:
             report = pipeline.run(None, RayShards(ray, staging, names, workers, progress))
-            report = report.model_copy(update={
-                "output": str(out_dir),
-                "config": {**report.config, **({"verl_config": config_source} if config_source else {})},
-            })
-            if report_path is not None:
-                write_json_atomic(str(report_path), report.to_json())
-            if html_path is not None:
-                from .html_report import write_html
-
-                write_html(html_path, report, pipeline.figures())
+            report = finish_report(pipeline, report, str(out_dir), config_source, report_path, html_path)
             for name in names:
                 os.replace(os.path.join(staging, name), out_dir / name)
             write_json_atomic(str(out_dir / REPORT_NAME), report.to_json())
@@ -123,8 +117,6 @@ def _import_ray():
 def _cluster(ray, address: Optional[str], workers: Optional[int]) -> Iterator[None]:
     """The Ray instance for the run: the one already joined, the cluster at ``address``, or a local one with
     ``workers`` CPUs that is shut down afterwards. Quiet: no dashboard, no worker logs on this terminal."""
-    if workers is not None and workers < 1:
-        raise ConfigError(f"--ray-workers must be at least 1, got {workers}")
     quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     started = not ray.is_initialized()
     if started:

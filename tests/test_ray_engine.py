@@ -88,12 +88,12 @@ def shards(tmp_path_factory) -> Path:
     return write_shards(rollouts(np.random.default_rng(7)), tmp_path_factory.mktemp("data") / "rollouts")
 
 
-def run_both(folder: Path, tmp: Path, **settings):
+def run_both(folder: Path, tmp: Path, ray_options: dict | None = None, **settings):
     from rladv_cli.ray_engine import compute_ray
 
     cfg = Config.build(chunk_rows=CHUNK_ROWS, device="cpu", **settings)
     local = compute_file([str(folder)], cfg, output=str(tmp / "local.parquet"))
-    distributed = compute_ray([str(folder)], cfg, output_dir=tmp / "out")
+    distributed = compute_ray([str(folder)], cfg, output_dir=tmp / "out", **(ray_options or {}))
     return local, distributed
 
 
@@ -132,9 +132,12 @@ def test_stages_match_the_local_engine(ray_instance, shards, tmp_path, settings)
 
 def test_agent_sessions_fold_across_shards(ray_instance, tmp_path):
     folder = write_shards(rollouts(np.random.default_rng(11), sessions=True), tmp_path / "sessions")
-    local, distributed = run_both(folder, tmp_path, estimator="grpo", batch_key="step")
+    extra = {"report_path": tmp_path / "r.json", "html_path": tmp_path / "r.html"}
+    local, distributed = run_both(folder, tmp_path, extra, estimator="grpo", batch_key="step")
     assert local.sessions["folded"]
     assert_same(folder, tmp_path, local, distributed)
+    assert (tmp_path / "r.json").read_text() == (tmp_path / "out" / "report.json").read_text()
+    assert "<svg" in (tmp_path / "r.html").read_text()
 
 
 def _fail_on(shard_index: int, marker: Path, how: str):
