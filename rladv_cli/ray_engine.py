@@ -158,7 +158,7 @@ class RayShards:
         work_ref = ray.put(work.detached())
         rows = [{"index": i, "name": self.names[shard.index], "task": _pack((shard, given))}
                 for i, (shard, given) in enumerate(items)]
-        with warnings.catch_warnings():  # Ray Data deprecates max_retries and offers no bound on lost workers
+        with warnings.catch_warnings():  # Ray Data deprecates max_retries but has no other bound on lost workers
             warnings.simplefilter("ignore", DeprecationWarning)
             ds = ray.data.from_items(rows, override_num_blocks=len(rows)).map(
                 _run_task, fn_kwargs={"work": work_ref, "stage": stage, "staging": self.staging},
