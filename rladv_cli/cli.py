@@ -96,7 +96,7 @@ def compute(
     dataset: Datasets,
     estimator: Annotated[Optional[EstimatorName], typer.Option(help="Advantage estimator, by verl's name (or from --config).")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", help="A verl trainer YAML (or its algorithm: section); flags given here win.")] = None,
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Output Parquet (default DATASET.adv.parquet); with --engine ray, the output folder (default FOLDER.adv).")] = None,
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Output Parquet (default DATASET.adv.parquet); with --engine ray, the output folder (default DATASET.adv).")] = None,
     report: Annotated[Optional[Path], typer.Option(help="Also write the report as JSON here.")] = None,
     html: Annotated[Optional[Path], typer.Option(help="Also write a self-contained HTML report (plots inline) here.")] = None,
     gamma: Annotated[float, typer.Option(help="Discount factor.")] = 1.0,

@@ -73,7 +73,11 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
 
 
 def default_output_dir(inputs: Sequence[PathLike], dataset: Dataset) -> Path:
-    """``FOLDER.adv`` beside a folder given alone, else beside the folder that holds every input file."""
+    """``STEM.adv`` beside a file given alone, ``FOLDER.adv`` beside a folder given alone, else ``FOLDER.adv``
+    beside the folder that holds every input file (as for a glob)."""
+    if len(inputs) == 1 and Path(inputs[0]).is_file():
+        path = Path(inputs[0]).resolve()
+        return path.with_name(path.name.removesuffix(".parquet") + ".adv")
     if len(inputs) == 1 and Path(inputs[0]).is_dir():
         folder = Path(inputs[0]).resolve()
     else:

@@ -206,6 +206,8 @@ def test_output_folder_and_names(tmp_path):
     glob = str(folder / "part-0*.parquet")
     assert Dataset([glob]).paths == data.paths
     assert default_output_dir([glob], Dataset([glob])) == tmp_path / "rollouts.adv"
+    one = str(folder / "part-01.parquet")
+    assert default_output_dir([one], Dataset([one])) == folder / "part-01.adv"
     assert output_names(data, tmp_path / "new")[:2] == ["part-00.adv.parquet", "part-01.adv.parquet"]
     assert (tmp_path / "new").is_dir()
     with pytest.raises(OutputError, match="part-00.adv.parquet"):
