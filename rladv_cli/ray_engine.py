@@ -45,12 +45,16 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
 
     Runs on the Ray instance this process already joined, else on the cluster at ``address``, else on a local
     one started for the run with ``workers`` CPUs (default: all); ``workers`` also caps the tasks in flight.
-    Output shards appear under their final names only once every shard succeeded."""
+    Output shards appear under their final names only once every shard succeeded. The tasks run on CPU
+    (``device`` ``auto`` means ``cpu`` here)."""
     from .pipeline import Pipeline
 
     ray = _import_ray()
     if workers is not None and workers < 1:
         raise ConfigError(f"--ray-workers must be at least 1, got {workers}")
+    if config.device == "cuda":
+        raise ConfigError("--engine ray computes on CPU workers; --device cuda needs --engine local")
+    config = config.model_copy(update={"device": "cpu"})
     paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     dataset = Dataset(paths)
     pipeline = Pipeline(dataset, config, progress)

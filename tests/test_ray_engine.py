@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from rladv_cli import Config, compute_file
 from rladv_cli.cli import app
-from rladv_cli.errors import InputError, OutputError
+from rladv_cli.errors import ConfigError, InputError, OutputError
 from rladv_cli.estimators import ESTIMATORS
 from rladv_cli.io import Dataset
 
@@ -217,6 +217,16 @@ def test_output_folder_and_names(tmp_path):
         output_names(Dataset([str(folder), str(other / "part-00.parquet")]), tmp_path / "new")
     with pytest.raises(InputError, match="matches no file"):
         Dataset([str(folder / "nothing-*.parquet")])
+
+
+def test_the_ray_engine_runs_on_cpu(ray_instance, shards, tmp_path):
+    from rladv_cli.ray_engine import compute_ray
+
+    with pytest.raises(ConfigError, match="CPU workers"):
+        compute_ray([str(shards)], Config.build(estimator="grpo", device="cuda"), output_dir=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    report = compute_ray([str(shards)], Config.build(estimator="grpo"), output_dir=tmp_path / "out")
+    assert report.timing.device == "cpu"
 
 
 def test_without_ray_the_engine_asks_for_the_extra(shards, tmp_path, monkeypatch):
