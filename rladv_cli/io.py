@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 import tempfile
 from dataclasses import dataclass
@@ -104,7 +105,7 @@ class Dataset:
             self._check_same_schema(path, f.schema_arrow)
         self.file_rows = [f.metadata.num_rows for f in self._files]
         self.num_rows = sum(self.file_rows)
-        starts = [sum(self.file_rows[:i]) for i in range(len(self.paths))]
+        starts = [0, *itertools.accumulate(self.file_rows)]
         self.shards = [Shard(i, p, s, n) for i, (p, s, n) in enumerate(zip(self.paths, starts, self.file_rows))]
 
     def _check_same_schema(self, path: str, schema: pa.Schema) -> None:
