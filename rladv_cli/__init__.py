@@ -6,6 +6,7 @@ Public API (torch is imported only when tensors are needed)::
     cfg = rladv_cli.Config(estimator="grpo")
     out_table, report = rladv_cli.compute(table, cfg)            # in memory, an Arrow table
     report = rladv_cli.compute_file(["rollouts.parquet"], cfg, output="out.parquet")
+    report = rladv_cli.compute_ray(["shards/"], cfg, output_dir="shards.adv")   # on Ray: pip install "rladv[ray]"
     rladv_cli.validate(["rollouts.parquet"], estimator="gae")   # raises InputError on bad data
     rladv_cli.inspect(["rollouts.parquet"]).checks               # the debugger's checklist, no torch
 """
@@ -16,6 +17,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "compute": "api",
     "compute_file": "api",
+    "compute_ray": "ray_engine",
     "validate": "api",
     "inspect": "inspection",
     "Config": "config",

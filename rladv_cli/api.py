@@ -64,16 +64,22 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
         raise OutputError(f"-o, --report and --html must name different files; {twice} is given twice")
     pipeline = Pipeline(dataset, cfg, progress)
     with AtomicParquetWriter(out, output_schema(dataset.schema, pipeline.is_cfg is not None)) as sink:
-        report = pipeline.run(sink.write)
-        config = {**report.config, **({"verl_config": config_source} if config_source else {})}
-        report = report.model_copy(update={"output": out, "config": config})
-        if report_path is not None:
-            write_json_atomic(str(report_path), report.to_json())
-        if html_path is not None:
-            from .html_report import write_html
-
-            write_html(html_path, report, pipeline.figures())
+        report = finish_report(pipeline, pipeline.run(sink.write), out, config_source, report_path, html_path)
         sink.commit()
+    return report
+
+
+def finish_report(pipeline, report: Report, output: str, config_source: Optional[dict],
+                  report_path: Optional[PathLike], html_path: Optional[PathLike]) -> Report:
+    """``report`` with its output and what a verl YAML contributed, written as JSON and HTML where asked."""
+    config = {**report.config, **({"verl_config": config_source} if config_source else {})}
+    report = report.model_copy(update={"output": output, "config": config})
+    if report_path is not None:
+        write_json_atomic(str(report_path), report.to_json())
+    if html_path is not None:
+        from .html_report import write_html
+
+        write_html(html_path, report, pipeline.figures())
     return report
 
 

@@ -62,6 +62,11 @@ class KLCtrl(str, Enum):
     adaptive = "adaptive"
 
 
+class Engine(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
 class ISLevel(str, Enum):
     token = "token"
     sequence = "sequence"
@@ -91,7 +96,7 @@ def compute(
     dataset: Datasets,
     estimator: Annotated[Optional[EstimatorName], typer.Option(help="Advantage estimator, by verl's name (or from --config).")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", help="A verl trainer YAML (or its algorithm: section); flags given here win.")] = None,
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Output Parquet (default DATASET.adv.parquet).")] = None,
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Output Parquet (default DATASET.adv.parquet); with --engine ray, the output folder (default DATASET.adv).")] = None,
     report: Annotated[Optional[Path], typer.Option(help="Also write the report as JSON here.")] = None,
     html: Annotated[Optional[Path], typer.Option(help="Also write a self-contained HTML report (plots inline) here.")] = None,
     gamma: Annotated[float, typer.Option(help="Discount factor.")] = 1.0,
@@ -119,6 +124,9 @@ def compute(
     device: Annotated[Device, typer.Option(help="Torch device; auto = cuda when available.")] = Device.auto,
     threads: Annotated[int, typer.Option(help="Torch CPU threads (default 1: the kernels are memory-bound).")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.")] = False,
+    engine: Annotated[Engine, typer.Option(help="local: this process, one output file; ray: a Ray cluster, one output file per input file.")] = Engine.local,
+    ray_address: Annotated[Optional[str], typer.Option(envvar="RAY_ADDRESS", help="--engine ray: the cluster to join (default: a local one for the run).")] = None,
+    ray_workers: Annotated[Optional[int], typer.Option(help="--engine ray: CPUs of the local cluster, and at most this many tasks at once (default: all CPUs).")] = None,
 ) -> None:
     """Compute advantages and returns and write them beside every input column."""
     from rich.console import Console
@@ -140,9 +148,17 @@ def compute(
     settings, source = _merge_verl_config(ctx, config, flags)
     cfg = _run(lambda: Config.build(**settings))
     err = Console(stderr=True)
+    paths = [str(p) for p in dataset]
     with _progress(err, enabled=not quiet and err.is_terminal) as progress:
-        result = _run(lambda: compute_file([str(p) for p in dataset], cfg, output=output, report_path=report,
-                                           progress=progress, config_source=source, html_path=html))
+        if engine is Engine.ray:
+            from .ray_engine import compute_ray
+
+            result = _run(lambda: compute_ray(paths, cfg, output_dir=output, address=ray_address, workers=ray_workers,
+                                              progress=progress, report_path=report, html_path=html,
+                                              config_source=source))
+        else:
+            result = _run(lambda: compute_file(paths, cfg, output=output, report_path=report, progress=progress,
+                                               config_source=source, html_path=html))
     if not quiet:
         if source and (source["ignored"] or source["notes"]):
             for note in source["notes"]:

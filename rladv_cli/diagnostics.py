@@ -30,6 +30,10 @@ class RowTable:
     def __contains__(self, name: str) -> bool:
         return name in self._parts
 
+    def columns(self) -> dict[str, Tensor]:
+        """Every column, whole."""
+        return {name: self[name] for name in self._parts}
+
     def __getitem__(self, name: str) -> Tensor:
         if name not in self._parts:
             raise KeyError(name)

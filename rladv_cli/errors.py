@@ -1,6 +1,8 @@
 """The one exception family rladv raises; the CLI turns it into ``Error: <message>`` and exit code 2."""
 from __future__ import annotations
 
+from functools import partial
+
 
 class RladvError(Exception):
     """Base of every error rladv reports to a user; ``str(err)`` is one line a person can act on.
@@ -30,8 +32,12 @@ class InputError(RladvError):
         if column is not None:
             where.append(f"column {column}")
         super().__init__(", ".join(where[:1]) + (": " + ", ".join(where[1:]) if len(where) > 1 else "") + f": {message}")
-        self.path, self.row, self.column = str(path), row, column
+        self.path, self.row, self.column, self.message = str(path), row, column, message
         self.kind = kind or message  # the problem without its values, to count problems of one kind
+
+    def __reduce__(self):
+        # rebuilt from its arguments, so it crosses process boundaries (Ray workers) intact
+        return partial(InputError, row=self.row, column=self.column, kind=self.kind), (self.path, self.message)
 
 
 class ComputeError(RladvError):

@@ -147,6 +147,13 @@ class ValueSketch:
         keys = v.view(np.uint32) >> np.uint32(self._SHIFT)
         self.counts += np.bincount(keys, minlength=self.counts.size)
 
+    def merge(self, other: "ValueSketch") -> None:
+        """Add the values ``other`` counted (exact: the result is the sketch of both sets of values)."""
+        self.counts += other.counts
+        self.count += other.count
+        self.nonfinite += other.nonfinite
+        self.min, self.max = min(self.min, other.min), max(self.max, other.max)
+
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, ValueSketch) and self.count == other.count and self.nonfinite == other.nonfinite
                 and self.min == other.min and self.max == other.max and np.array_equal(self.counts, other.counts))

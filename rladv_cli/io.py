@@ -1,6 +1,8 @@
 """Parquet in (sorted files, column projection, chunks of rows) and Parquet out (temp file + atomic rename)."""
 from __future__ import annotations
 
+import glob
+import itertools
 import os
 import queue
 import tempfile
@@ -32,8 +34,48 @@ class Chunk:
     table: pa.Table
 
 
+@dataclass(frozen=True)
+class Shard:
+    """File ``index`` of a dataset: its rows are the dataset's rows ``[first_row, first_row + num_rows)``.
+    Plain data, so it travels to other processes; ``chunks`` opens the file where it runs."""
+
+    index: int
+    path: str
+    first_row: int
+    num_rows: int
+
+    def chunks(self, columns: Sequence[str] | None, chunk_rows: int,
+               file: pq.ParquetFile | None = None) -> Iterator[Chunk]:
+        """Yield chunks of at most ``chunk_rows`` rows holding only ``columns`` (all when None)."""
+        f = file if file is not None else open_parquet(self.path)
+        start = 0
+        try:
+            for rb in f.iter_batches(batch_size=chunk_rows, columns=list(columns) if columns is not None else None):
+                yield Chunk(self.index, self.path, start, self.first_row + start, pa.Table.from_batches([rb]))
+                start += rb.num_rows
+        except (pa.ArrowException, OSError) as err:
+            raise InputError(self.path, f"cannot be read past row {start} ({str(err).splitlines()[0]})") from None
+        if start != self.num_rows:
+            raise InputError(self.path, f"holds {start} readable rows but its footer says {self.num_rows}; "
+                                        "the file is truncated or corrupt")
+
+
+def open_parquet(path: str) -> pq.ParquetFile:
+    """A Parquet file's reader, refusing unreadable files and repeated column names."""
+    try:
+        f = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError, UnicodeDecodeError, ValueError) as err:
+        raise InputError(path, f"not a readable Parquet file ({str(err).splitlines()[0]})") from None
+    names = f.schema_arrow.names
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        raise InputError(path, "appears twice; column names must be unique", column=twice)
+    return f
+
+
 class Dataset:
-    """One Parquet file, several files, or folders of ``*.parquet`` (sorted), read as one sequence of rows."""
+    """One Parquet file, several files, folders of ``*.parquet`` or glob patterns (each sorted), read as one
+    sequence of rows."""
 
     def __init__(self, inputs: Sequence[str | os.PathLike]):
         if not inputs:
@@ -48,6 +90,11 @@ class Dataset:
                 files.extend(found)
             elif p.is_file():
                 files.append(p)
+            elif glob.has_magic(str(raw)):
+                found = sorted(Path(q) for q in glob.glob(str(raw)) if Path(q).is_file())
+                if not found:
+                    raise InputError(str(p), "the pattern matches no file")
+                files.extend(found)
             else:
                 raise InputError(str(p), "no such file or folder")
         seen = set()
@@ -56,24 +103,14 @@ class Dataset:
                 raise InputError(str(p), "is given twice; each file of a dataset is read once")
             seen.add(p.resolve())
         self.paths = [str(p) for p in files]
-        self._files = [self._open(p) for p in self.paths]
+        self._files = [open_parquet(p) for p in self.paths]
         self.schema = self._files[0].schema_arrow
         for path, f in zip(self.paths[1:], self._files[1:]):
             self._check_same_schema(path, f.schema_arrow)
         self.file_rows = [f.metadata.num_rows for f in self._files]
         self.num_rows = sum(self.file_rows)
-
-    @staticmethod
-    def _open(path: str) -> pq.ParquetFile:
-        try:
-            f = pq.ParquetFile(path)
-        except (pa.ArrowException, OSError, UnicodeDecodeError, ValueError) as err:
-            raise InputError(path, f"not a readable Parquet file ({str(err).splitlines()[0]})") from None
-        names = f.schema_arrow.names
-        twice = next((n for n in names if names.count(n) > 1), None)
-        if twice is not None:
-            raise InputError(path, "appears twice; column names must be unique", column=twice)
-        return f
+        starts = [0, *itertools.accumulate(self.file_rows)]
+        self.shards = [Shard(i, p, s, n) for i, (p, s, n) in enumerate(zip(self.paths, starts, self.file_rows))]
 
     def _check_same_schema(self, path: str, schema: pa.Schema) -> None:
         if schema.names != self.schema.names:
@@ -90,21 +127,14 @@ class Dataset:
         return list(self.schema.names)
 
     def chunks(self, columns: Sequence[str] | None, chunk_rows: int) -> Iterator[Chunk]:
-        """Yield chunks of at most ``chunk_rows`` rows holding only ``columns`` (all when None), in file order."""
-        first_row = 0
-        for i, (path, f) in enumerate(zip(self.paths, self._files)):
-            start = 0
-            try:
-                for rb in f.iter_batches(batch_size=chunk_rows, columns=list(columns) if columns is not None else None):
-                    table = pa.Table.from_batches([rb])
-                    yield Chunk(i, path, start, first_row + start, table)
-                    start += rb.num_rows
-            except (pa.ArrowException, OSError) as err:
-                raise InputError(path, f"cannot be read past row {start} ({str(err).splitlines()[0]})") from None
-            if start != self.file_rows[i]:
-                raise InputError(path, f"holds {start} readable rows but its footer says {self.file_rows[i]}; "
-                                       "the file is truncated or corrupt")
-            first_row += self.file_rows[i]
+        """Yield chunks of at most ``chunk_rows`` rows holding only ``columns`` (all when None), in file order;
+        a chunk never spans two files."""
+        for shard in self.shards:
+            yield from self.shard_chunks(shard, columns, chunk_rows)
+
+    def shard_chunks(self, shard: Shard, columns: Sequence[str] | None, chunk_rows: int) -> Iterator[Chunk]:
+        """``shard.chunks`` through the reader this dataset already holds."""
+        return shard.chunks(columns, chunk_rows, self._files[shard.index])
 
     def locate(self, row: int) -> tuple[str, int]:
         """(file path, 0-based row within that file) of dataset-wide row ``row``."""
@@ -251,6 +281,7 @@ class TableSource:
         self.schema = table.schema
         self.file_rows = [table.num_rows]
         self.num_rows = table.num_rows
+        self.shards = [Shard(0, name, 0, table.num_rows)]
 
     @property
     def columns(self) -> list[str]:
@@ -260,6 +291,9 @@ class TableSource:
         table = self.table.select(list(columns)) if columns is not None else self.table
         for start in range(0, table.num_rows, chunk_rows):
             yield Chunk(0, self.paths[0], start, start, table.slice(start, chunk_rows))
+
+    def shard_chunks(self, shard: Shard, columns: Sequence[str] | None, chunk_rows: int) -> Iterator[Chunk]:
+        return self.chunks(columns, chunk_rows)
 
     def locate(self, row: int) -> tuple[str, int]:
         return self.paths[0], row

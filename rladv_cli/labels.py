@@ -73,6 +73,16 @@ class Labels:
                          dtype=np.int64)
         return dense[position]
 
+    def absorb(self, other: "Labels") -> dict[str, np.ndarray]:
+        """Register the labels ``other`` numbered (one shard's, from 0) after this one's, by first appearance,
+        and return the arrays that renumber ``other``'s ids into this one's: ``batch``, ``group``, ``session``.
+        Absorbing the shards in dataset order numbers every label as one pass over the dataset would."""
+        batch = [self.batches.setdefault(v, len(self.batches)) for v in other.batches]
+        group = [self.groups.setdefault(key, len(self.groups)) for key in other.groups]
+        session = [self.sessions.setdefault((group[g], s), len(self.sessions)) for g, s in other.sessions]
+        return {name: np.array(ids, dtype=np.int64) for name, ids in
+                (("batch", batch), ("group", group), ("session", session))}
+
     def batch_name(self, batch_id: int) -> str | None:
         for value, i in self.batches.items():
             if i == batch_id:

@@ -14,13 +14,20 @@ Passes over the data (each reads only the columns it needs; a one-chunk dataset 
   write   advantages and returns, written as they are computed.
 Batch-wide statistics (group means and stds, whitening moments) come from per-row values of the earlier
 passes, reduced over whole per-row arrays, so results do not depend on ``--chunk-rows``.
+
+Each pass is split at the input files (shards): ``ShardWork`` runs the stages over one shard and hands back
+per-row arrays and mergeable partial statistics; ``Pipeline`` (the driver) maps it over the shards, here one
+after the other or on Ray workers (``ray_engine``), and reduces the results in shard order, so both engines
+compute the same numbers. Groups and batches may span shards.
 """
 from __future__ import annotations
 
+import copy
 import time
 from collections import defaultdict
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Iterator, Optional
 
 import numpy as np
@@ -36,7 +43,7 @@ from .diagnostics import RowTable, WarningBuilder, group_flags, token_stats, val
 from .errors import ComputeError, ConfigError, InputError
 from .estimators import ESTIMATORS
 from .html_report import Figures, ValueSketch, build_figures
-from .io import Chunk
+from .io import Chunk, Shard
 from .labels import Labels, uid_merges
 from .report import KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens, row_stats
 from .shaping import KLController, apply_kl, kl_penalty, overlong_penalty
@@ -73,63 +80,70 @@ class Prepared:
     is_weights: Optional[Tensor] = None
 
 
-class Pipeline:
-    """One run of the stages over a row source (``io.Dataset`` or an in-memory table)."""
+@dataclass
+class ShardResult:
+    """What one pass over one shard (one input file) hands back: per-row columns ``(B_shard,)`` in row
+    order, and partial statistics that the driver merges in shard order (``Pipeline._merge_*``)."""
 
-    def __init__(self, source, cfg: Config, progress: Optional[Progress] = None):
+    rows: dict[str, Tensor]
+    seconds: dict[str, float] = field(default_factory=dict)
+    labels: Optional[Labels] = None
+    correction: dict[int, object] = field(default_factory=dict)
+    position_sums: Optional[tuple[Tensor, dict[str, Tensor]]] = None
+    sketches: dict[str, ValueSketch] = field(default_factory=dict)
+
+
+# Runs one pass (``ShardWork.run``'s stage) over ``(shard, per-row inputs)`` items; results in item order.
+MapShards = Callable[[str, "ShardWork", list[tuple[Shard, dict[str, Tensor]]]], list[ShardResult]]
+
+
+class ShardWork:
+    """The per-shard half of every pass: the stages run chunk by chunk over one shard, with the batch-wide
+    statistics of the earlier passes (set by the driver, ``Pipeline``) and the shard's per-row inputs
+    (``given``: ``batch_id``, ``group_id``, ``reward_total``, ``session_total``, ``session_active``, each
+    ``(B_shard,)``). Picklable once ``detached``, so a Ray worker runs exactly what the local engine runs."""
+
+    def __init__(self, source, cfg: Config, progress: Optional[Progress], rules, is_cfg, *, correct: bool,
+                 has_uid: bool, fold: bool, scan_columns: list[str], schema: pa.Schema):
         self.source, self.cfg, self.progress = source, cfg, progress
         self.est = ESTIMATORS[cfg.estimator]
         self.device = resolve_device(cfg.device)
-        names = set(source.columns)
-        if cfg.rollout_rs or cfg.rollout_is:
-            from .rejection import parse_rollout_is, parse_rollout_rs
-
-            self.rules = parse_rollout_rs(cfg.rollout_rs, cfg.rollout_rs_threshold) if cfg.rollout_rs else ()
-            self.is_cfg = (
-                parse_rollout_is(cfg.rollout_is, cfg.rollout_is_threshold, cfg.rollout_is_batch_normalize)
-                if cfg.rollout_is else None
-            )
-        else:
-            self.rules, self.is_cfg = (), None
-        self.required = validation.required_columns(
-            source.columns, cfg.estimator, kl=cfg.use_kl, rollout_correction=bool(self.rules or self.is_cfg),
-            batch_key=cfg.batch_key, reward_components=cfg.reward_components or (),
-        )
-        validation.check_schema(source.paths[0], source.schema, self.required)
-        if source.num_rows == 0:
-            raise InputError(source.paths[0], "holds no rows")
-        # verl runs rollout correction (at least its metrics) whenever rollout log-probs are present.
-        self.correct = {"old_log_probs", "rollout_log_probs"} <= names
-        self.has_uid = "uid" in names
-        self.has_sessions = {"session_id", "output_index", "uid"} <= names
-        self.fold = self.has_sessions and self.est.folds_sessions
-        self.fold_source: Optional[Tensor] = None
-        self.component_groups: Optional[list] = None
-        self.labels = Labels(cfg.batch_key)
-        self.rows = RowTable()
+        self.rules, self.is_cfg = rules, is_cfg
+        self.correct, self.has_uid, self.fold = correct, has_uid, fold
+        self.scan_columns, self.schema = scan_columns, schema
+        self.num_rows = source.num_rows
         self.seconds: dict[str, float] = defaultdict(float)
-        self.beta_by_batch: Optional[Tensor] = None
+        # batch-wide statistics, filled in by the driver between passes
         self.pad_width: Optional[Tensor] = None
+        self.beta_by_batch: Optional[Tensor] = None
+        self.is_norm_factor: Optional[Tensor] = None
         self.batch_rows: Optional[Tensor] = None
         self.batch_nonzero_rows: Optional[Tensor] = None
-        self.position_sums: Optional[PositionSums] = None
-        self.whitening: list[dict] = []
-        self.scanned = False
-        self.advantage_sketch, self.return_sketch = ValueSketch(), ValueSketch()
         self.groups = None
+        self.component_groups: Optional[list] = None
+        self.position_sums: Optional[PositionSums] = None
         self.whiten_mean: Optional[Tensor] = None
         self.whiten_var: Optional[Tensor] = None
-        self.correction_stats: dict[int, object] = {}
         self._cache: Optional[list[Chunk]] = None
 
-    # ----------------------------------------------------------------- columns
-    def _scan_columns(self) -> list[str]:
-        names = self.source.columns
-        optional = ("attention_mask", "uid", "old_log_probs", "rollout_log_probs")
-        wanted = set(self.required) | {c for c in optional if c in names}
-        if self.fold:
-            wanted |= {"session_id", "output_index"}
-        return [c for c in names if c in wanted]
+    def detached(self) -> "ShardWork":
+        """A copy without the local source and progress callback, to ship to other processes (which read
+        each shard from its path)."""
+        work = copy.copy(self)
+        work.source, work.progress, work._cache = None, None, None
+        work.seconds = defaultdict(float)
+        return work
+
+    def run(self, stage: str, shard: Shard, given: dict[str, Tensor],
+            write: Optional[Callable[[pa.Table], None]] = None) -> ShardResult:
+        """One pass (``layout``, ``scan``, ``group_statistics`` or ``write``) over one shard; ``write``
+        receives the write pass's output tables."""
+        self.seconds = defaultdict(float)
+        passes = {"layout": self._layout, "scan": self._scan, "group_statistics": self._group_statistics,
+                  "write": partial(self._write, write=write)}
+        result = passes[stage](shard, given)
+        result.seconds = dict(self.seconds)
+        return result
 
     # ----------------------------------------------------------------- reading
     @contextmanager
@@ -140,39 +154,46 @@ class Pipeline:
         finally:
             self.seconds[stage] += time.perf_counter() - t0
 
-    def _chunks(self, columns: Optional[list[str]], stage: str) -> Iterator[Chunk]:
-        """Chunks of the source; a dataset that fits one chunk is read once and served from memory."""
+    def _chunks(self, shard: Shard, columns: Optional[list[str]], stage: str) -> Iterator[Chunk]:
+        """Chunks of one shard; a dataset that fits one chunk is read once and served from memory."""
+        single = self._single_chunk()
         if self._cache is not None:
             chunks: Iterator[Chunk] = iter(self._cache)
+        elif self.source is not None:
+            chunks = self.source.shard_chunks(shard, None if single else columns, self.cfg.chunk_rows)
         else:
-            chunks = self.source.chunks(None if self._single_chunk() else columns, self.cfg.chunk_rows)
-        done = 0
+            chunks = shard.chunks(columns, self.cfg.chunk_rows)
         while True:
             with self._timed("read"):
                 chunk = next(chunks, None)
             if chunk is None:
                 return
-            if self._single_chunk() and self._cache is None:
+            if single and self._cache is None:
                 self._cache = [chunk]
             yield chunk.__class__(chunk.file_index, chunk.path, chunk.start, chunk.first_row,
                                   chunk.table.select(columns) if columns is not None else chunk.table)
-            done += chunk.table.num_rows
             if self.progress:
-                self.progress(stage, done, self.source.num_rows)
+                self.progress(stage, chunk.first_row + chunk.table.num_rows, self.num_rows)
 
     def _single_chunk(self) -> bool:
-        return len(self.source.paths) == 1 and self.source.num_rows <= self.cfg.chunk_rows
+        return (self.source is not None and len(self.source.paths) == 1
+                and self.source.num_rows <= self.cfg.chunk_rows)
 
-    def _row_range(self, chunk: Chunk) -> slice:
-        return slice(chunk.first_row, chunk.first_row + chunk.table.num_rows)
+    @staticmethod
+    def _given(chunk: Chunk, shard: Shard, given: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The chunk's rows of the shard's per-row inputs."""
+        start = chunk.first_row - shard.first_row
+        return {name: values[start:start + chunk.table.num_rows] for name, values in given.items()}
 
     # ----------------------------------------------------------------- stages
-    def _prepare(self, chunk: Chunk, batch_ids: Tensor, group_ids: Optional[Tensor], with_weights: bool = False) -> Prepared:
+    def _prepare(self, chunk: Chunk, given: dict[str, Tensor], with_weights: bool = False) -> Prepared:
         """validate -> tensors -> KL shaping (original mask) -> rollout rejection (rewrites the mask)."""
+        batch_ids = given["batch_id"]
         with self._timed("validate"):
             validation.check_chunk(chunk.table, chunk.path, chunk.start)
         with self._timed("convert"):
             batch = from_arrow(chunk.table, chunk.first_row, self.device)
+            group_ids = given.get("group_id")
             batch.group_index = None if group_ids is None else group_ids.to(self.device)
             batch.pad_width = self.pad_width[batch_ids].to(self.device)
             if self.cfg.reward_components:
@@ -206,14 +227,13 @@ class Pipeline:
             if with_weights and self.is_cfg is not None:
                 weights = self._is_weights(batch, batch_ids)
                 batch.rollout_is_weights = weights
-        if self.scanned:  # the scan pass's totals: the same bits, not summed again
-            batch.known_reward_total = self.rows["reward_total"][batch.row_index.cpu()].to(self.device)
+        if "reward_total" in given:  # the scan pass's totals: the same bits, not summed again
+            batch.known_reward_total = given["reward_total"].to(self.device)
         if self.component_groups is not None:
             batch.component_groups = self.component_groups
-        if self.fold_source is not None:
-            source = self.fold_source[batch.row_index.cpu()]
-            batch.session_total = self.rows["reward_total"][source].to(self.device)
-            batch.session_active = (self.rows["used"][source] > 0).float().to(self.device)
+        if "session_total" in given:
+            batch.session_total = given["session_total"].to(self.device)
+            batch.session_active = given["session_active"].to(self.device)
         if self.batch_rows is not None:
             batch.batch_rows = self.batch_rows[batch_ids].to(self.device)
             batch.batch_nonzero_rows = self.batch_nonzero_rows[batch_ids].to(self.device)
@@ -228,71 +248,59 @@ class Pipeline:
         from .rejection import importance_weights
 
         factor = None
-        if self.is_cfg.batch_normalize:  # each row divided by its own batch's normalisation factor
-            per_batch = torch.tensor([self.correction_stats[b].norm_factor() for b in range(len(self.labels.batches))],
-                                     dtype=torch.float32)
-            factor = batch.per_token(per_batch[batch_ids].to(self.device))
+        if self.is_norm_factor is not None:  # each row divided by its own batch's normalisation factor
+            factor = batch.per_token(self.is_norm_factor[batch_ids].to(self.device))
         return importance_weights(self.is_cfg, batch.old_log_probs, batch.rollout_log_probs, batch.original_mask,
                                   batch.row_offsets, norm_factor=factor)
 
-    # ----------------------------------------------------------------- passes
-    def _layout_pass(self) -> None:
-        """Row lengths and batch ids of the whole dataset (verl pads each batch to its longest response, and
-        that width fixes how row totals round); with an adaptive KL controller and several batches, also
-        each row's KL, so the controller can be stepped in batch order before any reward is shaped."""
+    # ----------------------------------------------------------------- passes, per shard
+    def _layout(self, shard: Shard, given: dict[str, Tensor]) -> ShardResult:
+        """Row lengths and batch ids (numbered within the shard; the driver renumbers them); with an adaptive
+        KL controller and ``--batch-key``, also each row's KL."""
         adaptive = self.cfg.use_kl and self.cfg.kl_ctrl == "adaptive" and self.cfg.batch_key is not None
         wanted = {"response_mask", self.cfg.batch_key} | ({"old_log_probs", "ref_log_prob"} if adaptive else set())
-        for chunk in self._chunks([c for c in self.source.columns if c in wanted], "layout"):
+        labels, rows = Labels(self.cfg.batch_key), RowTable()
+        for chunk in self._chunks(shard, [c for c in self.schema.names if c in wanted], "layout"):
             with self._timed("validate"):
                 validation.check_chunk(chunk.table, chunk.path, chunk.start)
             offsets = as_tensor(list_offsets(chunk.table["response_mask"].combine_chunks()))
-            cols = {"batch_id": torch.from_numpy(self.labels.batch_ids(chunk.table, chunk.path, chunk.start)),
+            cols = {"batch_id": torch.from_numpy(labels.batch_ids(chunk.table, chunk.path, chunk.start)),
                     "length": kernels.row_lengths(offsets)}
             if adaptive:
                 m0 = as_tensor(flat_values(chunk.table, "response_mask"))
                 kld = kl_penalty(as_tensor(flat_values(chunk.table, "old_log_probs")),
                                  as_tensor(flat_values(chunk.table, "ref_log_prob")), self.cfg.kl_penalty) * m0
                 cols["kl_row"] = kernels.segment_sum(kld, offsets) / (kernels.segment_sum(m0, offsets) + 1e-8)
-            self.rows.add(**cols)
-        batch_of_row = self.rows["batch_id"]
-        n_batches = len(self.labels.batches)
-        self.pad_width = torch.zeros(n_batches, dtype=torch.long).scatter_reduce(
-            0, batch_of_row, self.rows["length"], "amax")
-        if adaptive:
-            ctrl = KLController(self.cfg.kl_ctrl, self.cfg.kl_coef, self.cfg.kl_target, self.cfg.kl_horizon)
-            beta = torch.zeros(n_batches, dtype=torch.float64)
-            for b in self.labels.batch_order():
-                sel = batch_of_row == b
-                beta[b] = ctrl.value
-                ctrl.update(float(self.rows["kl_row"][sel].mean()), int(sel.sum()))
-            self.beta_by_batch = beta
+            rows.add(**cols)
+        return ShardResult(rows.columns(), labels=labels)
 
-    def _scan_pass(self) -> None:
+    def _scan(self, shard: Shard, given: dict[str, Tensor]) -> ShardResult:
+        """Per-row totals, labels, diagnostics and rollout-correction statistics; group and session ids are
+        numbered within the shard (the driver renumbers them), so no stage here reads them."""
         need_moments = self.est.whiten and not self.est.groups
-        for chunk in self._chunks(self._scan_columns(), "scan"):
-            bids = self.rows["batch_id"][self._row_range(chunk)]
-            gids = None
+        labels, rows, correction = Labels(self.cfg.batch_key), RowTable(), {}
+        for chunk in self._chunks(shard, self.scan_columns, "scan"):
+            at = self._given(chunk, shard, given)
             if self.has_uid:
-                group_ids = self.labels.group_ids(chunk.table, bids.numpy(), chunk.path, chunk.start)
-                gids = torch.from_numpy(group_ids)
-                self.rows.add(group_id=gids)
+                group_ids = labels.group_ids(chunk.table, at["batch_id"].numpy(), chunk.path, chunk.start)
+                rows.add(group_id=torch.from_numpy(group_ids))
                 if self.fold:
                     validation.check_numbers(chunk.table, ["output_index"], chunk.path, chunk.start)
-                    self.rows.add(
-                        session=torch.from_numpy(self.labels.session_ids(chunk.table, group_ids, chunk.path, chunk.start)),
+                    rows.add(
+                        session=torch.from_numpy(labels.session_ids(chunk.table, group_ids, chunk.path, chunk.start)),
                         output_index=as_tensor(scalar_values(chunk.table, "output_index", np.float64)),
                     )
-            p = self._prepare(chunk, bids, gids)
-            b = p.batch
-            self._scan_rows(p)
+            p = self._prepare(chunk, at)
+            rows.add(**self._scan_rows(p))
             if self.correct:
-                self._update_correction(b, bids)
+                self._update_correction(correction, p.batch, at["batch_id"])
             if need_moments:
                 with self._timed("estimator"):
-                    raw, _ = self.est.fn(b, self.cfg)
-                self._add_moments(raw, b)
+                    raw, _ = self.est.fn(p.batch, self.cfg)
+                rows.add(**_moments(raw, p.batch))
+        return ShardResult(rows.columns(), labels=labels, correction=correction)
 
-    def _scan_rows(self, p: Prepared) -> None:
+    def _scan_rows(self, p: Prepared) -> dict[str, Tensor]:
         """Per-row totals, token counts and row-level warning flags of one prepared chunk."""
         b = p.batch
         off = b.row_offsets
@@ -315,14 +323,14 @@ class Pipeline:
             cols["kl_raises_reward"] = kernels.segment_sum(((p.beta * p.kld) < 0).float(), off) > 0
             sign_s = torch.sign(score_total)
             cols["kl_flips_sign"] = (sign_s != 0) & (torch.sign(reward_total) != sign_s)
-        self.rows.add(**cols)
+        return cols
 
-    def _update_correction(self, b: Batch, batch_ids: Tensor) -> None:
+    def _update_correction(self, correction: dict, b: Batch, batch_ids: Tensor) -> None:
         from .rejection import RolloutCorrectionStats
 
         with self._timed("rejection"):
             for bid in torch.unique(batch_ids).tolist():
-                stats = self.correction_stats.setdefault(bid, RolloutCorrectionStats(self.rules, self.is_cfg))
+                stats = correction.setdefault(bid, RolloutCorrectionStats(self.rules, self.is_cfg))
                 sel = (batch_ids == bid).to(b.row_offsets.device)
                 if bool(sel.all()):
                     stats.update(b.old_log_probs, b.rollout_log_probs, b.original_mask, b.row_offsets)
@@ -330,17 +338,257 @@ class Pipeline:
                     tokens, offsets = kernels.select_rows(sel, b.row_offsets)
                     stats.update(b.old_log_probs[tokens], b.rollout_log_probs[tokens], b.original_mask[tokens], offsets)
 
-    def _add_moments(self, raw: Tensor, b: Batch) -> None:
-        count, total, m2 = kernels.row_moments(raw, b.response_mask, b.row_offsets)
-        self.rows.add(w_count=count, w_sum=total, w_m2=m2)
+    def _group_statistics(self, shard: Shard, given: dict[str, Tensor]) -> ShardResult:
+        """Statistics that need the group statistics first: whitening moments of group estimators, and the
+        per-(group, position) sums an estimator accumulates: float64 sums in row order, handed back for the
+        (group, position) slots this shard touched."""
+        accumulate = self.est.accumulator()
+        width = int(self.pad_width.max())
+        rows, sums = RowTable(), {}
+        for chunk in self._chunks(shard, self.scan_columns, "group statistics"):
+            p = self._prepare(chunk, self._given(chunk, shard, given), with_weights=True)
+            p.batch.groups = self.groups
+            with self._timed("estimator"):
+                if accumulate is not None:
+                    for name, ((group, position), values) in accumulate(p.batch, self.cfg).items():
+                        buf = sums.setdefault(name, torch.zeros(self.groups.size.numel() * width, dtype=torch.float64))
+                        buf.index_add_(0, (group * width + position).cpu(), values.double().cpu())
+                if self.est.whiten:
+                    raw, _ = self.est.fn(p.batch, self.cfg)
+                    rows.add(**_moments(raw, p.batch))
+        touched = None
+        if sums:  # an untouched or zero slot adds nothing to the driver's sums
+            slots = torch.nonzero(torch.stack([buf != 0 for buf in sums.values()]).any(0)).flatten()
+            touched = (slots, {name: buf[slots] for name, buf in sums.items()})
+        return ShardResult(rows.columns(), position_sums=touched)
+
+    def _write(self, shard: Shard, given: dict[str, Tensor], write: Callable[[pa.Table], None]) -> ShardResult:
+        """Advantages and returns, written chunk by chunk; per-row summaries and value sketches for the report."""
+        checks = self.est.checks()
+        rows = RowTable()
+        sketches = {"advantages": ValueSketch(), "returns": ValueSketch()}
+        for chunk in self._chunks(shard, None, "write"):
+            at = self._given(chunk, shard, given)
+            p = self._prepare(chunk, at, with_weights=True)
+            b = p.batch
+            b.groups = self.groups
+            b.position_sums = self.position_sums
+            with self._timed("estimator"):
+                advantages, returns = self.est.fn(b, self.cfg)
+                if self.est.whiten:
+                    tok_batch = b.per_token(at["batch_id"].to(self.device))
+                    advantages = kernels.masked_whiten(advantages, self.whiten_mean[tok_batch], self.whiten_var[tok_batch])
+                    if self.est.returns_are_advantages:
+                        returns = advantages
+                m = b.response_mask
+                # selection, not multiplication: verl's NaN (opo's 0/0) must not survive at mask-0 positions
+                valid = m > 0
+                advantages = torch.where(valid, advantages, torch.zeros_like(advantages))
+                returns = torch.where(valid, returns, torch.zeros_like(returns))
+                flags = {code: fn(b, self.cfg) for code, fn in checks.items()}
+            self._check_finite(chunk, b, advantages, returns, valid)
+            sketches["advantages"].add(advantages[valid])
+            sketches["returns"].add(returns[valid])
+            flags["zero_advantage_tokens"] = kernels.segment_sum(((advantages == 0) & valid).float(), b.row_offsets)
+            adv_rows = value_rows(advantages, m, b.row_offsets)
+            ret_rows = value_rows(returns, m, b.row_offsets)
+            rows.add(**{f"adv_{k}": v for k, v in adv_rows.items()}, **{f"ret_{k}": v for k, v in ret_rows.items()}, **flags)
+            with self._timed("write"):
+                write(_output_table(chunk.table, b, advantages, returns, p.is_weights, self.schema))
+        return ShardResult(rows.columns(), sketches=sketches)
+
+    def _check_finite(self, chunk: Chunk, b: Batch, advantages: Tensor, returns: Tensor, valid: Tensor) -> None:
+        """Nothing silently wrong: a NaN/inf advantage or return on a valid token stops the run (inputs that are
+        finite can still overflow, e.g. log-probs above 0 in exp())."""
+        bad = valid & ~(torch.isfinite(advantages) & torch.isfinite(returns))
+        if bool(bad.any()):
+            token = int(torch.nonzero(bad)[0])
+            row = int(torch.searchsorted(b.row_offsets, torch.tensor(token, device=b.row_offsets.device), right=True)) - 1
+            raise ComputeError(
+                f"{chunk.path}: row {chunk.start + row}: {self.cfg.estimator} produced a non-finite advantage or "
+                f"return at position {token - int(b.row_offsets[row])}; check that row's inputs (values beyond "
+                "float32's range, or log-probs above 0 that overflow exp())"
+            )
+
+
+
+def _moments(raw: Tensor, b: Batch) -> dict[str, Tensor]:
+    """Per-row whitening moments of raw advantages over the estimator's mask: ``w_count, w_sum, w_m2 (B,)``."""
+    count, total, m2 = kernels.row_moments(raw, b.response_mask, b.row_offsets)
+    return {"w_count": count, "w_sum": total, "w_m2": m2}
+
+
+class Pipeline:
+    """One run of the stages over a row source (``io.Dataset`` or an in-memory table): the driver.
+
+    Each pass maps a ``ShardWork`` stage over the source's shards (``map_shards``: in this process, shard
+    after shard, or on Ray workers) and merges their results in shard order; batch-wide statistics are then
+    reduced here over whole per-row arrays and handed to the next pass. Whatever runs the shards, the
+    reductions see the same arrays, so the numbers are the same."""
+
+    def __init__(self, source, cfg: Config, progress: Optional[Progress] = None):
+        self.source, self.cfg = source, cfg
+        self.est = ESTIMATORS[cfg.estimator]
+        self.device = resolve_device(cfg.device)
+        names = set(source.columns)
+        if cfg.rollout_rs or cfg.rollout_is:
+            from .rejection import parse_rollout_is, parse_rollout_rs
+
+            self.rules = parse_rollout_rs(cfg.rollout_rs, cfg.rollout_rs_threshold) if cfg.rollout_rs else ()
+            self.is_cfg = (
+                parse_rollout_is(cfg.rollout_is, cfg.rollout_is_threshold, cfg.rollout_is_batch_normalize)
+                if cfg.rollout_is else None
+            )
+        else:
+            self.rules, self.is_cfg = (), None
+        self.required = validation.required_columns(
+            source.columns, cfg.estimator, kl=cfg.use_kl, rollout_correction=bool(self.rules or self.is_cfg),
+            batch_key=cfg.batch_key, reward_components=cfg.reward_components or (),
+        )
+        validation.check_schema(source.paths[0], source.schema, self.required)
+        if source.num_rows == 0:
+            raise InputError(source.paths[0], "holds no rows")
+        # verl runs rollout correction (at least its metrics) whenever rollout log-probs are present.
+        self.correct = {"old_log_probs", "rollout_log_probs"} <= names
+        self.has_uid = "uid" in names
+        self.has_sessions = {"session_id", "output_index", "uid"} <= names
+        self.fold = self.has_sessions and self.est.folds_sessions
+        self.work = ShardWork(source, cfg, progress, self.rules, self.is_cfg, correct=self.correct,
+                              has_uid=self.has_uid, fold=self.fold, scan_columns=self._scan_columns(),
+                              schema=output_schema(source.schema, self.is_cfg is not None))
+        self.fold_source: Optional[Tensor] = None
+        self.labels = Labels(cfg.batch_key)
+        self.rows = RowTable()
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.whitening: list[dict] = []
+        self.sketches = {"advantages": ValueSketch(), "returns": ValueSketch()}
+        self.groups = None
+        self.correction_stats: dict[int, object] = {}
+
+    def _scan_columns(self) -> list[str]:
+        names = self.source.columns
+        optional = ("attention_mask", "uid", "old_log_probs", "rollout_log_probs")
+        wanted = set(self.required) | {c for c in optional if c in names}
+        if self.fold:
+            wanted |= {"session_id", "output_index"}
+        return [c for c in names if c in wanted]
+
+    # ----------------------------------------------------------------- run
+    def run(self, write: Optional[Callable[[pa.Table], None]], map_shards: Optional[MapShards] = None) -> Report:
+        """All passes; the write pass's tables go to ``write`` (local engine) or wherever ``map_shards``'s
+        workers put them (``write`` is then unused)."""
+        if map_shards is None:
+            map_shards = partial(_map_here, write=write)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(self.cfg.threads)
+        try:
+            return self._run(map_shards)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _run(self, map_shards: MapShards) -> Report:
+        t0 = time.perf_counter()
+        self._merge_layout(self._map(map_shards, "layout", ()))
+        self._merge_scan(self._map(map_shards, "scan", ("batch_id",)))
+        self._check_correction_batches()
+        self._group_pass()
+        per_row = ("batch_id", "group_id", "reward_total")
+        if (self.est.whiten and self.est.groups) or self.est.accumulate:
+            self._merge_group_statistics(self._map(map_shards, "group_statistics", per_row))
+        if self.est.whiten:
+            self._whitening()
+        for result in self._map(map_shards, "write", per_row):
+            self.rows.add(**result.rows)
+            for name, sketch in result.sketches.items():
+                self.sketches[name].merge(sketch)
+        self.seconds["total"] = time.perf_counter() - t0
+        return self._report()
+
+    def _map(self, map_shards: MapShards, stage: str, names: tuple[str, ...]) -> list[ShardResult]:
+        """Run ``stage`` over every shard with its rows of the per-row inputs ``names``; results in shard order."""
+        given = {name: self.rows[name] for name in names if name in self.rows}
+        if self.fold_source is not None:
+            given["session_total"] = self.rows["reward_total"][self.fold_source]
+            given["session_active"] = (self.rows["used"][self.fold_source] > 0).float()
+        items = [(shard, {name: values[shard.first_row:shard.first_row + shard.num_rows] for name, values in given.items()})
+                 for shard in self.source.shards]
+        results = map_shards(stage, self.work, items)
+        for result in results:
+            for name, seconds in result.seconds.items():
+                self.seconds[name] += seconds
+        return results
+
+    def figures(self) -> Figures:
+        """The distributions the HTML report plots, from the same per-row values and sketches as the report."""
+        rows = self.rows
+        return build_figures(reward_total=rows["reward_total"], score_total=rows["score_total"], actor=rows["actor"],
+                             group_id=rows["group_id"] if self.has_uid else None,
+                             advantages=self.sketches["advantages"], returns=self.sketches["returns"])
+
+    # ----------------------------------------------------------------- reductions
+    def _merge_layout(self, results: list[ShardResult]) -> None:
+        """Batch ids renumbered by first appearance in the dataset; each batch's pad width (verl pads each
+        batch to its longest response, which fixes how row totals round); with an adaptive KL controller and
+        several batches, each batch's coefficient, stepping the controller in batch order."""
+        for result in results:
+            renumber = self.labels.absorb(result.labels)
+            cols = dict(result.rows)
+            if "batch_id" in cols:  # absent for a file without rows
+                cols["batch_id"] = torch.from_numpy(renumber["batch"])[cols["batch_id"]]
+            self.rows.add(**cols)
+        batch_of_row = self.rows["batch_id"]
+        n_batches = len(self.labels.batches)
+        self.work.pad_width = torch.zeros(n_batches, dtype=torch.long).scatter_reduce(
+            0, batch_of_row, self.rows["length"], "amax")
+        if "kl_row" in self.rows:
+            ctrl = KLController(self.cfg.kl_ctrl, self.cfg.kl_coef, self.cfg.kl_target, self.cfg.kl_horizon)
+            beta = torch.zeros(n_batches, dtype=torch.float64)
+            for b in self.labels.batch_order():
+                sel = batch_of_row == b
+                beta[b] = ctrl.value
+                ctrl.update(float(self.rows["kl_row"][sel].mean()), int(sel.sum()))
+            self.work.beta_by_batch = beta
+
+    def _merge_scan(self, results: list[ShardResult]) -> None:
+        """Per-row values in dataset order, group and session ids renumbered by first appearance, and the
+        rollout-correction statistics of each batch (with the IS normalisation factor each batch needs)."""
+        for result in results:
+            renumber = self.labels.absorb(result.labels)
+            cols = dict(result.rows)
+            for name, kind in (("group_id", "group"), ("session", "session")):
+                if name in cols:
+                    cols[name] = torch.from_numpy(renumber[kind])[cols[name]]
+            self.rows.add(**cols)
+            for bid, stats in result.correction.items():
+                if bid in self.correction_stats:
+                    self.correction_stats[bid].merge(stats)
+                else:
+                    self.correction_stats[bid] = stats
+        if self.is_cfg is not None and self.is_cfg.batch_normalize:
+            self.work.is_norm_factor = torch.tensor(
+                [self.correction_stats[b].norm_factor() for b in range(len(self.labels.batches))], dtype=torch.float32)
+
+    def _merge_group_statistics(self, results: list[ShardResult]) -> None:
+        """Whitening moments per row; the per-(group, position) sums added shard after shard in float64,
+        rounded to float32 once."""
+        width = int(self.work.pad_width.max())
+        sums: dict[str, Tensor] = {}
+        for result in results:
+            self.rows.add(**result.rows)
+            if result.position_sums is not None:
+                slots, values = result.position_sums
+                for name, v in values.items():
+                    sums.setdefault(name, torch.zeros(len(self.labels.groups) * width, dtype=torch.float64)).index_add_(0, slots, v)
+        if self.est.accumulate:
+            self.work.position_sums = PositionSums(width, {k: v.float().to(self.device) for k, v in sums.items()})
 
     def _group_pass(self) -> None:
         """Batch sizes and group statistics of the row totals over the whole dataset (groups never cross
         batches); an estimator's minimum group size is enforced here, before anything is written."""
         n_batches = len(self.labels.batches)
         batch_of_row = self.rows["batch_id"]
-        self.batch_rows = torch.bincount(batch_of_row, minlength=n_batches)
-        self.batch_nonzero_rows = torch.bincount(batch_of_row, weights=(self.rows["reward_total"] != 0).double(),
+        self.work.batch_rows = torch.bincount(batch_of_row, minlength=n_batches)
+        self.work.batch_nonzero_rows = torch.bincount(batch_of_row, weights=(self.rows["reward_total"] != 0).double(),
                                                  minlength=n_batches).long()
         if not self.has_uid:
             return
@@ -352,11 +600,11 @@ class Pipeline:
         else:
             self.groups = kernels.group_stats(self.rows["reward_total"], gid, n_groups, used)
         if self.cfg.reward_components:
-            self.component_groups = [
+            self.work.component_groups = [
                 kernels.group_stats(self.rows[f"component_{k}"], gid, n_groups, used).to(self.device)
                 for k in range(len(self.cfg.reward_components))
             ]
-        self.groups_on_device = self.groups.to(self.device)
+        self.work.groups = self.groups.to(self.device)
         small = torch.nonzero(self.groups.size < self.est.min_group_size).flatten()
         if self.est.groups and small.numel():
             (batch, uid), = [key for key, gid in self.labels.groups.items() if gid == int(small[0])]
@@ -366,28 +614,6 @@ class Pipeline:
                 f"{int(self.groups.size[small[0]])} for group {uid}{' in batch ' + where if where else ''} "
                 f"({small.numel()} such group(s))"
             )
-
-    def _group_statistics_pass(self) -> None:
-        """Statistics that need the group statistics first: whitening moments of group estimators, and the
-        per-(group, position) sums an estimator accumulates. float64 sums in dataset row order, whatever the
-        chunking, rounded to float32 once."""
-        accumulate = self.est.accumulator()
-        width = int(self.pad_width.max())
-        sums: dict[str, Tensor] = {}
-        for chunk in self._chunks(self._scan_columns(), "group statistics"):
-            rows = self._row_range(chunk)
-            p = self._prepare(chunk, self.rows["batch_id"][rows], self.rows["group_id"][rows], with_weights=True)
-            p.batch.groups = self.groups_on_device
-            with self._timed("estimator"):
-                if accumulate is not None:
-                    for name, ((group, position), values) in accumulate(p.batch, self.cfg).items():
-                        buf = sums.setdefault(name, torch.zeros(len(self.labels.groups) * width, dtype=torch.float64))
-                        buf.index_add_(0, (group * width + position).cpu(), values.double().cpu())
-                if self.est.whiten:
-                    raw, _ = self.est.fn(p.batch, self.cfg)
-                    self._add_moments(raw, p.batch)
-        if accumulate is not None:
-            self.position_sums = PositionSums(width, {k: v.float().to(self.device) for k, v in sums.items()})
 
     def _whitening(self) -> None:
         """Per-batch mean and unbiased variance of the raw advantages over valid tokens (float64 -> float32)."""
@@ -407,84 +633,7 @@ class Pipeline:
             mean[b], var[b] = mu, m2 / (n - 1)
             self.whitening.append({"batch": self.labels.batch_name(b), "tokens": int(n), "mean": float(np.float32(mu)),
                                    "var": float(np.float32(m2 / (n - 1)))})
-        self.whiten_mean, self.whiten_var = mean.float().to(self.device), var.float().to(self.device)
-
-    def _write_pass(self, write: Callable[[pa.Table], None], schema: pa.Schema) -> None:
-        checks = self.est.checks()
-        for chunk in self._chunks(None, "write"):
-            rows = self._row_range(chunk)
-            bids = self.rows["batch_id"][rows]
-            gids = self.rows["group_id"][rows] if self.has_uid else None
-            p = self._prepare(chunk, bids, gids, with_weights=True)
-            b = p.batch
-            b.groups = self.groups_on_device if self.groups is not None else None
-            b.position_sums = self.position_sums
-            with self._timed("estimator"):
-                advantages, returns = self.est.fn(b, self.cfg)
-                if self.est.whiten:
-                    tok_batch = b.per_token(bids.to(self.device))
-                    advantages = kernels.masked_whiten(advantages, self.whiten_mean[tok_batch], self.whiten_var[tok_batch])
-                    if self.est.returns_are_advantages:
-                        returns = advantages
-                m = b.response_mask
-                # selection, not multiplication: verl's NaN (opo's 0/0) must not survive at mask-0 positions
-                valid = m > 0
-                advantages = torch.where(valid, advantages, torch.zeros_like(advantages))
-                returns = torch.where(valid, returns, torch.zeros_like(returns))
-                flags = {code: fn(b, self.cfg) for code, fn in checks.items()}
-            self._check_finite(chunk, b, advantages, returns, valid)
-            self.advantage_sketch.add(advantages[valid])
-            self.return_sketch.add(returns[valid])
-            flags["zero_advantage_tokens"] = kernels.segment_sum(((advantages == 0) & valid).float(), b.row_offsets)
-            adv_rows = value_rows(advantages, m, b.row_offsets)
-            ret_rows = value_rows(returns, m, b.row_offsets)
-            self.rows.add(**{f"adv_{k}": v for k, v in adv_rows.items()}, **{f"ret_{k}": v for k, v in ret_rows.items()}, **flags)
-            with self._timed("write"):
-                write(_output_table(chunk.table, b, advantages, returns, p.is_weights, schema))
-
-    def _check_finite(self, chunk: Chunk, b: Batch, advantages: Tensor, returns: Tensor, valid: Tensor) -> None:
-        """Nothing silently wrong: a NaN/inf advantage or return on a valid token stops the run (inputs that are
-        finite can still overflow, e.g. log-probs above 0 in exp())."""
-        bad = valid & ~(torch.isfinite(advantages) & torch.isfinite(returns))
-        if bool(bad.any()):
-            token = int(torch.nonzero(bad)[0])
-            row = int(torch.searchsorted(b.row_offsets, torch.tensor(token, device=b.row_offsets.device), right=True)) - 1
-            raise ComputeError(
-                f"{chunk.path}: row {chunk.start + row}: {self.cfg.estimator} produced a non-finite advantage or "
-                f"return at position {token - int(b.row_offsets[row])}; check that row's inputs (values beyond "
-                "float32's range, or log-probs above 0 that overflow exp())"
-            )
-
-    # ----------------------------------------------------------------- run
-    def run(self, write: Callable[[pa.Table], None]) -> Report:
-        threads = torch.get_num_threads()
-        torch.set_num_threads(self.cfg.threads)
-        try:
-            return self._run(write)
-        finally:
-            torch.set_num_threads(threads)
-
-    def _run(self, write: Callable[[pa.Table], None]) -> Report:
-        t0 = time.perf_counter()
-        self._layout_pass()
-        self._scan_pass()
-        self.scanned = True
-        self._check_correction_batches()
-        self._group_pass()
-        if (self.est.whiten and self.est.groups) or self.est.accumulate:
-            self._group_statistics_pass()
-        if self.est.whiten:
-            self._whitening()
-        self._write_pass(write, output_schema(self.source.schema, self.is_cfg is not None))
-        self.seconds["total"] = time.perf_counter() - t0
-        return self._report()
-
-    def figures(self) -> Figures:
-        """The distributions the HTML report plots, from the same per-row values and sketches as the report."""
-        rows = self.rows
-        return build_figures(reward_total=rows["reward_total"], score_total=rows["score_total"], actor=rows["actor"],
-                             group_id=rows["group_id"] if self.has_uid else None,
-                             advantages=self.advantage_sketch, returns=self.return_sketch)
+        self.work.whiten_mean, self.work.whiten_var = mean.float().to(self.device), var.float().to(self.device)
 
     def _check_correction_batches(self) -> None:
         """verl's rollout correction refuses a batch with no valid token (SEMANTICS §5.1)."""
@@ -661,7 +810,8 @@ class Pipeline:
         batches = []
         for b in self.labels.batch_order():
             sel = batch_of_row == b
-            coef = cfg.kl_coef if self.beta_by_batch is None else float(self.beta_by_batch[b])
+            beta = self.work.beta_by_batch
+            coef = cfg.kl_coef if beta is None else float(beta[b])
             batches.append(KLBatch(batch=self.labels.batch_name(b), rows=int(sel.sum()),
                                    kl=float(kl_row[sel].mean()), coef=coef))
         return KL(enabled=True, penalty=cfg.kl_penalty, ctrl=cfg.kl_ctrl, mean=float(kl_row.mean()),
@@ -705,3 +855,9 @@ def _output_table(table: pa.Table, b: Batch, advantages: Tensor, returns: Tensor
         added["rollout_is_weights"] = as_list(is_weights, pa.float32())
     arrays = [added[name] if name in added else table[name].combine_chunks() for name in schema.names]
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _map_here(stage: str, work: ShardWork, items: list[tuple[Shard, dict[str, Tensor]]],
+              write: Optional[Callable[[pa.Table], None]]) -> list[ShardResult]:
+    """The local engine's ``MapShards``: every shard in this process, in order; the write pass into ``write``."""
+    return [work.run(stage, shard, given, write) for shard, given in items]

@@ -340,6 +340,11 @@ class RolloutCorrectionStats:
 
     # -- accumulation
 
+    def merge(self, other: "RolloutCorrectionStats") -> None:
+        """Append the rows ``other`` gathered (the next shard's), as if they had been fed here."""
+        self._keys = self._keys or other._keys
+        self._chunks.extend(other._chunks)
+
     def update(self, old_log_probs: Tensor, rollout_log_probs: Tensor, m0: Tensor, row_offsets: Tensor) -> None:
         """Add one chunk of rows: ``(N,)`` float32 log-probs and ``m0``, ``row_offsets (B+1,)``."""
         if row_offsets.numel() <= 1:

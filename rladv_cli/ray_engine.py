@@ -1,0 +1,221 @@
+"""``rladv compute --engine ray``: the local engine's passes, each mapped over the dataset's files (shards)
+with Ray Data and reduced on the driver in shard order, so the numbers are the local engine's.
+
+    layout, scan, [group statistics]   map: shard -> per-row arrays + partial statistics (pickled)
+                                        driver: merge in shard order, reduce batch-wide statistics
+                                        (group sums, counts, whitening moments, KL means), ray.put them
+    write                               map: shard -> OUT_DIR/<stem>.adv.parquet, under a staging folder
+                                        driver: rename every shard to its final name, then report.json
+
+Errors that are the data's fault (``RladvError``) come back as values and are raised for the first shard in
+dataset order, without retries; any other exception (an ``OSError`` on a flaky shared filesystem) and a lost
+worker are retried by Ray, ``MAX_RETRIES`` times each. Ray is imported only here, and only when this engine
+runs.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import shutil
+import tempfile
+import warnings
+import zlib
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Optional, Sequence
+
+from .api import finish_report
+from .config import Config
+from .errors import ComputeError, ConfigError, OutputError, RladvError
+from .io import AtomicParquetWriter, Dataset, Shard, write_json_atomic
+from .report import Report
+
+PathLike = str | os.PathLike
+MAX_RETRIES = 3  # per shard task: exceptions other than the data's errors, and lost workers
+REPORT_NAME = "report.json"
+
+
+def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output_dir: Optional[PathLike] = None,
+                address: Optional[str] = None, workers: Optional[int] = None,
+                progress: Optional[Callable[[str, int, int], None]] = None, report_path: Optional[PathLike] = None,
+                html_path: Optional[PathLike] = None, config_source: Optional[dict] = None) -> Report:
+    """Compute a dataset on Ray: one ``<stem>.adv.parquet`` per input file in ``output_dir`` (default
+    ``<inputs' folder>.adv`` beside it) plus ``report.json`` there, the report the local engine would give.
+
+    Runs on the Ray instance this process already joined, else on the cluster at ``address``, else on a local
+    one started for the run with ``workers`` CPUs (default: all); ``workers`` also caps the tasks in flight.
+    Output shards appear under their final names only once every shard succeeded. The tasks run on CPU
+    (``device`` ``auto`` means ``cpu`` here)."""
+    from .pipeline import Pipeline
+
+    ray = _import_ray()
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--ray-workers must be at least 1, got {workers}")
+    if config.device == "cuda":
+        raise ConfigError("--engine ray computes on CPU workers; --device cuda needs --engine local")
+    config = config.model_copy(update={"device": "cpu"})
+    paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    dataset = Dataset(paths)
+    pipeline = Pipeline(dataset, config, progress)
+    out_dir = Path(output_dir) if output_dir is not None else default_output_dir(paths, dataset)
+    names = output_names(dataset, out_dir)
+    for flag, path in (("--report", report_path), ("--html", html_path)):
+        if path is not None and Path(path).resolve().parent == out_dir.resolve() and Path(path).name in names:
+            raise OutputError(f"{flag} {path} is one of the output shards")
+    with _cluster(ray, address, workers):
+        staging = tempfile.mkdtemp(prefix=".rladv-", dir=out_dir)
+        try:
+            report = pipeline.run(None, RayShards(ray, staging, names, workers, progress))
+            report = finish_report(pipeline, report, str(out_dir), config_source, report_path, html_path)
+            for name in names:
+                os.replace(os.path.join(staging, name), out_dir / name)
+            write_json_atomic(str(out_dir / REPORT_NAME), report.to_json())
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return report
+
+
+def default_output_dir(inputs: Sequence[PathLike], dataset: Dataset) -> Path:
+    """``STEM.adv`` beside a file given alone, ``FOLDER.adv`` beside a folder given alone, else ``FOLDER.adv``
+    beside the folder that holds every input file (as for a glob)."""
+    if len(inputs) == 1 and Path(inputs[0]).is_file():
+        path = Path(inputs[0]).resolve()
+        return path.with_name(path.name.removesuffix(".parquet") + ".adv")
+    if len(inputs) == 1 and Path(inputs[0]).is_dir():
+        folder = Path(inputs[0]).resolve()
+    else:
+        folder = Path(os.path.commonpath([str(Path(p).resolve().parent) for p in dataset.paths]))
+    if folder.parent == folder:
+        raise OutputError("--engine ray: the inputs share no folder to name the output after; give -o OUT_DIR")
+    return folder.with_name(folder.name + ".adv")
+
+
+def output_names(dataset: Dataset, out_dir: Path) -> list[str]:
+    """``<stem>.adv.parquet`` for each input file; creates ``out_dir`` (its parent must exist) and refuses
+    names that repeat or that would overwrite an input."""
+    names = [Path(p).name.removesuffix(".parquet") + ".adv.parquet" for p in dataset.paths]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        raise OutputError(f"two input files would both be written to {twice}; give files with distinct names")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputError(f"-o {out_dir} is a file; --engine ray writes a folder")
+    if not out_dir.parent.is_dir():
+        raise OutputError(f"-o {out_dir}: folder {out_dir.parent} does not exist")
+    out_dir.mkdir(exist_ok=True)
+    if not os.access(out_dir, os.W_OK):
+        raise OutputError(f"-o {out_dir}: folder is not writable")
+    inputs = {Path(p).resolve() for p in dataset.paths}
+    clash = next((n for n in names if (out_dir / n).resolve() in inputs), None)
+    if clash is not None:
+        raise OutputError(f"-o {out_dir}: output {clash} is one of the inputs; rladv never writes onto its input")
+    return names
+
+
+def _import_ray():
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError:
+        raise ConfigError('--engine ray needs Ray: pip install "rladv[ray]"') from None
+    return ray
+
+
+@contextmanager
+def _cluster(ray, address: Optional[str], workers: Optional[int]) -> Iterator[None]:
+    """The Ray instance for the run: the one already joined, the cluster at ``address``, or a local one with
+    ``workers`` CPUs that is shut down afterwards. Quiet: no dashboard, no worker logs on this terminal."""
+    quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    started = not ray.is_initialized()
+    if started:
+        if address:
+            ray.init(address=address, **quiet)
+        else:
+            ray.init(address="local", num_cpus=workers or os.cpu_count(), **quiet)
+    context = ray.data.DataContext.get_current()
+    # retry any exception in the task (the data's errors never raise there), and let the task raise the
+    # exception itself rather than Ray Data's wrapper, so that its message reaches the driver
+    settings = {"enable_progress_bars": False, "retried_map_errors": True, "max_map_retries": MAX_RETRIES,
+                "raise_original_map_exception": True}
+    saved = {name: getattr(context, name, None) for name in settings}
+    for name, value in settings.items():
+        setattr(context, name, value)
+    data_log = logging.getLogger("ray.data")
+    level = data_log.level
+    data_log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(context, name, value)
+        data_log.setLevel(level)
+        if started:
+            ray.shutdown()
+
+
+class RayShards:
+    """``Pipeline``'s ``MapShards`` on Ray Data: one task per shard, the pass's ``ShardWork`` broadcast once
+    with ``ray.put``; results come back in shard order."""
+
+    def __init__(self, ray, staging: str, names: list[str], workers: Optional[int],
+                 progress: Optional[Callable[[str, int, int], None]]):
+        self.ray, self.staging, self.names, self.workers, self.progress = ray, staging, names, workers, progress
+
+    def __call__(self, stage: str, work, items: list[tuple[Shard, dict]]) -> list:
+        ray = self.ray
+        work_ref = ray.put(work.detached())
+        rows = [{"index": i, "name": self.names[shard.index], "task": _pack((shard, given))}
+                for i, (shard, given) in enumerate(items)]
+        with warnings.catch_warnings():  # Ray Data deprecates max_retries but has no other bound on lost workers
+            warnings.simplefilter("ignore", DeprecationWarning)
+            ds = ray.data.from_items(rows, override_num_blocks=len(rows)).map(
+                _run_task, fn_kwargs={"work": work_ref, "stage": stage, "staging": self.staging},
+                num_cpus=1, concurrency=self.workers, max_retries=MAX_RETRIES,
+            )
+        results: list = [None] * len(rows)
+        total, done = sum(shard.num_rows for shard, _ in items), 0
+        try:
+            for row in ds.iter_rows():
+                results[row["index"]] = _unpack(row["result"])
+                done += items[row["index"]][0].num_rows
+                if self.progress:
+                    self.progress(stage.replace("_", " "), done, total)
+        except Exception as err:  # a task that kept failing after its retries (Ray wraps the cause)
+            cause = getattr(err, "cause", None) or err
+            first = (str(cause).strip().splitlines() or [""])[0]
+            raise ComputeError(f"--engine ray: a {stage.replace('_', ' ')} task failed after {MAX_RETRIES} "
+                               f"retries: {type(cause).__name__}: {first}") from None
+        failed = next((r for r in results if isinstance(r, RladvError)), None)
+        if failed is not None:
+            raise failed
+        return results
+
+
+def _run_task(row: dict, work, stage: str, staging: str) -> dict:
+    """One pass over one shard on a Ray worker; the write pass writes ``staging/<name>`` atomically. The
+    data's errors return as values (no retry helps them); anything else raises for Ray to retry."""
+    import ray
+    import torch
+
+    work = ray.get(work)
+    shard, given = _unpack(row["task"])
+    torch.set_num_threads(work.cfg.threads)
+    try:
+        if stage == "write":
+            with AtomicParquetWriter(os.path.join(staging, row["name"]), work.schema) as sink:
+                result = work.run(stage, shard, given, sink.write)
+                sink.commit()
+        else:
+            result = work.run(stage, shard, given)
+    except RladvError as err:
+        result = err
+    return {"index": row["index"], "result": _pack(result)}
+
+
+def _pack(value) -> bytes:
+    """Pickled and compressed (fast): a result's value sketches are megabytes of mostly zero counts."""
+    return zlib.compress(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL), 1)
+
+
+def _unpack(data: bytes):
+    return pickle.loads(zlib.decompress(data))
