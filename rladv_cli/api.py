@@ -72,7 +72,7 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
         if html_path is not None:
             from .html_report import write_html
 
-            write_html(html_path, report, pipeline.figures())
+            write_html(html_path, report)
         sink.commit()
     return report
 

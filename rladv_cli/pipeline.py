@@ -32,10 +32,10 @@ from . import __version__, kernels, validation
 from .batch import Batch, PositionSums, as_tensor, from_arrow
 from .columns import flat_values, list_offsets, scalar_values
 from .config import Config
-from .diagnostics import RowTable, WarningBuilder, group_flags, token_stats, value_rows
+from .diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions, group_flags,
+                          token_stats, value_rows)
 from .errors import ComputeError, ConfigError, InputError
 from .estimators import ESTIMATORS
-from .html_report import Figures, ValueSketch, build_figures
 from .io import Chunk
 from .labels import Labels, uid_merges
 from .report import KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens, row_stats
@@ -115,7 +115,7 @@ class Pipeline:
         self.position_sums: Optional[PositionSums] = None
         self.whitening: list[dict] = []
         self.scanned = False
-        self.advantage_sketch, self.return_sketch = ValueSketch(), ValueSketch()
+        self.sketches: Optional[TokenSketches] = None
         self.groups = None
         self.whiten_mean: Optional[Tensor] = None
         self.whiten_var: Optional[Tensor] = None
@@ -411,6 +411,8 @@ class Pipeline:
 
     def _write_pass(self, write: Callable[[pa.Table], None], schema: pa.Schema) -> None:
         checks = self.est.checks()
+        self.sketches = TokenSketches(self.rows, self.groups.size if self.est.groups and self.groups else None,
+                                      with_values="values" in self.est.columns)
         for chunk in self._chunks(None, "write"):
             rows = self._row_range(chunk)
             bids = self.rows["batch_id"][rows]
@@ -433,8 +435,7 @@ class Pipeline:
                 returns = torch.where(valid, returns, torch.zeros_like(returns))
                 flags = {code: fn(b, self.cfg) for code, fn in checks.items()}
             self._check_finite(chunk, b, advantages, returns, valid)
-            self.advantage_sketch.add(advantages[valid])
-            self.return_sketch.add(returns[valid])
+            self.sketches.add(b, advantages, returns, valid)
             flags["zero_advantage_tokens"] = kernels.segment_sum(((advantages == 0) & valid).float(), b.row_offsets)
             adv_rows = value_rows(advantages, m, b.row_offsets)
             ret_rows = value_rows(returns, m, b.row_offsets)
@@ -478,13 +479,6 @@ class Pipeline:
         self._write_pass(write, output_schema(self.source.schema, self.is_cfg is not None))
         self.seconds["total"] = time.perf_counter() - t0
         return self._report()
-
-    def figures(self) -> Figures:
-        """The distributions the HTML report plots, from the same per-row values and sketches as the report."""
-        rows = self.rows
-        return build_figures(reward_total=rows["reward_total"], score_total=rows["score_total"], actor=rows["actor"],
-                             group_id=rows["group_id"] if self.has_uid else None,
-                             advantages=self.advantage_sketch, returns=self.return_sketch)
 
     def _check_correction_batches(self) -> None:
         """verl's rollout correction refuses a batch with no valid token (SEMANTICS §5.1)."""
@@ -552,6 +546,7 @@ class Pipeline:
             sessions=self._sessions_report(),
             advantages=token_stats(rows, "adv"),
             returns=token_stats(rows, "ret"),
+            distributions=distributions(rows, self.sketches, rows["group_id"] if self.has_uid else None),
             warnings=warn.items,
             timing=Timing(
                 seconds={k: round(v, 6) for k, v in self.seconds.items()},
