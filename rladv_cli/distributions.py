@@ -15,6 +15,7 @@ import numpy as np
 from .report import Histogram
 
 MAX_BINS = 40
+MAX_PAIR_BINS = 24
 MANTISSA_BITS = 10
 _SHIFT = 23 - MANTISSA_BITS
 BUCKET_BITS = 32 - _SHIFT
@@ -34,10 +35,10 @@ def bucket_mid(keys: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(high), (low + high) / 2, low)
 
 
-def edges_for(lo: float, hi: float, n: int, integer: bool = False) -> np.ndarray:
-    """Bin edges for ``n`` values in ``[lo, hi]``: about sqrt(n) bins, at most ``MAX_BINS``; integer data gets
-    integer-wide bins centred on the integers; one value gets one bin of width 1 around it."""
-    nb = max(1, min(MAX_BINS, math.ceil(math.sqrt(max(n, 1)))))
+def edges_for(lo: float, hi: float, n: int, integer: bool = False, bins: Optional[int] = None) -> np.ndarray:
+    """Bin edges for ``n`` values in ``[lo, hi]``: ``bins`` bins, by default about sqrt(n), at most ``MAX_BINS``;
+    integer data gets integer-wide bins centred on the integers; one value gets one bin of width 1 around it."""
+    nb = bins or max(1, min(MAX_BINS, math.ceil(math.sqrt(max(n, 1)))))
     if integer:
         width = max(1, math.ceil((hi - lo + 1) / nb))
         nb = max(1, math.ceil((hi - lo + 1) / width))
@@ -139,9 +140,11 @@ class Sketch:
 
     def pairs(self) -> tuple[np.ndarray, np.ndarray, list[list[int]], list[Optional[float]]]:
         """A paired sketch as ``(y_edges, x_edges, counts[y bin][x bin], mean x per y bin)``; the means are
-        weighted by the bucket midpoints (within 0.1%), None for an empty bin."""
-        y_edges = edges_for(self.lo[1], self.hi[1], self.count)
-        x_edges = edges_for(self.lo[0], self.hi[0], self.count)
+        weighted by the bucket midpoints (within 0.1%), None for an empty bin. About 2·n^(1/4) bins per axis (at
+        most ``MAX_PAIR_BINS``), so the cells of a 2-D histogram fill about as well as a 1-D histogram's bins."""
+        bins = min(MAX_PAIR_BINS, math.ceil(2 * self.count ** 0.25))
+        y_edges = edges_for(self.lo[1], self.hi[1], self.count, bins=bins)
+        x_edges = edges_for(self.lo[0], self.hi[0], self.count, bins=bins)
         high, x_mid = self._parts()
         y_bin = bin_index(np.clip(bucket_mid(high), self.lo[1], self.hi[1]), y_edges)
         n = self.counts.astype(np.float64)

@@ -113,10 +113,10 @@ def _section_advantages(ins: Inspection) -> str:
     out = [stats_table([("advantage per actor token", a)]),
            kv([("tokens with a non-zero advantage where response_mask is 0", a.masked_nonzero_tokens),
                ("rows with such tokens", a.masked_nonzero_rows)])]
-    if d is not None and d.actor_tokens:
+    if d is not None and d.zero_tokens:
         chart = figure("Zero-advantage actor tokens by cause", plots.bars(
             list(d.by_cause), [c.share for c in d.by_cause.values()],
-            f"share of actor tokens ({d.base}) whose advantage is exactly 0 (%)", "dead-signal", percent=True,
+            f"share of actor tokens ({d.base}) with advantage exactly 0 (%)", "dead-signal", percent=True,
             colors=[3]))
         causes = table(("cause", "tokens", "share of actor tokens"), align="ln", rows=[
             ("all causes", d.zero_tokens, pct(d.share))] + [(k, c.tokens, pct(c.share)) for k, c in d.by_cause.items()])

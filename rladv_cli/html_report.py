@@ -278,7 +278,7 @@ def _section_advantages(r: Report) -> str:
     if s is not None:
         edges = d.advantages.edges
         xlabel = "advantage (advantage units)"
-        out.append("<h3>By group outcome</h3>\n" + muted(OUTCOME_NOTES.get(s.outcome, s.outcome)))
+        out.append("<h3>By outcome</h3>\n" + muted(OUTCOME_NOTES.get(s.outcome, s.outcome)))
         out.append(charts(
             figure("Advantages by outcome", plots.overlaid(edges, [(p.label, p.counts) for p in s.by_outcome],
                                                            xlabel, "valid tokens", "by-outcome")),
@@ -335,10 +335,10 @@ def _dead_signal(r: Report) -> str:
         ("rows whose every valid token was rejected", _warning_count(r, "row_fully_rejected")),
     ])
     chart = ""
-    if causes and actor:
+    if d.get("zero_advantage_tokens"):
         chart = figure("Zero-advantage actor tokens by cause", plots.bars(
             [DEAD_CAUSES.get(k, k) for k in causes], [v / actor for v in causes.values()],
-            "share of actor tokens whose advantage is exactly 0 (%)", "dead-signal", percent=True, colors=[3]))
+            "share of actor tokens with advantage exactly 0 (%)", "dead-signal", percent=True, colors=[3]))
     return "<h3>Dead signal</h3>\n" + charts(chart, f"<div>{tokens}\n{sources}</div>")
 
 
