@@ -135,7 +135,8 @@ class TokenSketches:
         grouping = (rows["group_id"], group_size) if group_size is not None else ()
         self.basis, self.outcome = row_outcomes(rows["reward_total"], *grouping)
         self.advantages, self.returns = Sketch(), Sketch()
-        self.pairs = Sketch() if with_values else None
+        self.pairs = Sketch(paired=True) if with_values else None
+        self.returns_are_advantages = True
         self.rows = RowTable()
 
     def add(self, b: Batch, advantages: Tensor, returns: Tensor, valid: Tensor) -> None:
@@ -147,6 +148,7 @@ class TokenSketches:
         a = advantages[valid]
         self.advantages.add(a.cpu().numpy(), label=label[valid].cpu().numpy())
         self.returns.add(returns[valid].cpu().numpy())
+        self.returns_are_advantages &= bool(torch.equal(returns[valid], a))
         cols = dict(length_bucket=length,
                     mass_positive=kernels.segment_sum(torch.where(valid & (advantages > 0), advantages, 0.0), off),
                     mass_negative=kernels.segment_sum(torch.where(valid & (advantages < 0), advantages, 0.0), off))
@@ -223,15 +225,13 @@ def distributions(rows: RowTable, sketches: TokenSketches, group_id: Optional[Te
         spread = histogram((hi - lo)[members > 1].numpy())
     adv = sketches.advantages
     edges = adv.edges()
-    keys, counts = adv.unlabelled()
-    same = np.array_equal(sketches.returns.keys, keys) and np.array_equal(sketches.returns.counts, counts)
     return Distributions(
         actor_tokens=histogram(rows["actor"].numpy(), integer=True),
         score_total=None if np.array_equal(score, reward) else histogram(score),
         reward_total=histogram(reward),
         group_spread=spread,
         advantages=adv.histogram(),
-        returns=None if same else sketches.returns.histogram(),
+        returns=None if sketches.returns_are_advantages else sketches.returns.histogram(),
         advantage_splits=advantage_splits(rows, sketches, edges) if edges is not None else None,
         returns_vs_values=returns_vs_values(rows, sketches),
     )

@@ -1,9 +1,10 @@
 """Histograms for the report's plots, from whole per-row arrays or from sketches fed chunk by chunk (numpy only).
 
 A ``Sketch`` counts float32 values in fixed buckets (sign, exponent and the top ``MANTISSA_BITS`` mantissa bits,
-so a bucket spans about 0.1% of its value), each under a small integer label or paired with a second value's
-bucket. The counts are exact integers and the buckets are fixed in advance, so any split of the values into
-chunks gives the same sketch; histograms are binned from it over the exact ``[min, max]`` at the end.
+so a bucket spans about 0.1% of its value; fewer bits when there are too many distinct buckets to keep), each
+under a small integer label or paired with a second value's bucket. The counts are exact integers and the
+buckets do not depend on the order of the values, so any split of them into chunks gives the same sketch;
+histograms are binned from it over the exact ``[min, max]`` at the end.
 """
 from __future__ import annotations
 
@@ -19,19 +20,21 @@ MAX_PAIR_BINS = 24
 MANTISSA_BITS = 10
 _SHIFT = 23 - MANTISSA_BITS
 BUCKET_BITS = 32 - _SHIFT
+_LOW = (1 << BUCKET_BITS) - 1
 
 
-def bucket(values: np.ndarray) -> np.ndarray:
-    """The bucket of each float32 value (``-0.0`` counts as ``0.0``); ``(n,)`` int64 in ``[0, 2^BUCKET_BITS)``."""
+def bucket(values: np.ndarray, level: int = 0) -> np.ndarray:
+    """The bucket of each float32 value at ``level`` (``level`` mantissa bits fewer; ``-0.0`` counts as
+    ``0.0``); ``(n,)`` int64 in ``[0, 2^(BUCKET_BITS - level))``."""
     v = np.asarray(values, dtype=np.float32) + np.float32(0.0)
-    return (v.view(np.uint32) >> np.uint32(_SHIFT)).astype(np.int64)
+    return (v.view(np.uint32) >> np.uint32(_SHIFT + level)).astype(np.int64)
 
 
-def bucket_mid(keys: np.ndarray) -> np.ndarray:
+def bucket_mid(keys: np.ndarray, level: int = 0) -> np.ndarray:
     """The midpoint of each bucket (its low end when the high end overflows to inf/nan); float64."""
-    k = np.asarray(keys, dtype=np.uint32)
-    low = (k << np.uint32(_SHIFT)).view(np.float32).astype(np.float64)
-    high = ((k + np.uint32(1)) << np.uint32(_SHIFT)).view(np.float32).astype(np.float64)
+    k, shift = np.asarray(keys, dtype=np.uint32), np.uint32(_SHIFT + level)
+    low = (k << shift).view(np.float32).astype(np.float64)
+    high = ((k + np.uint32(1)) << shift).view(np.float32).astype(np.float64)
     return np.where(np.isfinite(high), (low + high) / 2, low)
 
 
@@ -82,10 +85,19 @@ def _reduce(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 class Sketch:
-    """Exact counts of keys ``(high << BUCKET_BITS) | bucket(x)``, where ``high`` is a label or the bucket of a
-    paired value ``y``; the exact min and max of ``x`` (and ``y``). Memory: one int64 pair per distinct key."""
+    """Exact counts of keys ``(high << BUCKET_BITS) | bucket(x, level)``, where ``high`` is a label, or the
+    bucket of a paired value ``y`` (``paired``); the exact min and max of ``x`` (and ``y``).
 
-    def __init__(self) -> None:
+    Memory is bounded: when the sketch holds more than ``max_keys`` distinct keys, every bucket drops one more
+    mantissa bit (``level`` += 1) and equal keys merge. Counting a prefix of the values never gives more keys
+    than counting them all, so the final ``level`` is the smallest at which all the values fit, whatever the
+    chunking: the sketch stays independent of it.
+    """
+
+    MAX_KEYS = 1 << 17
+
+    def __init__(self, paired: bool = False, max_keys: int = MAX_KEYS) -> None:
+        self.paired, self.max_keys, self.level = paired, max_keys, 0
         self.keys = np.zeros(0, dtype=np.int64)
         self.counts = np.zeros(0, dtype=np.int64)
         self.count = 0
@@ -93,31 +105,28 @@ class Sketch:
         self.hi = [-math.inf, -math.inf]
 
     def add(self, x: np.ndarray, label: Optional[np.ndarray] = None, y: Optional[np.ndarray] = None) -> None:
-        """Count finite float32 ``x (n,)``, each under an int ``label (n,)`` in ``[0, 2^24)`` or with ``y (n,)``."""
+        """Count finite float32 ``x (n,)``, each under an int ``label (n,)`` in ``[0, 2^24)``, or with ``y (n,)``
+        in a paired sketch."""
         x = np.asarray(x, dtype=np.float32)
         if x.size == 0:
             return
         high = np.asarray(label, dtype=np.int64) if label is not None else np.zeros(x.size, dtype=np.int64)
-        if y is not None:
+        if self.paired:
             y = np.asarray(y, dtype=np.float32)
-            high = bucket(y)
+            high = bucket(y, self.level)
             self.lo[1], self.hi[1] = min(self.lo[1], float(y.min())), max(self.hi[1], float(y.max()))
         self.lo[0], self.hi[0] = min(self.lo[0], float(x.min())), max(self.hi[0], float(x.max()))
         self.count += int(x.size)
-        keys, counts = np.unique((high << BUCKET_BITS) | bucket(x), return_counts=True)
-        self.merge(keys, counts.astype(np.int64))
-
-    def merge(self, keys: np.ndarray, counts: np.ndarray) -> None:
-        """Add another sketch's ``keys`` and ``counts`` (min/max are the caller's)."""
+        keys, counts = np.unique((high << BUCKET_BITS) | bucket(x, self.level), return_counts=True)
         self.keys, self.counts = _reduce(np.concatenate([self.keys, keys]), np.concatenate([self.counts, counts]))
-
-    def unlabelled(self) -> tuple[np.ndarray, np.ndarray]:
-        """Keys and counts with the labels dropped: the sketch of ``x`` alone."""
-        return _reduce(self.keys & ((1 << BUCKET_BITS) - 1), self.counts)
+        while self.keys.size > self.max_keys:
+            self.level += 1
+            high, low = self.keys >> BUCKET_BITS, (self.keys & _LOW) >> 1
+            self.keys, self.counts = _reduce(((high >> 1 if self.paired else high) << BUCKET_BITS) | low, self.counts)
 
     def _parts(self) -> tuple[np.ndarray, np.ndarray]:
         """``(high, x midpoint)`` of every key, the midpoint clipped to ``[min, max]`` of ``x``."""
-        mid = np.clip(bucket_mid(self.keys & ((1 << BUCKET_BITS) - 1)), self.lo[0], self.hi[0])
+        mid = np.clip(bucket_mid(self.keys & _LOW, self.level), self.lo[0], self.hi[0])
         return self.keys >> BUCKET_BITS, mid
 
     def edges(self) -> Optional[np.ndarray]:
@@ -140,13 +149,13 @@ class Sketch:
 
     def pairs(self) -> tuple[np.ndarray, np.ndarray, list[list[int]], list[Optional[float]]]:
         """A paired sketch as ``(y_edges, x_edges, counts[y bin][x bin], mean x per y bin)``; the means are
-        weighted by the bucket midpoints (within 0.1%), None for an empty bin. About 2·n^(1/4) bins per axis (at
-        most ``MAX_PAIR_BINS``), so the cells of a 2-D histogram fill about as well as a 1-D histogram's bins."""
+        weighted by the bucket midpoints, None for an empty bin. About 2·n^(1/4) bins per axis (at most
+        ``MAX_PAIR_BINS``), so the cells of a 2-D histogram fill about as well as a 1-D histogram's bins."""
         bins = min(MAX_PAIR_BINS, math.ceil(2 * self.count ** 0.25))
         y_edges = edges_for(self.lo[1], self.hi[1], self.count, bins=bins)
         x_edges = edges_for(self.lo[0], self.hi[0], self.count, bins=bins)
         high, x_mid = self._parts()
-        y_bin = bin_index(np.clip(bucket_mid(high), self.lo[1], self.hi[1]), y_edges)
+        y_bin = bin_index(np.clip(bucket_mid(high, self.level), self.lo[1], self.hi[1]), y_edges)
         n = self.counts.astype(np.float64)
         counts, means = [], []
         for b in range(y_edges.size - 1):

@@ -318,6 +318,19 @@ def test_sketch_does_not_depend_on_chunking():
     exact, _ = np.histogram(values.astype(np.float64), bins=np.asarray(h.edges))
     # a bucket spans ~0.1% of its value: only values that close to a bin edge can land one bin off
     assert np.abs(exact - np.asarray(h.counts)).sum() <= 0.01 * values.size
+    # a bounded sketch drops mantissa bits as it fills, and still does not depend on the chunking
+    for paired in (False, True):
+        def fed(cuts):
+            sk = Sketch(paired=paired, max_keys=300)
+            for chunk, lab, y in zip(np.split(values, cuts), np.split(labels, cuts), np.split(values[::-1], cuts)):
+                sk.add(chunk, label=None if paired else lab, y=y if paired else None)
+            return sk
+        small = fed([])
+        assert small.level > 0 and small.keys.size <= 300 and small.counts.sum() == values.size
+        for cuts in ([1], [7, 3000], list(range(0, values.size, 97))):
+            other = fed(cuts)
+            assert other.level == small.level and np.array_equal(other.keys, small.keys)
+            assert np.array_equal(other.counts, small.counts)
     edges = whole.edges()
     for label in range(5):
         got = whole.label_counts(edges, lambda high: high == label)
