@@ -98,6 +98,7 @@ def cards(items: Sequence[tuple[str, Any]]) -> str:
     return '<div class="cards">' + "".join(
         f'<div class="card"><b>{e(v)}</b><span>{e(k)}</span></div>' for k, v in items) + "</div>"
 
+
 CSS = """
 :root{--bg:#ffffff;--fg:#1d2026;--muted:#5d6570;--line:#d9dde3;--panel:#f6f7f9;
 --c1:#3f73b0;--warn:#a35200;--ok:#2b7a2b;--bad:#c0302b}
@@ -133,7 +134,6 @@ svg.plot{display:block;width:100%;height:auto}
 ol.stages{margin:4px 0 8px;padding-left:22px}
 footer{margin-top:40px;color:var(--muted);font-size:12px}
 """.strip()
-
 
 
 def page(title: str, heading: str, subtitle: str, headline: str, sections: Sequence[tuple[str, str, str]],

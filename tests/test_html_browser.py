@@ -19,14 +19,16 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed"
 WIDTH, HEIGHT = 1280, 2400
 
 
-def screenshot(page: Path, tmp_path: Path) -> tuple[np.ndarray, list[str]]:
-    """The page drawn at WIDTH x HEIGHT as an ``(H, W, 3)`` float array, and the browser's console lines."""
+def screenshot(page: Path, tmp_path: Path, dark: bool = False) -> tuple[np.ndarray, list[str]]:
+    """The page drawn at WIDTH x HEIGHT (in the dark colour scheme with ``dark``) as an ``(H, W, 3)`` float
+    array, and the browser's console lines."""
     shot = tmp_path / f"{page.stem}.png"
     run = subprocess.run(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars", "--enable-logging=stderr", "--v=0",
-         f"--window-size={WIDTH},{HEIGHT}", f"--screenshot={shot}", page.as_uri()],
+         f"--window-size={WIDTH},{HEIGHT}", f"--screenshot={shot}", page.as_uri()]
+        + (["--force-dark-mode", "--blink-settings=preferredColorScheme=0"] if dark else []),
         capture_output=True, text=True, timeout=180,
     )
     assert shot.exists(), run.stderr[-3000:]
@@ -50,25 +52,24 @@ def assert_drawn(pixels: np.ndarray) -> None:
     assert saturated.sum() > 5000, saturated.sum()
 
 
-def test_the_run_report_renders_in_chromium(tmp_path):
-    html = tmp_path / "report.html"
-    result = CliRunner().invoke(app, [
-        "compute", str(SAMPLES / "multiturn.parquet"), "--estimator", "grpo", "--kl-coef", "0.05",
-        "--rollout-rs", "token_k1", "--rollout-rs-threshold", "1.5", "-o", str(tmp_path / "out.parquet"),
-        "--html", str(html), "-q"])
-    assert result.exit_code == 0, result.output
-    pixels, console = screenshot(html, tmp_path)
-    assert console == []
-    assert_drawn(pixels)
+PAGES = {
+    "report": ["compute", str(SAMPLES / "multiturn.parquet"), "--estimator", "grpo", "--kl-coef", "0.05",
+               "--rollout-rs", "token_k1", "--rollout-rs-threshold", "1.5", "-o", "{tmp}/out.parquet", "-q"],
+    "inspect": ["inspect", str(SAMPLES / "groups.parquet")],
+}
 
 
-def test_the_inspect_page_renders_in_chromium(tmp_path):
-    html = tmp_path / "inspect.html"
-    result = CliRunner().invoke(app, ["inspect", str(SAMPLES / "groups.parquet"), "--html", str(html)])
+@pytest.mark.parametrize("name, dark", [("report", False), ("report", True), ("inspect", False)])
+def test_the_page_renders_in_chromium(tmp_path, name, dark):
+    html = tmp_path / f"{name}.html"
+    args = [a.replace("{tmp}", str(tmp_path)) for a in PAGES[name]] + ["--html", str(html)]
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    pixels, console = screenshot(html, tmp_path)
+    pixels, console = screenshot(html, tmp_path, dark)
     assert console == []
     assert_drawn(pixels)
+    # the page follows the colour scheme: a white background in light mode, a dark one in dark mode
+    assert (pixels[0, 0].mean() < 0.2) if dark else (pixels[0, 0].mean() > 0.95)
 
 
 def test_the_checks_can_fail(tmp_path):
