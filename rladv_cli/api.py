@@ -64,12 +64,12 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
         raise OutputError(f"-o, --report and --html must name different files; {twice} is given twice")
     pipeline = Pipeline(dataset, cfg, progress)
     with AtomicParquetWriter(out, output_schema(dataset.schema, pipeline.is_cfg is not None)) as sink:
-        report = finish_report(pipeline, pipeline.run(sink.write), out, config_source, report_path, html_path)
+        report = finish_report(pipeline.run(sink.write), out, config_source, report_path, html_path)
         sink.commit()
     return report
 
 
-def finish_report(pipeline, report: Report, output: str, config_source: Optional[dict],
+def finish_report(report: Report, output: str, config_source: Optional[dict],
                   report_path: Optional[PathLike], html_path: Optional[PathLike]) -> Report:
     """``report`` with its output and what a verl YAML contributed, written as JSON and HTML where asked."""
     config = {**report.config, **({"verl_config": config_source} if config_source else {})}
@@ -79,7 +79,7 @@ def finish_report(pipeline, report: Report, output: str, config_source: Optional
     if html_path is not None:
         from .html_report import write_html
 
-        write_html(html_path, report, pipeline.figures())
+        write_html(html_path, report)
     return report
 
 

@@ -256,6 +256,7 @@ def inspect(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (CONTRACT §5 for the checklist).")] = False,
     strict: Annotated[bool, typer.Option(help="Exit 1 when any check fails.")] = False,
     chunk_rows: Annotated[int, typer.Option(help="Rows held in memory at once.")] = 8192,
+    html: Annotated[Optional[Path], typer.Option(help="Also write the checklist and findings as a self-contained HTML page here.")] = None,
 ) -> None:
     """Debug a dataset: layout, groups, scores, masks and a pass/warn/fail checklist (no torch unless --row/--uid)."""
     from rich.console import Console
@@ -273,6 +274,8 @@ def inspect(
         typer.echo("\n".join(written))
         return
     if row is not None or uid is not None:
+        if html is not None:
+            _fail("--html writes the dataset's checklist; it does not combine with --row or --uid")
         if row is not None:
             view = _run(lambda: inspection.row_view(paths, row, estimator=name, **settings))
             render = inspection.render_row
@@ -282,7 +285,7 @@ def inspect(
         typer.echo(view.model_dump_json(indent=2)) if as_json else render(view, console)
         return
     result = _run(lambda: inspection.inspect(paths, expected_n=expected_n, kl_coef=kl_coef, kl_penalty=kl_penalty,
-                                             estimator=name, chunk_rows=chunk_rows))
+                                             estimator=name, chunk_rows=chunk_rows, html_path=html))
     typer.echo(result.to_json(), nl=False) if as_json else inspection.render_inspection(result, console)
     if strict and result.status == "fail":
         raise typer.Exit(code=1)

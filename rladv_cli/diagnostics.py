@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from . import kernels
-from .report import ReportWarning, Stats
+from .batch import Batch
+from .distributions import Sketch, histogram
+from .report import AdvantageSplits, Distributions, ReportWarning, ReturnsVsValues, SignSplit, SplitPart, Stats
 
 FIRST_ROWS = 5
 
@@ -101,3 +103,146 @@ class WarningBuilder:
         """A warning over rows: ``flags (B_total,) bool``; count = flagged rows."""
         rows = torch.nonzero(flags).flatten()
         self.add(code, message.format(n=rows.numel()), rows.numel(), rows)
+
+
+OUTCOME_BASES = {
+    "group": ("above group mean", "at group mean", "below group mean", "all-equal group", "singleton group"),
+    "reward sign": ("R > 0", "R = 0", "R < 0"),
+}
+LENGTH_LABELS = 64  # a row's sketch label is outcome * LENGTH_LABELS + floor(log2(valid tokens))
+
+
+def row_outcomes(reward_total: Tensor, group_id: Optional[Tensor] = None, size: Optional[Tensor] = None) -> tuple[str, Tensor]:
+    """Each row's part of ``OUTCOME_BASES[basis]`` as ``(basis, (B,) int64)``: with groups (``group_id (B,)``,
+    the groups' ``size (G,)``), the row's total ``R_i`` against its group's float64 mean, or the group's flag;
+    without, the sign of ``R_i``."""
+    r = reward_total.double()
+    if group_id is None:
+        return "reward sign", torch.where(r > 0, 0, torch.where(r == 0, 1, 2))
+    flags = group_flags(reward_total, group_id, size)
+    members = torch.bincount(group_id, minlength=size.numel()).double()
+    mean = (torch.bincount(group_id, weights=r, minlength=size.numel()) / members.clamp_min(1))[group_id]
+    part = torch.where(r > mean, 0, torch.where(r == mean, 1, 2))
+    part = torch.where(flags["all_equal_group"][group_id], 3, part)
+    return "group", torch.where(flags["singleton_group"][group_id], 4, part)
+
+
+class TokenSketches:
+    """The write pass's token-level distributions, fed chunk by chunk: advantages labelled by the row's outcome
+    part and valid-length bucket, returns, and (``with_values``) returns paired with values. Counts are exact,
+    so nothing depends on the chunking, and sketches of consecutive shards ``merge`` into the sketch of both."""
+
+    def __init__(self, with_values: bool):
+        self.advantages, self.returns = Sketch(), Sketch()
+        self.pairs = Sketch(paired=True) if with_values else None
+        self.returns_are_advantages = True
+
+    def add(self, b: Batch, advantages: Tensor, returns: Tensor, valid: Tensor, outcome: Tensor) -> dict[str, Tensor]:
+        """One chunk: ``advantages``, ``returns``, ``valid`` ``(N,)`` over the chunk's tokens and each row's
+        outcome part ``outcome (B,)`` (``row_outcomes``). Returns the per-row columns ``(B,)`` the report's splits
+        sum: ``length_bucket``, the positive and negative advantage mass and, with values, the moments
+        ``resid_count, resid_sum, resid_m2`` of ``returns - values``."""
+        off = b.row_offsets
+        count = kernels.segment_sum(valid, off).cpu()
+        length = torch.from_numpy(np.frexp(count.numpy())[1].astype(np.int64) - 1).clamp_min(0)
+        label = b.per_token((outcome.cpu() * LENGTH_LABELS + length).to(off.device))
+        a = advantages[valid]
+        self.advantages.add(a.cpu().numpy(), label=label[valid].cpu().numpy())
+        self.returns.add(returns[valid].cpu().numpy())
+        self.returns_are_advantages &= bool(torch.equal(returns[valid], a))
+        cols = dict(length_bucket=length,
+                    mass_positive=kernels.segment_sum(torch.where(valid & (advantages > 0), advantages, 0.0), off),
+                    mass_negative=kernels.segment_sum(torch.where(valid & (advantages < 0), advantages, 0.0), off))
+        if self.pairs is not None:
+            self.pairs.add(returns[valid].cpu().numpy(), y=b.values[valid].cpu().numpy())
+            cols.update(zip(("resid_count", "resid_sum", "resid_m2"), kernels.row_moments(returns - b.values, valid, off)))
+        return cols
+
+    def merge(self, other: "TokenSketches") -> None:
+        """Add what ``other`` counted (the rows after this one's)."""
+        self.advantages.merge(other.advantages)
+        self.returns.merge(other.returns)
+        if self.pairs is not None:
+            self.pairs.merge(other.pairs)
+        self.returns_are_advantages &= other.returns_are_advantages
+
+
+def _sum(x: Tensor) -> float:
+    """Exact sum of a per-row array (independent of order and chunking)."""
+    return math.fsum(x.double().tolist())
+
+
+def _parts(rows: RowTable, sketches: TokenSketches, edges: np.ndarray, names, member: Tensor, label_of) -> list[SplitPart]:
+    """One ``SplitPart`` per name: rows where ``member == i``, tokens whose label satisfies ``label_of(labels, i)``."""
+    parts = []
+    for i, name in enumerate(names):
+        sel = member == i
+        if not bool(sel.any()):
+            continue
+        tokens = _sum(rows["adv_count"][sel])
+        parts.append(SplitPart(
+            label=name, rows=int(sel.sum()), tokens=int(tokens),
+            mean=_sum(rows["adv_sum"][sel]) / tokens if tokens else None,
+            fraction_positive=_sum(rows["adv_positive"][sel]) / tokens if tokens else None,
+            counts=sketches.advantages.label_counts(edges, lambda labels: label_of(labels, i)),
+        ))
+    return parts
+
+
+def advantage_splits(rows: RowTable, sketches: TokenSketches, basis: str, edges: np.ndarray) -> AdvantageSplits:
+    """The advantages by outcome (``OUTCOME_BASES[basis]``), by valid-length bucket, and by sign (``rows``: the
+    pipeline's per-row table, with the write pass's columns)."""
+    s = rows
+    count, total = rows["adv_count"], rows["adv_sum"]
+    has = count > 0
+    length = torch.where(has, s["length_bucket"], -1)
+    lengths = [f"{2 ** k:,}-{2 ** (k + 1) - 1:,} tokens" for k in range(int(length.max()) + 1)]
+    return AdvantageSplits(
+        outcome=basis,
+        by_outcome=_parts(rows, sketches, edges, OUTCOME_BASES[basis], rows["outcome"],
+                          lambda labels, i: labels // LENGTH_LABELS == i),
+        by_length=_parts(rows, sketches, edges, lengths, length, lambda labels, k: labels % LENGTH_LABELS == k),
+        sign=SignSplit(
+            tokens_positive=int(_sum(rows["adv_positive"])), tokens_negative=int(_sum(rows["adv_negative"])),
+            tokens_zero=int(_sum(count) - _sum(rows["adv_positive"]) - _sum(rows["adv_negative"])),
+            rows_positive=int((has & (total > 0)).sum()), rows_negative=int((has & (total < 0)).sum()),
+            rows_zero=int((has & (total == 0)).sum()),
+            mass_positive=_sum(s["mass_positive"]), mass_negative=_sum(s["mass_negative"]),
+        ),
+    )
+
+
+def returns_vs_values(rows: RowTable, sketches: TokenSketches) -> Optional[ReturnsVsValues]:
+    """Returns binned against values, and ``1 - Var(returns - values) / Var(returns)`` over valid tokens."""
+    if sketches.pairs is None or sketches.pairs.count == 0:
+        return None
+    value_edges, return_edges, counts, means = sketches.pairs.pairs()
+    _, _, m2_resid = kernels.combine_moments(*(rows[f"resid_{k}"] for k in ("count", "sum", "m2")))
+    _, _, m2_ret = kernels.combine_moments(rows["ret_count"], rows["ret_sum"], rows["ret_m2"])
+    return ReturnsVsValues(value_edges=value_edges.tolist(), return_edges=return_edges.tolist(), counts=counts,
+                           mean_return=means, explained_variance=1.0 - m2_resid / m2_ret if m2_ret > 0 else None)
+
+
+def distributions(rows: RowTable, sketches: TokenSketches, basis: str, group_id: Optional[Tensor]) -> Distributions:
+    """The report's ``distributions`` from the pipeline's per-row table and the write pass's sketches; ``basis``
+    names the outcome split of ``rows["outcome"]``."""
+    reward, score = rows["reward_total"].double().numpy(), rows["score_total"].double().numpy()
+    spread = None
+    if group_id is not None:
+        n = int(group_id.max()) + 1 if group_id.numel() else 0
+        members = torch.bincount(group_id, minlength=n)
+        hi = torch.full((n,), -math.inf, dtype=torch.float64).scatter_reduce(0, group_id, rows["reward_total"].double(), "amax")
+        lo = torch.full((n,), math.inf, dtype=torch.float64).scatter_reduce(0, group_id, rows["reward_total"].double(), "amin")
+        spread = histogram((hi - lo)[members > 1].numpy())
+    adv = sketches.advantages
+    edges = adv.edges()
+    return Distributions(
+        actor_tokens=histogram(rows["actor"].numpy(), integer=True),
+        score_total=None if np.array_equal(score, reward) else histogram(score),
+        reward_total=histogram(reward),
+        group_spread=spread,
+        advantages=adv.histogram(),
+        returns=None if sketches.returns_are_advantages else sketches.returns.histogram(),
+        advantage_splits=advantage_splits(rows, sketches, basis, edges) if edges is not None else None,
+        returns_vs_values=returns_vs_values(rows, sketches),
+    )

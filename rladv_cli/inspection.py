@@ -60,10 +60,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from . import validation
 from .errors import ConfigError, InputError, RladvError
 from .estimators.registry import ESTIMATORS, Estimator
-from .io import Dataset
+from .io import Dataset, check_output_path
 from .columns import assemble_scores, flat_values, list_offsets, score_positions
 from .labels import Labels, uid_merges
-from .report import Stats, row_stats
+from .distributions import histogram
+from .report import Histogram, Stats, row_stats
 from .schema import COLUMNS
 
 PathLike = str | os.PathLike
@@ -181,6 +182,16 @@ class DeadSignal(_Model):
     by_cause: dict[str, Cause]
 
 
+class RowDistributions(_Model):
+    """Per-row histograms for ``inspect --html`` (None when no valid row has the value)."""
+
+    length: Optional[Histogram] = Field(description="rows by positions")
+    actor_tokens: Optional[Histogram] = Field(description="rows by positions with response_mask 1")
+    turns: Optional[Histogram] = Field(description="rows by assistant turns")
+    score_total: Optional[Histogram] = Field(description="rows by total score")
+    reward_total: Optional[Histogram] = Field(description="rows by total reward on the reward basis; None when it is the score")
+
+
 class Inspection(_Model):
     """What ``rladv inspect --json`` prints: CONTRACT §5's keys first, then inspect's own sections."""
 
@@ -198,6 +209,7 @@ class Inspection(_Model):
     kl: Optional[KLSummary]
     advantages: Optional[Advantages]
     dead_signal: Optional[DeadSignal]
+    distributions: RowDistributions
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2) + "\n"
@@ -455,12 +467,14 @@ def _plan(ds: Dataset, kl_coef: float) -> tuple[_Plan, list[str]]:
 
 
 def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] = None, kl_coef: float = 0.0,
-            kl_penalty: str = "kl", estimator: Optional[str] = None, chunk_rows: int = 8192) -> Inspection:
+            kl_penalty: str = "kl", estimator: Optional[str] = None, chunk_rows: int = 8192,
+            html_path: Optional[PathLike] = None) -> Inspection:
     """Stream a dataset (file, files or folder) and check it in the chapter's §13 order; no torch.
 
     ``expected_n``: rows each uid group should have (verl's ``rollout.n``); ``kl_coef`` / ``kl_penalty``: check
     KL reward shaping as ``rladv compute`` would apply it; ``estimator``: word messages and statuses for it and
-    require its columns. Memory: one chunk of ``chunk_rows`` rows plus a few scalars per row and per group.
+    require its columns; ``html_path``: also write the findings there as a self-contained HTML page. Memory: one
+    chunk of ``chunk_rows`` rows plus a few scalars per row and per group.
     Raises ``InputError`` when the dataset cannot be read, ``ConfigError`` for bad arguments.
     """
     est = _estimator(estimator)
@@ -473,6 +487,8 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
     if kl_penalty.removesuffix("+") not in KL_MODES:
         raise ConfigError(f"--kl-penalty: '{kl_penalty}' is not a KL estimate verl implements; choose one of {', '.join(KL_MODES)}")
     ds = Dataset(_paths(inputs))
+    if html_path is not None:
+        check_output_path(str(html_path), ds, "--html")
     plan, bad_columns = _plan(ds, kl_coef)
     rows = _Rows()
     labels = Labels(None)
@@ -501,7 +517,12 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
                 codes = enc.indices.to_numpy(zero_copy_only=False)
                 sessions.update(zip(gids.tolist(), (values[c] for c in codes.tolist())))
         rows.add(drow=drow, **cols)
-    return _summarise(ds, plan, est, rows, labels, sessions, bad_rows, bad_columns, expected_n, kl_coef, kl_penalty)
+    result = _summarise(ds, plan, est, rows, labels, sessions, bad_rows, bad_columns, expected_n, kl_coef, kl_penalty)
+    if html_path is not None:
+        from .html_inspect import write_inspection_html
+
+        write_inspection_html(html_path, result)
+    return result
 
 
 def _estimator(name: Optional[str]) -> Optional[Estimator]:
@@ -649,6 +670,12 @@ def _summarise(ds: Dataset, plan: _Plan, est: Optional[Estimator], rows: _Rows, 
         groups=groups, columns={f.name: str(f.type) for f in ds.schema}, checks=checks.items, paths=list(ds.paths),
         estimator=name, invalid_rows=len(bad_rows), layout=layout, scores=scores,
         masks=masks, kl=kl, advantages=adv, dead_signal=dead,
+        distributions=RowDistributions(
+            length=histogram(length, integer=True), actor_tokens=histogram(actor, integer=True),
+            turns=histogram(rows["turns"], integer=True),
+            score_total=histogram(rows["score_total"]) if scored else None,
+            reward_total=histogram(rows["reward_total"]) if scored and plan.basis != "score" else None,
+        ),
     )
 
 

@@ -39,10 +39,10 @@ from . import __version__, kernels, validation
 from .batch import Batch, PositionSums, as_tensor, from_arrow
 from .columns import flat_values, list_offsets, scalar_values
 from .config import Config
-from .diagnostics import RowTable, WarningBuilder, group_flags, token_stats, value_rows
+from .diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions, group_flags, row_outcomes,
+                          token_stats, value_rows)
 from .errors import ComputeError, ConfigError, InputError
 from .estimators import ESTIMATORS
-from .html_report import Figures, ValueSketch, build_figures
 from .io import Chunk, Shard
 from .labels import Labels, uid_merges
 from .report import KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens, row_stats
@@ -90,7 +90,7 @@ class ShardResult:
     labels: Optional[Labels] = None
     correction: dict[int, object] = field(default_factory=dict)
     position_sums: Optional[tuple[Tensor, dict[str, Tensor]]] = None
-    sketches: dict[str, ValueSketch] = field(default_factory=dict)
+    sketches: Optional[TokenSketches] = None
 
 
 # Runs one pass (``ShardWork.run``'s stage) over ``(shard, per-row inputs)`` items; results in item order.
@@ -366,7 +366,7 @@ class ShardWork:
         """Advantages and returns, written chunk by chunk; per-row summaries and value sketches for the report."""
         checks = self.est.checks()
         rows = RowTable()
-        sketches = {"advantages": ValueSketch(), "returns": ValueSketch()}
+        sketches = TokenSketches(with_values="values" in self.est.columns)
         for chunk in self._chunks(shard, None, "write"):
             at = self._given(chunk, shard, given)
             p = self._prepare(chunk, at, with_weights=True)
@@ -387,8 +387,7 @@ class ShardWork:
                 returns = torch.where(valid, returns, torch.zeros_like(returns))
                 flags = {code: fn(b, self.cfg) for code, fn in checks.items()}
             self._check_finite(chunk, b, advantages, returns, valid)
-            sketches["advantages"].add(advantages[valid])
-            sketches["returns"].add(returns[valid])
+            rows.add(**sketches.add(b, advantages, returns, valid, at["outcome"]))
             flags["zero_advantage_tokens"] = kernels.segment_sum(((advantages == 0) & valid).float(), b.row_offsets)
             adv_rows = value_rows(advantages, m, b.row_offsets)
             ret_rows = value_rows(returns, m, b.row_offsets)
@@ -461,7 +460,8 @@ class Pipeline:
         self.rows = RowTable()
         self.seconds: dict[str, float] = defaultdict(float)
         self.whitening: list[dict] = []
-        self.sketches = {"advantages": ValueSketch(), "returns": ValueSketch()}
+        self.sketches = TokenSketches(with_values="values" in self.est.columns)
+        self.outcome_basis = ""
         self.groups = None
         self.correction_stats: dict[int, object] = {}
 
@@ -497,10 +497,12 @@ class Pipeline:
             self._merge_group_statistics(self._map(map_shards, "group_statistics", per_row))
         if self.est.whiten:
             self._whitening()
-        for result in self._map(map_shards, "write", per_row):
+        grouping = (self.rows["group_id"], self.groups.size) if self.est.groups and self.groups else ()
+        self.outcome_basis, outcome = row_outcomes(self.rows["reward_total"], *grouping)
+        self.rows.add(outcome=outcome)
+        for result in self._map(map_shards, "write", per_row + ("outcome",)):
             self.rows.add(**result.rows)
-            for name, sketch in result.sketches.items():
-                self.sketches[name].merge(sketch)
+            self.sketches.merge(result.sketches)
         self.seconds["total"] = time.perf_counter() - t0
         return self._report()
 
@@ -517,13 +519,6 @@ class Pipeline:
             for name, seconds in result.seconds.items():
                 self.seconds[name] += seconds
         return results
-
-    def figures(self) -> Figures:
-        """The distributions the HTML report plots, from the same per-row values and sketches as the report."""
-        rows = self.rows
-        return build_figures(reward_total=rows["reward_total"], score_total=rows["score_total"], actor=rows["actor"],
-                             group_id=rows["group_id"] if self.has_uid else None,
-                             advantages=self.sketches["advantages"], returns=self.sketches["returns"])
 
     # ----------------------------------------------------------------- reductions
     def _merge_layout(self, results: list[ShardResult]) -> None:
@@ -701,6 +696,8 @@ class Pipeline:
             sessions=self._sessions_report(),
             advantages=token_stats(rows, "adv"),
             returns=token_stats(rows, "ret"),
+            distributions=distributions(rows, self.sketches, self.outcome_basis,
+                                        rows["group_id"] if self.has_uid else None),
             warnings=warn.items,
             timing=Timing(
                 seconds={k: round(v, 6) for k, v in self.seconds.items()},

@@ -67,7 +67,7 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
         staging = tempfile.mkdtemp(prefix=".rladv-", dir=out_dir)
         try:
             report = pipeline.run(None, RayShards(ray, staging, names, workers, progress))
-            report = finish_report(pipeline, report, str(out_dir), config_source, report_path, html_path)
+            report = finish_report(report, str(out_dir), config_source, report_path, html_path)
             for name in names:
                 os.replace(os.path.join(staging, name), out_dir / name)
             write_json_atomic(str(out_dir / REPORT_NAME), report.to_json())

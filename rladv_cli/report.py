@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Model(BaseModel):
@@ -107,6 +107,78 @@ class Timing(_Model):
     device: str
 
 
+class Histogram(_Model):
+    """Counts in ``len(counts)`` bins; bin ``i`` is ``[edges[i], edges[i+1])``, the last one closed."""
+
+    edges: list[float]
+    counts: list[int]
+
+    @model_validator(mode="after")
+    def _shape(self) -> "Histogram":
+        if len(self.edges) != len(self.counts) + 1 or not self.counts:
+            raise ValueError(f"a histogram needs len(edges) == len(counts) + 1 >= 2; got {len(self.edges)}, {len(self.counts)}")
+        return self
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts)
+
+
+class SplitPart(_Model):
+    """The valid tokens of one part of the rows: counts, exact mean, and their advantage histogram."""
+
+    label: str
+    rows: int
+    tokens: int = Field(description="valid tokens (response_mask 1 after rejection)")
+    mean: Optional[float] = Field(description="mean advantage over the part's valid tokens")
+    fraction_positive: Optional[float]
+    counts: list[int] = Field(description="valid tokens per bin of distributions.advantages.edges")
+
+
+class SignSplit(_Model):
+    """Positive vs negative advantages: valid tokens, rows (by the sign of the row's advantage sum), mass (sum)."""
+
+    tokens_positive: int
+    tokens_negative: int
+    tokens_zero: int
+    rows_positive: int
+    rows_negative: int
+    rows_zero: int = Field(description="rows with valid tokens whose advantages sum to exactly 0")
+    mass_positive: float = Field(description="sum of the positive advantages")
+    mass_negative: float = Field(description="sum of the negative advantages")
+
+
+class AdvantageSplits(_Model):
+    outcome: str = Field(description="what by_outcome splits rows by: their uid group (group estimators) or the "
+                                     "sign of their total reward R_i (the others)")
+    by_outcome: list[SplitPart]
+    by_length: list[SplitPart] = Field(description="rows by valid tokens, power-of-two buckets [2^k, 2^(k+1))")
+    sign: SignSplit
+
+
+class ReturnsVsValues(_Model):
+    """Returns against the critic's values over valid tokens (estimators that read ``values``)."""
+
+    value_edges: list[float]
+    return_edges: list[float]
+    counts: list[list[int]] = Field(description="valid tokens per (value bin, return bin)")
+    mean_return: list[Optional[float]] = Field(description="per value bin, the mean return (from the 0.1% buckets)")
+    explained_variance: Optional[float] = Field(description="1 - Var(returns - values) / Var(returns)")
+
+
+class Distributions(_Model):
+    """What the HTML report plots: histograms per row and per valid token, and the advantage splits."""
+
+    actor_tokens: Histogram = Field(description="rows by actor tokens (response_mask 1 before rejection)")
+    score_total: Optional[Histogram] = Field(description="rows by total score before shaping; None when equal to reward_total")
+    reward_total: Histogram = Field(description="rows by total reward after shaping (R_i)")
+    group_spread: Optional[Histogram] = Field(description="groups of 2+ rows by max - min of R_i; None without any")
+    advantages: Optional[Histogram] = Field(description="valid tokens by advantage; None without valid tokens")
+    returns: Optional[Histogram] = Field(description="valid tokens by return; None when returns are the advantages")
+    advantage_splits: Optional[AdvantageSplits] = Field(description="None without valid tokens")
+    returns_vs_values: Optional[ReturnsVsValues] = Field(description="None for estimators without values")
+
+
 class Report(_Model):
     """Everything rladv measured in one run; ``warnings`` carry stable codes (CONTRACT §4)."""
 
@@ -129,6 +201,7 @@ class Report(_Model):
     sessions: Optional[dict[str, Any]] = Field(None, description="multi-output agent sessions and how they were used")
     advantages: Stats
     returns: Stats
+    distributions: Distributions
     warnings: list[ReportWarning]
     timing: Timing
 

@@ -93,7 +93,7 @@ def test_json_has_contract_section5_keys(with_advantages):
     doc = json.loads(ins.to_json())
     assert list(doc)[:5] == ["rows", "tokens", "groups", "columns", "checks"]
     assert set(doc) == {"rows", "tokens", "groups", "columns", "checks", "paths", "estimator", "invalid_rows",
-                        "layout", "scores", "masks", "kl", "advantages", "dead_signal"}
+                        "layout", "scores", "masks", "kl", "advantages", "dead_signal", "distributions"}
     assert {"actor", "observation", "padding"} <= set(doc["tokens"])
     assert {"count", "sizes", "singletons", "all_equal"} <= set(doc["groups"])
     assert doc["groups"]["sizes"] == {"1": 1, "2": 4}

@@ -1,0 +1,189 @@
+"""Histograms for the report's plots, from whole per-row arrays or from sketches fed chunk by chunk (numpy only).
+
+A ``Sketch`` counts float32 values in fixed buckets (sign, exponent and the top ``MANTISSA_BITS`` mantissa bits,
+so a bucket spans about 0.1% of its value; fewer bits when there are too many distinct buckets to keep), each
+under a small integer label or paired with a second value's bucket. The counts are exact integers and the
+buckets do not depend on the order of the values, so any split of them into chunks gives the same sketch;
+histograms are binned from it over the exact ``[min, max]`` at the end.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from .report import Histogram
+
+MAX_BINS = 40
+MAX_PAIR_BINS = 24
+MANTISSA_BITS = 10
+_SHIFT = 23 - MANTISSA_BITS
+BUCKET_BITS = 32 - _SHIFT
+_LOW = (1 << BUCKET_BITS) - 1
+
+
+def bucket(values: np.ndarray, level: int = 0) -> np.ndarray:
+    """The bucket of each float32 value at ``level`` (``level`` mantissa bits fewer; ``-0.0`` counts as
+    ``0.0``); ``(n,)`` int64 in ``[0, 2^(BUCKET_BITS - level))``."""
+    v = np.asarray(values, dtype=np.float32) + np.float32(0.0)
+    return (v.view(np.uint32) >> np.uint32(_SHIFT + level)).astype(np.int64)
+
+
+def bucket_mid(keys: np.ndarray, level: int = 0) -> np.ndarray:
+    """The midpoint of each bucket (its low end when the high end overflows to inf/nan); float64."""
+    k, shift = np.asarray(keys, dtype=np.uint32), np.uint32(_SHIFT + level)
+    low = (k << shift).view(np.float32).astype(np.float64)
+    high = ((k + np.uint32(1)) << shift).view(np.float32).astype(np.float64)
+    return np.where(np.isfinite(high), (low + high) / 2, low)
+
+
+def edges_for(lo: float, hi: float, n: int, integer: bool = False, bins: Optional[int] = None) -> np.ndarray:
+    """Bin edges for ``n`` values in ``[lo, hi]``: ``bins`` bins, by default about sqrt(n), at most ``MAX_BINS``;
+    integer data gets integer-wide bins centred on the integers; one value gets one bin of width 1 around it."""
+    nb = bins or max(1, min(MAX_BINS, math.ceil(math.sqrt(max(n, 1)))))
+    if integer:
+        width = max(1, math.ceil((hi - lo + 1) / nb))
+        nb = max(1, math.ceil((hi - lo + 1) / width))
+        return lo - 0.5 + width * np.arange(nb + 1, dtype=np.float64)
+    if hi == lo:
+        return np.array([lo - 0.5, lo + 0.5])
+    return np.linspace(lo, hi, nb + 1)
+
+
+def bin_index(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """The bin of each value among the linear ``edges`` (values outside go to the end bins); int64."""
+    nb = edges.size - 1
+    idx = np.floor((values - edges[0]) / (edges[-1] - edges[0]) * nb)
+    return np.clip(idx, 0, nb - 1).astype(np.int64)
+
+
+def bin_counts(values: np.ndarray, weights: np.ndarray, edges: np.ndarray) -> list[int]:
+    """``weights`` summed per bin of ``edges``; integer counts."""
+    counts = np.bincount(bin_index(values, edges), weights=weights, minlength=edges.size - 1)
+    return [int(c) for c in counts.round()]
+
+
+def histogram(values: np.ndarray, integer: bool = False) -> Optional[Histogram]:
+    """Histogram of the finite entries of ``values (n,)`` over ``[min, max]``; None when there are none."""
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return None
+    edges = edges_for(float(v.min()), float(v.max()), v.size, integer)
+    return Histogram(edges=edges.tolist(), counts=bin_counts(v, np.ones(v.size), edges))
+
+
+def _reduce(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique keys and the summed counts of each."""
+    if keys.size == 0:
+        return keys, counts
+    order = np.argsort(keys, kind="stable")
+    k, c = keys[order], counts[order]
+    start = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
+    return k[start], np.add.reduceat(c, start)
+
+
+class Sketch:
+    """Exact counts of keys ``(high << BUCKET_BITS) | bucket(x, level)``, where ``high`` is a label, or the
+    bucket of a paired value ``y`` (``paired``); the exact min and max of ``x`` (and ``y``).
+
+    Memory is bounded: when the sketch holds more than ``max_keys`` distinct keys, every bucket drops one more
+    mantissa bit (``level`` += 1) and equal keys merge. Counting a prefix of the values never gives more keys
+    than counting them all, so the final ``level`` is the smallest at which all the values fit, whatever the
+    chunking: the sketch stays independent of it.
+    """
+
+    MAX_KEYS = 1 << 17
+
+    def __init__(self, paired: bool = False, max_keys: int = MAX_KEYS) -> None:
+        self.paired, self.max_keys, self.level = paired, max_keys, 0
+        self.keys = np.zeros(0, dtype=np.int64)
+        self.counts = np.zeros(0, dtype=np.int64)
+        self.count = 0
+        self.lo = [math.inf, math.inf]
+        self.hi = [-math.inf, -math.inf]
+
+    def add(self, x: np.ndarray, label: Optional[np.ndarray] = None, y: Optional[np.ndarray] = None) -> None:
+        """Count finite float32 ``x (n,)``, each under an int ``label (n,)`` in ``[0, 2^24)``, or with ``y (n,)``
+        in a paired sketch."""
+        x = np.asarray(x, dtype=np.float32)
+        if x.size == 0:
+            return
+        high = np.asarray(label, dtype=np.int64) if label is not None else np.zeros(x.size, dtype=np.int64)
+        if self.paired:
+            y = np.asarray(y, dtype=np.float32)
+            high = bucket(y, self.level)
+            self.lo[1], self.hi[1] = min(self.lo[1], float(y.min())), max(self.hi[1], float(y.max()))
+        self.lo[0], self.hi[0] = min(self.lo[0], float(x.min())), max(self.hi[0], float(x.max()))
+        self.count += int(x.size)
+        keys, counts = np.unique((high << BUCKET_BITS) | bucket(x, self.level), return_counts=True)
+        self._absorb(keys, counts)
+
+    def merge(self, other: "Sketch") -> None:
+        """Add what ``other`` counted: the result is the sketch of both sets of values. Both are brought to the
+        coarser level first; each level is at most the final one, so the final level is the same as one sketch
+        fed everything would reach."""
+        if other.count == 0:
+            return
+        while other.level < self.level:
+            other._coarsen()
+        while self.level < other.level:
+            self._coarsen()
+        self.count += other.count
+        self.lo = [min(a, b) for a, b in zip(self.lo, other.lo)]
+        self.hi = [max(a, b) for a, b in zip(self.hi, other.hi)]
+        self._absorb(other.keys, other.counts)
+
+    def _absorb(self, keys: np.ndarray, counts: np.ndarray) -> None:
+        """Add counts of keys at this level, then coarsen while over ``max_keys``."""
+        self.keys, self.counts = _reduce(np.concatenate([self.keys, keys]), np.concatenate([self.counts, counts]))
+        while self.keys.size > self.max_keys:
+            self._coarsen()
+
+    def _coarsen(self) -> None:
+        """One mantissa bit fewer in every bucket (and in a paired value's bucket); equal keys merge."""
+        self.level += 1
+        high, low = self.keys >> BUCKET_BITS, (self.keys & _LOW) >> 1
+        self.keys, self.counts = _reduce(((high >> 1 if self.paired else high) << BUCKET_BITS) | low, self.counts)
+
+    def _parts(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(high, x midpoint)`` of every key, the midpoint clipped to ``[min, max]`` of ``x``."""
+        mid = np.clip(bucket_mid(self.keys & _LOW, self.level), self.lo[0], self.hi[0])
+        return self.keys >> BUCKET_BITS, mid
+
+    def edges(self) -> Optional[np.ndarray]:
+        """Linear bins over ``[min, max]`` of ``x``; None when nothing was counted."""
+        return edges_for(self.lo[0], self.hi[0], self.count) if self.count else None
+
+    def histogram(self) -> Optional[Histogram]:
+        """All of ``x``: each bucket's count goes to the bin of the bucket's midpoint."""
+        edges = self.edges()
+        if edges is None:
+            return None
+        _, mid = self._parts()
+        return Histogram(edges=edges.tolist(), counts=bin_counts(mid, self.counts.astype(np.float64), edges))
+
+    def label_counts(self, edges: np.ndarray, select) -> list[int]:
+        """Counts per bin of ``edges`` of the keys whose label satisfies ``select(labels) -> bool array``."""
+        high, mid = self._parts()
+        keep = select(high)
+        return bin_counts(mid[keep], self.counts[keep].astype(np.float64), edges)
+
+    def pairs(self) -> tuple[np.ndarray, np.ndarray, list[list[int]], list[Optional[float]]]:
+        """A paired sketch as ``(y_edges, x_edges, counts[y bin][x bin], mean x per y bin)``; the means are
+        weighted by the bucket midpoints, None for an empty bin. About 2·n^(1/4) bins per axis (at most
+        ``MAX_PAIR_BINS``), so the cells of a 2-D histogram fill about as well as a 1-D histogram's bins."""
+        bins = min(MAX_PAIR_BINS, math.ceil(2 * self.count ** 0.25))
+        y_edges = edges_for(self.lo[1], self.hi[1], self.count, bins=bins)
+        x_edges = edges_for(self.lo[0], self.hi[0], self.count, bins=bins)
+        high, x_mid = self._parts()
+        y_bin = bin_index(np.clip(bucket_mid(high, self.level), self.lo[1], self.hi[1]), y_edges)
+        n = self.counts.astype(np.float64)
+        counts, means = [], []
+        for b in range(y_edges.size - 1):
+            sel = y_bin == b
+            counts.append(bin_counts(x_mid[sel], n[sel], x_edges))
+            total = float(n[sel].sum())
+            means.append(math.fsum((x_mid[sel] * n[sel]).tolist()) / total if total else None)
+        return y_edges, x_edges, counts, means
