@@ -133,7 +133,10 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)  # as rladv runs by default; the baseline gets the same single thread
     DATA.mkdir(exist_ok=True)
-    print(f"machine: {os.cpu_count()} cores, torch {torch.__version__} (threads {torch.get_num_threads()})")
+    from rladv_cli.kernels import NATIVE_SCAN
+
+    print(f"machine: {os.cpu_count()} cores, torch {torch.__version__} (threads {torch.get_num_threads()}), "
+          f"C scan {'built' if NATIVE_SCAN else 'NOT built (torch scans)'}")
     header = f"{'tokens':>9} {'estimator':<20} {'e2e s':>7} {'Mtok/s':>7} {'rss MiB':>8} {'kernel s':>9} {'loop s':>8} {'loop/kern':>9} {'floor s':>8} {'e2e/floor':>9}"
     print(header)
     for size in args.tokens.split(","):
