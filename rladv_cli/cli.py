@@ -120,7 +120,7 @@ def compute(
     reward_components: Annotated[Optional[str], typer.Option(help="gdpo: comma-separated float columns of reward components.")] = None,
     reward_weights: Annotated[Optional[str], typer.Option(help="gdpo: comma-separated weights, one per component.")] = None,
     batch_key: Annotated[Optional[str], typer.Option(help="Column whose values split the dataset into independent batches.")] = None,
-    chunk_rows: Annotated[int, typer.Option(help="Rows held in memory at once (results do not depend on it).")] = 1024,
+    chunk_rows: Annotated[int, typer.Option(help="Rows held in memory at once (results do not depend on it).")] = 512,
     device: Annotated[Device, typer.Option(help="Torch device; auto = cuda when available.")] = Device.auto,
     threads: Annotated[int, typer.Option(help="Torch CPU threads (default 1: the kernels are memory-bound).")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.")] = False,

@@ -45,7 +45,7 @@ class Config(BaseModel):
     )
     reward_weights: Optional[tuple[float, ...]] = Field(None, description="gdpo: weight of each component")
     batch_key: Optional[str] = Field(None, description="column whose values split the dataset into independent batches")
-    chunk_rows: int = Field(1024, gt=0, le=INT_MAX, description="rows held in memory at once; results do not depend on it")
+    chunk_rows: int = Field(512, gt=0, le=INT_MAX, description="rows held in memory at once; results do not depend on it")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="torch device; auto = cuda when available")
     threads: int = Field(
         1, ge=1, le=1024,
