@@ -34,6 +34,17 @@ from .report import Report
 PathLike = str | os.PathLike
 MAX_RETRIES = 3  # per shard task: exceptions other than the data's errors, and lost workers
 REPORT_NAME = "report.json"
+# Workers import torch and the passes when they start, not inside a task: Ray Data cancels a failed run's
+# other tasks, and a cancellation that lands in the middle of `import torch` leaves a half-imported torch in
+# that worker for every later task (seen in CI: "cannot import name 'nn' from partially initialized module").
+WORKER_ENV = {"worker_process_setup_hook": "rladv_cli.ray_engine.prepare_worker"}
+
+
+def prepare_worker() -> None:
+    """Ray's per-worker set-up hook (``WORKER_ENV``): the imports every shard task needs."""
+    import torch  # noqa: F401
+
+    from . import pipeline  # noqa: F401
 
 
 def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output_dir: Optional[PathLike] = None,
@@ -124,8 +135,9 @@ def _import_ray():
 @contextmanager
 def _cluster(ray, address: Optional[str], workers: Optional[int]) -> Iterator[None]:
     """The Ray instance for the run: the one already joined, the cluster at ``address``, or a local one with
-    ``workers`` CPUs that is shut down afterwards. Quiet: no dashboard, no worker logs on this terminal."""
-    quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    ``workers`` CPUs that is shut down afterwards. Quiet: no dashboard, no worker logs on this terminal. A
+    session joined here gets ``WORKER_ENV``; one the caller started should pass it to ``ray.init`` too."""
+    quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR, runtime_env=WORKER_ENV)
     started = not ray.is_initialized()
     if started:
         if address:

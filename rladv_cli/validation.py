@@ -93,7 +93,7 @@ def check_chunk(table: pa.Table, path: str, start: int) -> None:
     Nulls, list lengths (all token-aligned lists share ``L_i >= 1``), 0/1 masks, finite numbers, and
     padding (``attention_mask == 0``) only as a suffix and never under ``response_mask == 1``.
     """
-    lengths = None
+    lengths, first_list = None, None
     flat: dict[str, np.ndarray] = {}
     for name in table.column_names:
         col = COLUMNS.get(name)

@@ -30,7 +30,10 @@ def ray_instance():
     ray = pytest.importorskip("ray")
     import logging
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    from rladv_cli.ray_engine import WORKER_ENV
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
+             runtime_env=WORKER_ENV)
     yield ray
     ray.shutdown()
 
@@ -259,3 +262,16 @@ def test_the_local_engine_gives_one_file_and_its_shards_the_same_numbers(shards,
     drop = {"timing", "output", "inputs", "warnings"}  # warnings name rows within their file
     assert split.model_dump(exclude=drop) == one.model_dump(exclude=drop)
     assert [(w.code, w.count) for w in split.warnings] == [(w.code, w.count) for w in one.warnings]
+
+
+def test_workers_import_torch_and_the_passes_before_any_task(ray_instance):
+    """WORKER_ENV's set-up hook: a task cancelled mid-import must never leave a half-imported torch behind, so
+    workers import it when they start."""
+
+    @ray_instance.remote
+    def imported() -> tuple[bool, bool]:
+        import sys
+
+        return "torch" in sys.modules, "rladv_cli.pipeline" in sys.modules
+
+    assert ray_instance.get(imported.remote()) == (True, True)

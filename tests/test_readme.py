@@ -1,5 +1,4 @@
 """The README documents what exists: set-up commands, every command and option, a Python example that runs."""
-import os
 import re
 from pathlib import Path
 

@@ -562,7 +562,7 @@ def test_random_chunking_gives_identical_results(batch):
     whole.update(old, rollout, m0, offsets)
     keep, per = rejection_keep(rules, old, rollout, m0, offsets)
     chunked = RolloutCorrectionStats(rules, is_cfg)
-    keeps, pers, weights = [], [], []
+    keeps, pers = [], []
     for tokens, offs in split_rows(offsets, cuts):
         chunked.update(old[tokens], rollout[tokens], m0[tokens], offs)
         k, p = rejection_keep(rules, old[tokens], rollout[tokens], m0[tokens], offs)
