@@ -139,7 +139,8 @@ class TokenSketches:
 
     def add(self, b: Batch, advantages: Tensor, returns: Tensor, valid: Tensor, outcome: Tensor) -> dict[str, Tensor]:
         """One chunk: ``advantages``, ``returns``, ``valid`` ``(N,)`` over the chunk's tokens and each row's
-        outcome part ``outcome (B,)`` (``row_outcomes``). Returns the per-row columns ``(B,)`` the report's splits
+        outcome part ``outcome (B,)`` (``row_outcomes``). ``returns`` may be ``advantages`` itself (the same
+        tensor in every chunk of an estimator whose returns are its advantages): then only the advantages count. Returns the per-row columns ``(B,)`` the report's splits
         sum: ``length_bucket``, the positive and negative advantage mass and, with values, the moments
         ``resid_count, resid_sum, resid_m2`` of ``returns - values``."""
         off = b.row_offsets
@@ -148,8 +149,9 @@ class TokenSketches:
         label = b.per_token((outcome.cpu() * LENGTH_LABELS + length).to(off.device))
         a = advantages[valid]
         self.advantages.add(a.cpu().numpy(), label=label[valid].cpu().numpy())
-        self.returns.add(returns[valid].cpu().numpy())
-        self.returns_are_advantages &= bool(torch.equal(returns[valid], a))
+        if returns is not advantages:  # one tensor (the estimator's returns are its advantages): nothing to add
+            self.returns.add(returns[valid].cpu().numpy())
+            self.returns_are_advantages &= bool(torch.equal(returns[valid], a))
         cols = dict(length_bucket=length,
                     mass_positive=kernels.segment_sum(torch.where(valid & (advantages > 0), advantages, 0.0), off),
                     mass_negative=kernels.segment_sum(torch.where(valid & (advantages < 0), advantages, 0.0), off))

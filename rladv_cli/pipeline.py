@@ -113,6 +113,7 @@ class ShardWork:
         self.scan_columns, self.schema = scan_columns, schema
         self.num_rows = source.num_rows
         self.seconds: dict[str, float] = defaultdict(float)
+        self.validated: frozenset[str] = frozenset()  # set per pass by ``run``
         # batch-wide statistics, filled in by the driver between passes
         self.pad_width: Optional[Tensor] = None
         self.beta_by_batch: Optional[Tensor] = None
@@ -141,6 +142,9 @@ class ShardWork:
         self.seconds = defaultdict(float)
         passes = {"layout": self._layout, "scan": self._scan, "group_statistics": self._group_statistics,
                   "write": partial(self._write, write=write)}
+        # the columns earlier passes over these rows read, and so validated
+        earlier = {"layout": (), "scan": self._layout_columns()}
+        self.validated = frozenset(earlier.get(stage, self._layout_columns() + self.scan_columns))
         result = passes[stage](shard, given)
         result.seconds = dict(self.seconds)
         return result
@@ -190,7 +194,7 @@ class ShardWork:
         """validate -> tensors -> KL shaping (original mask) -> rollout rejection (rewrites the mask)."""
         batch_ids = given["batch_id"]
         with self._timed("validate"):
-            validation.check_chunk(chunk.table, chunk.path, chunk.start)
+            validation.check_chunk(chunk.table, chunk.path, chunk.start, self.validated)
         with self._timed("convert"):
             batch = from_arrow(chunk.table, chunk.first_row, self.device)
             group_ids = given.get("group_id")
@@ -254,13 +258,21 @@ class ShardWork:
                                   batch.row_offsets, norm_factor=factor)
 
     # ----------------------------------------------------------------- passes, per shard
+    def _adaptive_kl(self) -> bool:
+        return self.cfg.use_kl and self.cfg.kl_ctrl == "adaptive" and self.cfg.batch_key is not None
+
+    def _layout_columns(self) -> list[str]:
+        """What the layout pass reads: the mask, the batch key and, to step an adaptive KL controller per
+        batch, the log-probs."""
+        wanted = {"response_mask", self.cfg.batch_key} | ({"old_log_probs", "ref_log_prob"} if self._adaptive_kl() else set())
+        return [c for c in self.schema.names if c in wanted]
+
     def _layout(self, shard: Shard, given: dict[str, Tensor]) -> ShardResult:
         """Row lengths and batch ids (numbered within the shard; the driver renumbers them); with an adaptive
         KL controller and ``--batch-key``, also each row's KL."""
-        adaptive = self.cfg.use_kl and self.cfg.kl_ctrl == "adaptive" and self.cfg.batch_key is not None
-        wanted = {"response_mask", self.cfg.batch_key} | ({"old_log_probs", "ref_log_prob"} if adaptive else set())
+        adaptive = self._adaptive_kl()
         labels, rows = Labels(self.cfg.batch_key), RowTable()
-        for chunk in self._chunks(shard, [c for c in self.schema.names if c in wanted], "layout"):
+        for chunk in self._chunks(shard, self._layout_columns(), "layout"):
             with self._timed("validate"):
                 validation.check_chunk(chunk.table, chunk.path, chunk.start)
             offsets = as_tensor(list_offsets(chunk.table["response_mask"].combine_chunks()))
@@ -306,6 +318,8 @@ class ShardWork:
         off = b.row_offsets
         m0, m, s = b.original_mask, b.response_mask, b.token_level_scores
         score_total = b.row_total(s)
+        if b.token_level_rewards is s:  # no KL shaping: the same tensor, so the same total
+            b.known_reward_total = score_total
         reward_total = b.reward_total()
         actor = kernels.segment_sum(m0, off)
         cols = dict(
@@ -383,14 +397,16 @@ class ShardWork:
                 m = b.response_mask
                 # selection, not multiplication: verl's NaN (opo's 0/0) must not survive at mask-0 positions
                 valid = m > 0
+                # returns that are the advantages stay one tensor: summarised and sketched once
+                same = returns is advantages
                 advantages = torch.where(valid, advantages, torch.zeros_like(advantages))
-                returns = torch.where(valid, returns, torch.zeros_like(returns))
+                returns = advantages if same else torch.where(valid, returns, torch.zeros_like(returns))
                 flags = {code: fn(b, self.cfg) for code, fn in checks.items()}
             self._check_finite(chunk, b, advantages, returns, valid)
             rows.add(**sketches.add(b, advantages, returns, valid, at["outcome"]))
             flags["zero_advantage_tokens"] = kernels.segment_sum(((advantages == 0) & valid).float(), b.row_offsets)
             adv_rows = value_rows(advantages, m, b.row_offsets)
-            ret_rows = value_rows(returns, m, b.row_offsets)
+            ret_rows = adv_rows if same else value_rows(returns, m, b.row_offsets)
             rows.add(**{f"adv_{k}": v for k, v in adv_rows.items()}, **{f"ret_{k}": v for k, v in ret_rows.items()}, **flags)
             with self._timed("write"):
                 write(_output_table(chunk.table, b, advantages, returns, p.is_weights, self.schema))

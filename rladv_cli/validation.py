@@ -87,19 +87,28 @@ def _first(mask: np.ndarray) -> int | None:
     return int(hits[0]) if hits.size else None
 
 
-def check_chunk(table: pa.Table, path: str, start: int) -> None:
+def check_chunk(table: pa.Table, path: str, start: int, validated: frozenset[str] = frozenset()) -> None:
     """Row-level checks of every contract column present in ``table`` (rows ``start..`` of ``path``).
 
     Nulls, list lengths (all token-aligned lists share ``L_i >= 1``), 0/1 masks, finite numbers, and
-    padding (``attention_mask == 0``) only as a suffix and never under ``response_mask == 1``.
+    padding (``attention_mask == 0``) only as a suffix and never under ``response_mask == 1``. Columns in
+    ``validated`` passed these checks in an earlier pass over the same rows: only their lengths are compared
+    with the other lists'.
     """
     lengths, first_list = None, None
     flat: dict[str, np.ndarray] = {}
     for name in table.column_names:
         col = COLUMNS.get(name)
-        if col is None:
+        if col is None or (name in validated and not col.token_aligned):
             continue
         arr = table[name].combine_chunks()
+        if name in validated:
+            row_len = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+            if lengths is None:
+                lengths, first_list = row_len, name
+            else:
+                _check_lengths(row_len, lengths, name, first_list, path, start)
+            continue
         bad = _first(arr.is_null().to_numpy(zero_copy_only=False))
         if bad is not None:
             raise InputError(path, "is null; every row needs a value", row=start + bad, column=name, kind="null value")
@@ -115,13 +124,7 @@ def check_chunk(table: pa.Table, path: str, start: int) -> None:
                 raise InputError(path, "is an empty list; every row needs at least one token", row=start + bad, column=name,
                                  kind="empty list")
         else:
-            bad = _first(row_len != lengths)
-            if bad is not None:
-                raise InputError(
-                    path,
-                    f"has length {row_len[bad]} but {first_list} has {lengths[bad]}; token lists of a row must have one length",
-                    row=start + bad, column=name, kind="length differs from the row's other token lists",
-                )
+            _check_lengths(row_len, lengths, name, first_list, path, start)
         if lengths is row_len:
             first_list = name
         values = arr.flatten()
@@ -149,8 +152,21 @@ def check_chunk(table: pa.Table, path: str, start: int) -> None:
                     "numbers (no NaN, infinity, or beyond ±3.4e38)", row=start + int(parents[bad]), column=name,
                     kind="NaN, infinity or beyond float32 in a list",
                 )
-    if "attention_mask" in flat:
+    masks = {"attention_mask", "response_mask"} & set(table.column_names)
+    if "attention_mask" in masks and not masks <= validated:
+        for name in masks - flat.keys():  # validated earlier, still needed here
+            flat[name] = table[name].combine_chunks().flatten().to_numpy(zero_copy_only=False).astype(np.int64)
         _check_padding(table, path, start, flat)
+
+
+def _check_lengths(row_len: np.ndarray, lengths: np.ndarray, name: str, first_list: str, path: str, start: int) -> None:
+    bad = _first(row_len != lengths)
+    if bad is not None:
+        raise InputError(
+            path,
+            f"has length {row_len[bad]} but {first_list} has {lengths[bad]}; token lists of a row must have one length",
+            row=start + bad, column=name, kind="length differs from the row's other token lists",
+        )
 
 
 def invalid_rows(table: pa.Table, path: str, start: int,
