@@ -140,23 +140,24 @@ class TokenSketches:
     def add(self, b: Batch, advantages: Tensor, returns: Tensor, valid: Tensor, outcome: Tensor) -> dict[str, Tensor]:
         """One chunk: ``advantages``, ``returns``, ``valid`` ``(N,)`` over the chunk's tokens and each row's
         outcome part ``outcome (B,)`` (``row_outcomes``). ``returns`` may be ``advantages`` itself (the same
-        tensor in every chunk of an estimator whose returns are its advantages): then only the advantages count. Returns the per-row columns ``(B,)`` the report's splits
-        sum: ``length_bucket``, the positive and negative advantage mass and, with values, the moments
-        ``resid_count, resid_sum, resid_m2`` of ``returns - values``."""
+        tensor in every chunk of an estimator whose returns are its advantages): then only the advantages count.
+        Returns the per-row columns ``(B,)`` the report's splits sum: ``length_bucket``, the positive and negative
+        advantage mass and, with values, the moments ``resid_count, resid_sum, resid_m2`` of ``returns - values``."""
         off = b.row_offsets
         count = kernels.segment_sum(valid, off).cpu()
         length = torch.from_numpy(np.frexp(count.numpy())[1].astype(np.int64) - 1).clamp_min(0)
         label = b.per_token((outcome.cpu() * LENGTH_LABELS + length).to(off.device))
         a = advantages[valid]
         self.advantages.add(a.cpu().numpy(), label=label[valid].cpu().numpy())
+        r = returns[valid].cpu().numpy() if returns is not advantages or self.pairs is not None else None
         if returns is not advantages:  # one tensor (the estimator's returns are its advantages): nothing to add
-            self.returns.add(returns[valid].cpu().numpy())
-            self.returns_are_advantages &= bool(torch.equal(returns[valid], a))
+            self.returns.add(r)
+            self.returns_are_advantages &= bool(np.array_equal(r, a.cpu().numpy()))
         cols = dict(length_bucket=length,
                     mass_positive=kernels.segment_sum(torch.where(valid & (advantages > 0), advantages, 0.0), off),
                     mass_negative=kernels.segment_sum(torch.where(valid & (advantages < 0), advantages, 0.0), off))
         if self.pairs is not None:
-            self.pairs.add(returns[valid].cpu().numpy(), y=b.values[valid].cpu().numpy())
+            self.pairs.add(r, y=b.values[valid].cpu().numpy())
             cols.update(zip(("resid_count", "resid_sum", "resid_m2"), kernels.row_moments(returns - b.values, valid, off)))
         return cols
 
