@@ -23,6 +23,7 @@ COMPRESSION = "zstd"
 # a few chunks. (Decoding the next chunk ahead on a thread was measured too: no faster on 2 cores, +360 MB.)
 WRITE_QUEUE = 1
 
+
 @dataclass(frozen=True)
 class Chunk:
     """Rows ``[start, start + num_rows)`` of file ``file_index``; ``first_row`` is the dataset-wide index."""
