@@ -139,7 +139,7 @@ def reverse_linear_scan(a: Tensor, b: Tensor, row_offsets: Tensor) -> Tensor:
     in verl's order and rounding (one float32 multiply, then one add). Elsewhere (a GPU, or no compiler at
     install time) the log-depth scan below runs; both agree within float32 rounding.
     """
-    if _scan is not None and a.device.type == "cpu" and a.dtype == b.dtype == torch.float32:
+    if _native_runs(a, b):
         return _native_scan(a, b, row_offsets)
     return log_depth_scan(a, b, row_offsets)
 
@@ -158,7 +158,7 @@ def native_gae(mask: Tensor, rewards: Tensor, values: Tensor, row_offsets: Tenso
     ``(N,)`` float32 each, rounded as verl's loop rounds; ``None`` where the C kernel cannot run (no build,
     not a CPU float32 batch)."""
     tensors = (mask, rewards, values)
-    if _scan is None or any(x.device.type != "cpu" or x.dtype != torch.float32 for x in tensors):
+    if not _native_runs(*tensors):
         return None
     mask, rewards, values = (x.contiguous() for x in tensors)
     offsets = _native_offsets(row_offsets, *tensors)
@@ -166,6 +166,11 @@ def native_gae(mask: Tensor, rewards: Tensor, values: Tensor, row_offsets: Tenso
     _scan.gae(mask.data_ptr(), rewards.data_ptr(), values.data_ptr(), offsets.data_ptr(), offsets.numel() - 1,
               gamma, gamma_lam, advantages.data_ptr(), returns.data_ptr())
     return advantages, returns
+
+
+def _native_runs(*tensors: Tensor) -> bool:
+    """The C loops take float32 CPU tensors, and only where the extension was built."""
+    return _scan is not None and all(x.device.type == "cpu" and x.dtype == torch.float32 for x in tensors)
 
 
 def _native_offsets(row_offsets: Tensor, *tensors: Tensor) -> Tensor:
