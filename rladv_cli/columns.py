@@ -5,20 +5,41 @@ import numpy as np
 import pyarrow as pa
 
 
+_NUMPY_TYPES = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
+                pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64,
+                pa.float32(): np.float32, pa.float64(): np.float64}
+
+
+def numpy_of(arr: pa.Array) -> np.ndarray:
+    """``arr`` as a numpy array: a read-only view of its data buffer when it is numeric without nulls, else
+    a converted copy. (pyarrow's own ``to_numpy`` imports pandas on first use where pandas is installed,
+    a third of a second at start-up.)"""
+    dtype = _NUMPY_TYPES.get(arr.type)
+    if dtype is None or arr.null_count:
+        return arr.to_numpy(zero_copy_only=False)
+    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * np.dtype(dtype).itemsize)
+
+
+def arrow_of(values: np.ndarray, kind: pa.DataType) -> pa.Array:
+    """A numeric numpy array as an Arrow array of type ``kind`` without nulls, over the same memory when the
+    dtype already matches (``pa.array`` would import pandas, see ``numpy_of``)."""
+    values = np.ascontiguousarray(values, dtype=_NUMPY_TYPES[kind])
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
+
+
 def list_offsets(arr: pa.Array) -> np.ndarray:
     """Row offsets ``(B+1,) int64`` of a (possibly sliced) Arrow list array, rebased to 0."""
-    off = np.asarray(arr.offsets, dtype=np.int64)
+    off = numpy_of(arr.offsets).astype(np.int64)
     return off - off[0]
 
 
 def flat_values(table: pa.Table, name: str, dtype=np.float32) -> np.ndarray:
     """The values of list column ``name`` as one flat array (slicing respected)."""
-    values = table[name].combine_chunks().flatten()
-    return values.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+    return numpy_of(table[name].combine_chunks().flatten()).astype(dtype, copy=False)
 
 
 def scalar_values(table: pa.Table, name: str, dtype=np.float32) -> np.ndarray:
-    return table[name].combine_chunks().to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+    return numpy_of(table[name].combine_chunks()).astype(dtype, copy=False)
 
 
 def score_positions(row_offsets: np.ndarray, attention: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:

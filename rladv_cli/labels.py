@@ -7,13 +7,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .columns import numpy_of
 from .errors import InputError
 
 
 def _encode(column: pa.ChunkedArray) -> tuple[np.ndarray, list]:
     """(chunk-local codes ``(B,)``, distinct values) of an Arrow column."""
     enc = pc.dictionary_encode(column).combine_chunks()
-    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+    return numpy_of(enc.indices).astype(np.int64), enc.dictionary.to_pylist()
 
 
 class Labels:

@@ -37,7 +37,7 @@ from torch import Tensor
 
 from . import __version__, kernels, validation
 from .batch import Batch, PositionSums, as_tensor, from_arrow
-from .columns import flat_values, list_offsets, scalar_values
+from .columns import arrow_of, flat_values, list_offsets, scalar_values
 from .config import Config
 from .diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions, group_flags, row_outcomes,
                           token_stats, value_rows)
@@ -849,11 +849,11 @@ def _output_table(table: pa.Table, b: Batch, advantages: Tensor, returns: Tensor
     offsets = b.row_offsets.cpu().numpy()
     if offsets[-1] >= 2**31:
         raise ComputeError("a chunk holds 2^31 tokens or more; lower --chunk-rows")
-    off = pa.array(offsets.astype(np.int32))
+    off = arrow_of(offsets, pa.int32())
 
     def as_list(x: Tensor | np.ndarray, t: pa.DataType) -> pa.Array:
         values = x.cpu().numpy() if isinstance(x, Tensor) else x
-        return pa.ListArray.from_arrays(off, pa.array(values, type=t))
+        return pa.ListArray.from_arrays(off, arrow_of(values, t))
 
     loss_mask = (flat_values(table, "loss_mask", np.int8) if "loss_mask" in table.column_names
                  else b.original_mask.to(torch.int8))

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .columns import numpy_of
 from .errors import InputError
 from .schema import COLUMNS, Column
 
@@ -87,6 +88,13 @@ def _first(mask: np.ndarray) -> int | None:
     return int(hits[0]) if hits.size else None
 
 
+def _first_null(arr: pa.Array) -> int | None:
+    """Index of the first null of ``arr``, or None (Arrow compute only, see ``columns.numpy_of``)."""
+    if not arr.null_count:
+        return None
+    return pc.indices_nonzero(arr.is_null())[0].as_py()
+
+
 def check_chunk(table: pa.Table, path: str, start: int, validated: frozenset[str] = frozenset()) -> None:
     """Row-level checks of every contract column present in ``table`` (rows ``start..`` of ``path``).
 
@@ -103,20 +111,20 @@ def check_chunk(table: pa.Table, path: str, start: int, validated: frozenset[str
             continue
         arr = table[name].combine_chunks()
         if name in validated:
-            row_len = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+            row_len = numpy_of(pc.list_value_length(arr))
             if lengths is None:
                 lengths, first_list = row_len, name
             else:
                 _check_lengths(row_len, lengths, name, first_list, path, start)
             continue
-        bad = _first(arr.is_null().to_numpy(zero_copy_only=False))
+        bad = _first_null(arr)
         if bad is not None:
             raise InputError(path, "is null; every row needs a value", row=start + bad, column=name, kind="null value")
         if not col.token_aligned:
             if col.kind == "float":
                 _check_finite(arr, name, path, start)
             continue
-        row_len = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+        row_len = numpy_of(pc.list_value_length(arr))
         if lengths is None:
             lengths = row_len
             bad = _first(row_len == 0)
@@ -130,23 +138,23 @@ def check_chunk(table: pa.Table, path: str, start: int, validated: frozenset[str
         values = arr.flatten()
         parents = None
         if values.null_count:
-            parents = pc.list_parent_indices(arr).to_numpy()
-            bad = _first(values.is_null().to_numpy(zero_copy_only=False))
+            parents = numpy_of(pc.list_parent_indices(arr))
+            bad = _first_null(values)
             raise InputError(path, f"has a null at position {_pos(arr, parents, bad)}", row=start + int(parents[bad]),
                              column=name, kind="null inside a list")
-        v = values.to_numpy(zero_copy_only=False)
+        v = numpy_of(values)
         if col.kind == "mask":
             v = v.astype(np.int64, copy=False)
             bad = _first((v != 0) & (v != 1))
             if bad is not None:
-                parents = pc.list_parent_indices(arr).to_numpy()
+                parents = numpy_of(pc.list_parent_indices(arr))
                 raise InputError(path, f"has value {v[bad]}; masks must be 0 or 1", row=start + int(parents[bad]),
                                  column=name, kind="mask value other than 0 or 1")
             flat[name] = v
         elif col.kind == "float_list":
             bad = _first(_not_float32(v))
             if bad is not None:
-                parents = pc.list_parent_indices(arr).to_numpy()
+                parents = numpy_of(pc.list_parent_indices(arr))
                 raise InputError(
                     path, f"has {v[bad]} at position {_pos(arr, parents, bad)}; values must be finite float32 "
                     "numbers (no NaN, infinity, or beyond ±3.4e38)", row=start + int(parents[bad]), column=name,
@@ -155,7 +163,7 @@ def check_chunk(table: pa.Table, path: str, start: int, validated: frozenset[str
     masks = {"attention_mask", "response_mask"} & set(table.column_names)
     if "attention_mask" in masks and not masks <= validated:
         for name in masks - flat.keys():  # validated earlier, still needed here
-            flat[name] = table[name].combine_chunks().flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+            flat[name] = numpy_of(table[name].combine_chunks().flatten()).astype(np.int64)
         _check_padding(table, path, start, flat)
 
 
@@ -194,7 +202,7 @@ def _not_float32(v: np.ndarray) -> np.ndarray:
 
 
 def _check_finite(arr: pa.Array, name: str, path: str, start: int) -> None:
-    bad = _first(_not_float32(pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False)))
+    bad = _first(_not_float32(numpy_of(pc.cast(arr, pa.float64()))))
     if bad is not None:
         raise InputError(path, f"is {arr[bad].as_py()}; values must be finite float32 numbers",
                          row=start + bad, column=name, kind="NaN, infinity or beyond float32")
@@ -206,7 +214,7 @@ def check_numbers(table: pa.Table, columns: Iterable[str], path: str, start: int
         arr = table[name].combine_chunks()
         if not _is_number(arr.type):
             raise InputError(path, f"has type {arr.type}; expected a number per row", column=name)
-        bad = _first(arr.is_null().to_numpy(zero_copy_only=False))
+        bad = _first_null(arr)
         if bad is not None:
             raise InputError(path, "is null; every row needs a value", row=start + bad, column=name, kind="null value")
         _check_finite(arr, name, path, start)
@@ -220,7 +228,7 @@ def _pos(arr: pa.Array, parents: np.ndarray, flat_index: int) -> int:
 
 def _check_padding(table: pa.Table, path: str, start: int, flat: dict[str, np.ndarray]) -> None:
     att = flat["attention_mask"]
-    parents = pc.list_parent_indices(table["attention_mask"].combine_chunks()).to_numpy()
+    parents = numpy_of(pc.list_parent_indices(table["attention_mask"].combine_chunks()))
     same_row = parents[1:] == parents[:-1]
     bad = _first(same_row & (att[:-1] == 0) & (att[1:] == 1))
     if bad is not None:

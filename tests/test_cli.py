@@ -845,6 +845,27 @@ def test_validate_and_estimators_do_not_import_torch():
     assert p.returncode == 0, p.stderr + p.stdout
 
 
+@pytest.mark.parametrize("flags", [["--estimator", "grpo"], ["--estimator", "gae", "--kl-coef", "0.1"],
+                                   ["--estimator", "reinforce_plus_plus", "--batch-key", "uid"]])
+def test_compute_does_not_import_pandas(tmp_path, flags):
+    """pyarrow imports pandas on its first ``to_numpy``/``pa.array`` where pandas is installed (the ray extra
+    brings it): a third of a second of start-up that ``columns.numpy_of``/``arrow_of`` avoid."""
+    pytest.importorskip("pandas")
+    code = (
+        "import sys\n"
+        "from rladv_cli.cli import app\n"
+        "try:\n"
+        "    app(sys.argv[1:], prog_name='rladv')\n"
+        "except SystemExit as e:\n"
+        "    assert e.code in (0, None), e.code\n"
+        "assert 'pandas' not in sys.modules, 'pandas imported'\n"
+    )
+    args = ["compute", str(SAMPLES / "multiturn.parquet"), "-o", str(tmp_path / "o.parquet"), "-q",
+            "--report", str(tmp_path / "r.json"), *flags]
+    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr + p.stdout
+
+
 # ------------------------------------------------------------------------- --config (a verl trainer YAML)
 def test_config_yaml_sets_everything_and_typed_flags_win(tmp_path):
     inp = copy_sample(tmp_path, "multiturn.parquet")
