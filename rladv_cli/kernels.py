@@ -51,11 +51,16 @@ def padded_row_sum(x: Tensor, row_offsets: Tensor, width: Tensor) -> Tensor:
     the same zero-padded rows reproduces verl bit for bit. On the CPU the sum runs on one thread: torch
     splits long single rows across threads, which would make a row's total depend on its chunk; one
     thread gives what a many-row batch gives.
+
+    A row with at most one non-zero value sums to that value (or +0.0) in any order, so only rows with
+    two or more are padded and summed.
     """
-    out = torch.empty(row_offsets.numel() - 1, dtype=x.dtype, device=x.device)
     lengths = row_lengths(row_offsets)
-    for w in torch.unique(width).tolist():
-        rows = torch.nonzero(width == w).flatten()
+    nonzero = segment_sum((x != 0).to(x.dtype), row_offsets)
+    out = segment_sum(x, row_offsets).to(x.dtype).masked_fill_(nonzero == 0, 0.0)
+    several = nonzero > 1
+    for w in torch.unique(width[several]).tolist():
+        rows = torch.nonzero(several & (width == w)).flatten()
         # Pad at most ~16M values at once: a long row in the batch must not blow up memory.
         step = max(1, PADDED_SUM_BUDGET // int(w))
         for part in rows.split(step):

@@ -117,17 +117,25 @@ def test_scan_and_row_sums_of_a_row_do_not_depend_on_its_neighbours(scan, length
     assert torch.equal(sums[k:k + 1], kernels.padded_row_sum(b[lo:hi], torch.tensor([0, hi - lo]), width[:1]))
 
 
-def test_padded_row_sum_is_torch_sum_of_the_zero_padded_rows():
+@pytest.mark.parametrize("sparse", [False, True])
+def test_padded_row_sum_is_torch_sum_of_the_zero_padded_rows(sparse):
+    """Dense rows take the padded sum; sparse ones (no, one or two non-zeros, signed zeros, inf) the shortcut."""
     g = torch.Generator().manual_seed(0)
-    lengths = [5, 40, 17, 1, 33]
+    lengths = [5, 40, 17, 1, 33, 9, 12, 3]
     off = offsets_of(lengths)
     x = torch.randn(int(off[-1]), generator=g)
+    if sparse:
+        x = torch.where(torch.rand(x.numel(), generator=g) < 0.1, x, torch.zeros_like(x))
+        x[int(off[5]):int(off[6])] = -0.0
+        x[int(off[6]) + 4] = float("inf")
+        x[int(off[7]):int(off[8])] = torch.tensor([-0.0, 1e-30, -0.0])
     for width in (40, 64, 97):
         padded = torch.zeros(len(lengths), width)
         for i, L in enumerate(lengths):
             padded[i, :L] = x[off[i]:off[i + 1]]
         got = kernels.padded_row_sum(x, off, torch.full((len(lengths),), width))
-        assert torch.equal(got, padded.sum(dim=1))
+        want = padded.sum(dim=1)
+        assert torch.equal(got, want) and torch.equal(torch.signbit(got), torch.signbit(want))
 
 
 def test_segment_ops_and_shift():
