@@ -169,6 +169,14 @@ def check_output_path(out: str, dataset: Dataset, option: str = "-o") -> None:
         raise OutputError(f"{option} {out}: folder {folder} is not writable")
 
 
+def writer_options(schema: pa.Schema) -> dict:
+    """``ParquetWriter`` settings: zstd, and dictionary encoding only for columns that are not lists (labels
+    such as ``uid``). Token values rarely repeat, so a dictionary is built and then dropped for every page;
+    without it the writer is about a fifth faster and the file no larger."""
+    return {"compression": COMPRESSION,
+            "use_dictionary": [f.name for f in schema if not pa.types.is_list(f.type)]}
+
+
 class AtomicParquetWriter:
     """Writes to a temporary file beside ``path`` and renames it over ``path`` only on ``commit()``.
 
@@ -185,7 +193,7 @@ class AtomicParquetWriter:
         self.schema = schema
         folder = os.path.dirname(os.path.abspath(path))
         self._tmp = _temp_file(folder, ".parquet.tmp")
-        self._writer = pq.ParquetWriter(self._tmp, schema, compression=COMPRESSION)
+        self._writer = pq.ParquetWriter(self._tmp, schema, **writer_options(schema))
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
         self._queue: queue.Queue = queue.Queue(maxsize=WRITE_QUEUE)

@@ -336,3 +336,24 @@ def test_the_writer_thread_keeps_rows_in_order_across_row_groups(tmp_path):
     f = pq.ParquetFile(out)
     assert f.read().column("x").to_pylist() == list(range(5000))
     assert [f.metadata.row_group(i).num_rows for i in range(f.num_row_groups)] == [ROW_GROUP_ROWS] * 4 + [5000 - 4 * ROW_GROUP_ROWS]
+
+
+def test_token_lists_are_written_without_a_dictionary_and_labels_with_one(tmp_path):
+    """Dictionary encoding is kept for label columns (``uid``) and skipped for token lists, whose values
+    rarely repeat (``io.writer_options``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rladv_cli.io import AtomicParquetWriter
+
+    out = tmp_path / "out.parquet"
+    table = pa.table({"uid": pa.array(["a", "b"] * 1000),
+                      "advantages": pa.array([[0.5, -0.5]] * 2000, pa.list_(pa.float32()))})
+    with AtomicParquetWriter(str(out), table.schema) as sink:
+        sink.write(table)
+        sink.commit()
+    chunk = pq.ParquetFile(out).metadata.row_group(0)
+    encodings = {chunk.column(i).path_in_schema: chunk.column(i).encodings for i in range(chunk.num_columns)}
+    assert any("DICTIONARY" in e for e in encodings["uid"])
+    assert not any("DICTIONARY" in e for e in encodings["advantages.list.element"])
+    assert pq.read_table(out).equals(table)
