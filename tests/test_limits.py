@@ -70,3 +70,22 @@ def test_peak_memory_follows_the_chunk_not_the_dataset(tmp_path):
     # ~0.5M vs ~1.9M tokens; both above the writer's 1024-row group buffer, so what remains is per-row bookkeeping
     small, large = _peak_mib(dataset(1200), tmp_path), _peak_mib(dataset(4800), tmp_path)
     assert large < small * 1.1 + 20, (small, large)
+
+
+def test_reading_a_file_holds_a_chunk_not_the_file(tmp_path):
+    """pyarrow's ``ParquetFile`` pre-buffers by default: iterating batches then keeps every column chunk read
+    so far, i.e. the whole compressed file by the end. ``io.open_parquet`` turns that off, so Arrow memory
+    while streaming stays near one row group."""
+    from rladv_cli.io import Dataset
+
+    rows, width = 4096, 256
+    rng = np.random.default_rng(0)
+    offsets = pa.array(np.arange(rows + 1, dtype=np.int32) * width)
+    t = pa.table({"values": pa.ListArray.from_arrays(offsets, pa.array(rng.random(rows * width).astype(np.float32)))})
+    path = tmp_path / "d.parquet"
+    pq.write_table(t, path, row_group_size=128, compression="zstd")  # random floats: compressed ~ decoded, 4 MiB
+    peak = 0
+    for chunk in Dataset([path]).chunks(None, 128):
+        peak = max(peak, pa.total_allocated_bytes())
+        del chunk
+    assert peak < t.nbytes / 4, (peak, t.nbytes)
