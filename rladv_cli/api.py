@@ -47,8 +47,6 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
     """Read a dataset (file, files or folder), write ``output`` (default ``DATASET.adv.parquet``) atomically,
     and optionally the JSON report and the self-contained HTML report. Nothing is left behind when it fails.
     ``config_source`` (what a verl YAML contributed) is recorded in the report's ``config``."""
-    from .pipeline import Pipeline, output_schema
-
     cfg = _config(config, settings)
     paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     dataset = Dataset(paths)
@@ -62,10 +60,17 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
     twice = next((p for p in given if given.count(p) > 1), None)
     if twice is not None:
         raise OutputError(f"-o, --report and --html must name different files; {twice} is given twice")
-    pipeline = Pipeline(dataset, cfg, progress)
-    with AtomicParquetWriter(out, output_schema(dataset.schema, pipeline.is_cfg is not None)) as sink:
-        report = finish_report(pipeline.run(sink.write), out, config_source, report_path, html_path)
-        sink.commit()
+    once = dataset.read_once(cfg.chunk_rows, cfg.cache_mib << 20)  # decodes while torch is imported
+    try:
+        from .pipeline import Pipeline, output_schema
+
+        pipeline = Pipeline(dataset, cfg, progress)
+        with AtomicParquetWriter(out, output_schema(dataset.schema, pipeline.is_cfg is not None)) as sink:
+            report = finish_report(pipeline.run(sink.write), out, config_source, report_path, html_path)
+            sink.commit()
+    finally:
+        if once is not None:
+            once.close()
     return report
 
 

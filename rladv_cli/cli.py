@@ -121,6 +121,7 @@ def compute(
     reward_weights: Annotated[Optional[str], typer.Option(help="gdpo: comma-separated weights, one per component.")] = None,
     batch_key: Annotated[Optional[str], typer.Option(help="Column whose values split the dataset into independent batches.")] = None,
     chunk_rows: Annotated[int, typer.Option(help="Rows held in memory at once (results do not depend on it).")] = 512,
+    cache_mib: Annotated[int, typer.Option(help="Keep the decoded dataset in memory between passes when it fits this many MiB (0: re-read each pass).")] = 512,
     device: Annotated[Device, typer.Option(help="Torch device; auto = cuda when available.")] = Device.auto,
     threads: Annotated[int, typer.Option(help="Torch CPU threads (default 1: the kernels are memory-bound).")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.")] = False,
@@ -143,7 +144,7 @@ def compute(
         rollout_is_threshold=rollout_is_threshold, rollout_is_batch_normalize=rollout_is_batch_normalize,
         overlong_buffer_len=overlong_buffer_len, overlong_penalty_factor=overlong_penalty_factor,
         max_resp_len=max_resp_len, reward_components=_split(reward_components), reward_weights=_split(reward_weights),
-        batch_key=batch_key, chunk_rows=chunk_rows, device=device.value, threads=threads,
+        batch_key=batch_key, chunk_rows=chunk_rows, cache_mib=cache_mib, device=device.value, threads=threads,
     )
     settings, source = _merge_verl_config(ctx, config, flags)
     cfg = _run(lambda: Config.build(**settings))

@@ -46,6 +46,11 @@ class Config(BaseModel):
     reward_weights: Optional[tuple[float, ...]] = Field(None, description="gdpo: weight of each component")
     batch_key: Optional[str] = Field(None, description="column whose values split the dataset into independent batches")
     chunk_rows: int = Field(512, gt=0, le=INT_MAX, description="rows held in memory at once; results do not depend on it")
+    cache_mib: int = Field(
+        512, ge=0, le=1 << 30,
+        description="a dataset whose decoded columns fit this many MiB is read once and kept in memory for every "
+        "pass; a larger one is read again by each pass (0: always)",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="torch device; auto = cuda when available")
     threads: int = Field(
         1, ge=1, le=1024,

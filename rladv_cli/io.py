@@ -20,8 +20,10 @@ from .errors import InputError, OutputError
 ROW_GROUP_ROWS = 1024
 COMPRESSION = "zstd"
 # Tables queued for the writer thread: one keeps computing and compressing busy at once while memory stays
-# a few chunks. (Decoding the next chunk ahead on a thread was measured too: no faster on 2 cores, +360 MB.)
+# a few chunks.
 WRITE_QUEUE = 1
+# Chunks a ``ReadOnce`` thread may decode ahead of the pass that takes them once it keeps nothing.
+READ_AHEAD = 2
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,7 @@ class Dataset:
         self.num_rows = sum(self.file_rows)
         starts = [0, *itertools.accumulate(self.file_rows)]
         self.shards = [Shard(i, p, s, n) for i, (p, s, n) in enumerate(zip(self.paths, starts, self.file_rows))]
+        self._once: ReadOnce | None = None
 
     def _check_same_schema(self, path: str, schema: pa.Schema) -> None:
         if schema.names != self.schema.names:
@@ -136,8 +139,22 @@ class Dataset:
             yield from self.shard_chunks(shard, columns, chunk_rows)
 
     def shard_chunks(self, shard: Shard, columns: Sequence[str] | None, chunk_rows: int) -> Iterator[Chunk]:
-        """``shard.chunks`` through the reader this dataset already holds."""
-        return shard.chunks(columns, chunk_rows, self._files[shard.index])
+        """``shard.chunks`` through the reader this dataset already holds, or from ``read_once``'s chunks."""
+        kept = self._once.shard_chunks(shard, chunk_rows) if self._once is not None else None
+        if kept is None:
+            return shard.chunks(columns, chunk_rows, self._files[shard.index])
+        if columns is None:
+            return kept
+        return (Chunk(c.file_index, c.path, c.start, c.first_row, c.table.select(list(columns))) for c in kept)
+
+    def read_once(self, chunk_rows: int, budget: int) -> "ReadOnce | None":
+        """When the dataset's decoded columns should fit ``budget`` bytes, start decoding every chunk on a
+        thread; ``shard_chunks`` calls with the same ``chunk_rows`` take them from there (see ``ReadOnce``).
+        Close it when the run ends. None (every pass reads the files) when the dataset looks larger."""
+        if sum(_decoded_bytes(f) for f in self._files) > budget:
+            return None
+        self._once = ReadOnce(self, chunk_rows, budget)
+        return self._once
 
     def locate(self, row: int) -> tuple[str, int]:
         """(file path, 0-based row within that file) of dataset-wide row ``row``."""
@@ -146,6 +163,131 @@ class Dataset:
                 return path, row
             row -= n
         raise IndexError(row)
+
+
+def _decoded_bytes(f: pq.ParquetFile) -> int:
+    """About what a file's columns take decoded, from its footer: the value count times the value width for
+    fixed-width values, the uncompressed size for the rest (strings); whichever is larger."""
+    widths = []
+    for j in range(f.metadata.num_columns):
+        kind = f.schema_arrow.field(f.schema.column(j).path.split(".")[0]).type
+        while pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            kind = kind.value_type
+        widths.append(max(kind.bit_width // 8, 1) if pa.types.is_primitive(kind) else 0)
+    total = 0
+    for g in range(f.metadata.num_row_groups):
+        rg = f.metadata.row_group(g)
+        for j, width in enumerate(widths):
+            col = rg.column(j)
+            total += max(col.total_uncompressed_size, col.num_values * width)
+    return total
+
+
+class ReadOnce:
+    """A dataset's chunks, every column, decoded once on a background thread in dataset order.
+
+    The thread starts before the caller needs the data (``compute_file`` starts it before importing torch),
+    so decoding overlaps start-up. While the decoded chunks fit ``budget`` bytes they are all kept, and every
+    pass takes them from memory instead of reading the files again. Past the budget, the kept chunks are
+    dropped and the thread only reads ahead of the first pass (``READ_AHEAD`` chunks, each handed out once);
+    later passes read the files themselves (``shard_chunks`` returns None). Memory stays within the budget
+    plus a few chunks, whatever the dataset's size. A read error is raised where the pass reaches it.
+    """
+
+    def __init__(self, dataset: Dataset, chunk_rows: int, budget: int):
+        self.chunk_rows, self.budget = chunk_rows, budget
+        self.kept_bytes = 0
+        self._chunks: list[Chunk | None] = []  # in dataset order; None once handed out and not kept
+        self._keep = True
+        self._taken = 0  # chunks the first pass has taken
+        self._done = False
+        self._closed = False
+        self._error: BaseException | None = None
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._read, args=(dataset,), name="rladv-read", daemon=True)
+        self._thread.start()
+
+    def _read(self, dataset: Dataset) -> None:
+        try:
+            for shard in dataset.shards:  # the thread opens the files itself: readers are not shared
+                for chunk in shard.chunks(None, self.chunk_rows):
+                    if not self._put(chunk):
+                        return
+        except BaseException as err:
+            with self._cond:
+                self._error = err
+        finally:
+            with self._cond:
+                self._done = True
+                self._cond.notify_all()
+
+    def _put(self, chunk: Chunk) -> bool:
+        """Append one chunk, dropping what is kept when it would pass the budget; False once closed."""
+        with self._cond:
+            size = chunk.table.nbytes
+            if self._keep and self.kept_bytes + size > self.budget:
+                self._keep = False
+                self.kept_bytes = 0
+                for i in range(self._taken):
+                    self._chunks[i] = None
+            while not self._keep and len(self._chunks) - self._taken >= READ_AHEAD and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return False
+            if self._keep:
+                self.kept_bytes += size
+            self._chunks.append(chunk)
+            self._cond.notify_all()
+            return True
+
+    @property
+    def kept(self) -> bool:
+        """Every chunk was read and kept in memory."""
+        with self._cond:
+            return self._done and self._keep and self._error is None
+
+    def shard_chunks(self, shard: Shard, chunk_rows: int) -> Iterator[Chunk] | None:
+        """The chunks of ``shard``: while the first pass runs, as the thread decodes them; afterwards from
+        memory when all were kept; None when the caller has to read the file (another chunk size, or the
+        dataset did not fit)."""
+        if chunk_rows != self.chunk_rows:
+            return None
+        with self._cond:
+            first_pass = self._taken < len(self._chunks) or not self._done or self._error is not None
+            if not first_pass and not self._keep:
+                return None
+        return self._first_pass(shard) if first_pass else self._from_memory(shard)
+
+    def _first_pass(self, shard: Shard) -> Iterator[Chunk]:
+        while True:
+            with self._cond:
+                while self._taken == len(self._chunks) and not self._done:
+                    self._cond.wait()
+                if self._taken == len(self._chunks):
+                    if self._error is not None:
+                        raise self._error
+                    return
+                chunk = self._chunks[self._taken]
+                if chunk.file_index != shard.index:
+                    return
+                if not self._keep:
+                    self._chunks[self._taken] = None
+                self._taken += 1
+                self._cond.notify_all()
+            yield chunk
+
+    def _from_memory(self, shard: Shard) -> Iterator[Chunk]:
+        for chunk in self._chunks:
+            if chunk.file_index == shard.index:
+                yield chunk
+
+    def close(self) -> None:
+        """Stop the thread and drop every chunk."""
+        with self._cond:
+            self._closed = True
+            self._chunks = []
+            self._cond.notify_all()
+        self._thread.join()
 
 
 def default_output(inputs: Sequence[str | os.PathLike]) -> str:

@@ -125,13 +125,12 @@ class ShardWork:
         self.position_sums: Optional[PositionSums] = None
         self.whiten_mean: Optional[Tensor] = None
         self.whiten_var: Optional[Tensor] = None
-        self._cache: Optional[list[Chunk]] = None
 
     def detached(self) -> "ShardWork":
         """A copy without the local source and progress callback, to ship to other processes (which read
         each shard from its path)."""
         work = copy.copy(self)
-        work.source, work.progress, work._cache = None, None, None
+        work.source, work.progress = None, None
         work.seconds = defaultdict(float)
         return work
 
@@ -159,12 +158,10 @@ class ShardWork:
             self.seconds[stage] += time.perf_counter() - t0
 
     def _chunks(self, shard: Shard, columns: Optional[list[str]], stage: str) -> Iterator[Chunk]:
-        """Chunks of one shard; a dataset that fits one chunk is read once and served from memory."""
-        single = self._single_chunk()
-        if self._cache is not None:
-            chunks: Iterator[Chunk] = iter(self._cache)
-        elif self.source is not None:
-            chunks = self.source.shard_chunks(shard, None if single else columns, self.cfg.chunk_rows)
+        """Chunks of one shard holding ``columns`` (all when None): from the source (which may hold them in
+        memory, ``io.ReadOnce``), or from the shard's file on a worker."""
+        if self.source is not None:
+            chunks = self.source.shard_chunks(shard, columns, self.cfg.chunk_rows)
         else:
             chunks = shard.chunks(columns, self.cfg.chunk_rows)
         while True:
@@ -172,16 +169,9 @@ class ShardWork:
                 chunk = next(chunks, None)
             if chunk is None:
                 return
-            if single and self._cache is None:
-                self._cache = [chunk]
-            yield chunk.__class__(chunk.file_index, chunk.path, chunk.start, chunk.first_row,
-                                  chunk.table.select(columns) if columns is not None else chunk.table)
+            yield chunk
             if self.progress:
                 self.progress(stage, chunk.first_row + chunk.table.num_rows, self.num_rows)
-
-    def _single_chunk(self) -> bool:
-        return (self.source is not None and len(self.source.paths) == 1
-                and self.source.num_rows <= self.cfg.chunk_rows)
 
     @staticmethod
     def _given(chunk: Chunk, shard: Shard, given: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -1,0 +1,96 @@
+"""``io.ReadOnce``: a dataset that fits ``--cache-mib`` is decoded once for every pass; one that does not is
+streamed as before. Either way the output and the errors are the same as with no cache at all."""
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import rladv_cli
+from rladv_cli import io as rio
+
+
+def rollouts(rows: int, seed: int, prompt: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 40, rows)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    n = int(lengths.sum())
+    lst = lambda v: pa.ListArray.from_arrays(offsets, pa.array(v))  # noqa: E731
+    columns = {
+        "uid": [f"s{seed}p{i // 4}" for i in range(rows)],
+        "response_mask": lst((rng.random(n) > 0.2).astype(np.int8)),
+        "rm_scores": lst(rng.normal(size=n).astype(np.float32)),
+        "values": lst(rng.normal(size=n).astype(np.float32)),
+    }
+    if prompt:  # one long prompt per group: dictionary-encoded on disk, much larger decoded
+        columns["prompt"] = ["x" * prompt + str(i // 4) for i in range(rows)]
+    return pa.table(columns)
+
+
+def files(tmp_path: Path, *tables: pa.Table) -> list[Path]:
+    paths = []
+    for i, t in enumerate(tables):
+        paths.append(tmp_path / f"part-{i}.parquet")
+        pq.write_table(t, paths[-1], row_group_size=16)
+    return paths
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """Counts the chunks read from disk, per file."""
+    counts: dict[str, int] = {}
+    original = rio.Shard.chunks
+
+    def counted(self, *args, **kwargs):
+        for chunk in original(self, *args, **kwargs):
+            counts[self.path] = counts.get(self.path, 0) + chunk.table.num_rows
+            yield chunk
+
+    monkeypatch.setattr(rio.Shard, "chunks", counted)
+    return counts
+
+
+def run(paths: list[Path], out: Path, estimator: str, cache_mib: int) -> bytes:
+    rladv_cli.compute_file([str(p) for p in paths], estimator=estimator, output=out, chunk_rows=7, device="cpu",
+                           cache_mib=cache_mib)
+    return out.read_bytes()
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gae", "reinforce_plus_plus_baseline"])
+def test_a_dataset_that_fits_is_read_once_and_gives_the_same_bytes(tmp_path, reads, estimator):
+    paths = files(tmp_path, rollouts(40, 0), rollouts(40, 1).slice(0, 0), rollouts(33, 2))  # an empty file between
+    kept = run(paths, tmp_path / "kept.parquet", estimator, cache_mib=64)
+    assert reads == {str(paths[0]): 40, str(paths[2]): 33}  # every row once, over every pass
+    reads.clear()
+    streamed = run(paths, tmp_path / "streamed.parquet", estimator, cache_mib=0)
+    assert kept == streamed
+    assert reads[str(paths[0])] > 40 * 2  # each pass reads again
+
+
+def test_a_dataset_larger_than_its_footer_says_falls_back_to_streaming(tmp_path, reads, monkeypatch):
+    """Long dictionary-encoded strings look small on disk; once the decoded chunks pass the budget they are
+    dropped, the first pass goes on from the thread, and later passes read the file."""
+    paths = files(tmp_path, rollouts(64, 3, prompt=40_000))
+    assert rio._decoded_bytes(rio.open_parquet(str(paths[0]))) < 1 << 20
+    states = []
+    monkeypatch.setattr(rio.ReadOnce, "close", lambda self, close=rio.ReadOnce.close: (states.append(self.kept), close(self)))
+    fallback = run(paths, tmp_path / "a.parquet", "grpo", cache_mib=1)
+    assert states == [False] and reads[str(paths[0])] > 64 * 2
+    assert fallback == run(paths, tmp_path / "b.parquet", "grpo", cache_mib=0)
+
+
+@pytest.mark.parametrize("cut", [0.5, 0.97])
+def test_a_read_error_names_the_same_file_and_row_with_and_without_the_cache(tmp_path, cut):
+    paths = files(tmp_path, rollouts(40, 4), rollouts(48, 5))
+    data = paths[1].read_bytes()
+    paths[1].write_bytes(data[:int(len(data) * cut)] + data[-8:] if cut > 0.9 else data[:8] + data[int(len(data) * cut):])
+    errors = []
+    for cache_mib in (64, 0):
+        with pytest.raises(rladv_cli.RladvError) as err:
+            run(paths, tmp_path / "o.parquet", "grpo", cache_mib)
+        errors.append(str(err.value))
+        assert not (tmp_path / "o.parquet").exists()
+    # the same file and row; pyarrow's detail in brackets depends on which columns were being read
+    assert errors[0].split(" (")[0] == errors[1].split(" (")[0]
+    assert "part-1.parquet: " in errors[0]
