@@ -1,7 +1,9 @@
-"""Build of the optional native scan (``rladv_cli/_scan.c``); everything else is in pyproject.toml.
+"""Build of the optional C loops (``rladv_cli/_scan.c``, ``rladv_cli/_rows.c``); everything else is in
+pyproject.toml.
 
-The extension is optional: without a C compiler the build goes on and ``rladv_cli.kernels`` falls back to the
-log-depth torch scan (same results within float32 rounding, slower on CPU).
+The extensions are optional: without a C compiler the build goes on and ``rladv_cli.kernels`` falls back to
+torch: the log-depth scan (same results within float32 rounding, slower on CPU) and segment reductions for
+the report's row summaries (the same numbers).
 """
 from setuptools import Extension, setup
 
@@ -13,6 +15,8 @@ setup(
             # No fused multiply-add: the scan must round like verl's separate multiply and add.
             extra_compile_args=["-O2", "-ffp-contract=off"],
             optional=True,
-        )
+        ),
+        Extension("rladv_cli._rows", sources=["rladv_cli/_rows.c"], extra_compile_args=["-O2", "-ffp-contract=off"],
+                  optional=True),
     ]
 )

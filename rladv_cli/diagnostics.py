@@ -44,20 +44,6 @@ class RowTable:
         return self._whole[name]
 
 
-def value_rows(x: Tensor, mask: Tensor, row_offsets: Tensor) -> dict[str, Tensor]:
-    """Per-row summary of ``x`` over mask-1 tokens: moments, min, max and sign counts; ``(B,)`` each."""
-    count, total, m2 = kernels.row_moments(x, mask, row_offsets)
-    valid = mask > 0
-    inf = torch.tensor(float("inf"), device=x.device)
-    return {
-        "count": count, "sum": total, "m2": m2,
-        "min": kernels.segment_min(torch.where(valid, x, inf), row_offsets, empty=float("inf")),
-        "max": kernels.segment_max(torch.where(valid, x, -inf), row_offsets, empty=float("-inf")),
-        "positive": kernels.segment_sum((valid & (x > 0)).float(), row_offsets),
-        "negative": kernels.segment_sum((valid & (x < 0)).float(), row_offsets),
-    }
-
-
 def token_stats(rows: RowTable, prefix: str) -> Stats:
     """Combine the per-row summaries stored as ``<prefix>_<field>`` into token-level ``Stats``."""
     n, mean, m2 = kernels.combine_moments(rows[f"{prefix}_count"], rows[f"{prefix}_sum"], rows[f"{prefix}_m2"])
@@ -137,28 +123,26 @@ class TokenSketches:
         self.pairs = Sketch(paired=True) if with_values else None
         self.returns_are_advantages = True
 
-    def add(self, b: Batch, advantages: Tensor, returns: Tensor, valid: Tensor, outcome: Tensor) -> dict[str, Tensor]:
-        """One chunk: ``advantages``, ``returns``, ``valid`` ``(N,)`` over the chunk's tokens and each row's
-        outcome part ``outcome (B,)`` (``row_outcomes``). ``returns`` may be ``advantages`` itself (the same
-        tensor in every chunk of an estimator whose returns are its advantages): then only the advantages count.
-        Returns the per-row columns ``(B,)`` the report's splits sum: ``length_bucket``, the positive and negative
-        advantage mass and, with values, the moments ``resid_count, resid_sum, resid_m2`` of ``returns - values``."""
-        off = b.row_offsets
-        count = kernels.segment_sum(valid, off).cpu()
-        length = torch.from_numpy(np.frexp(count.numpy())[1].astype(np.int64) - 1).clamp_min(0)
-        label = b.per_token((outcome.cpu() * LENGTH_LABELS + length).to(off.device))
-        a = advantages[valid]
-        self.advantages.add(a.cpu().numpy(), label=label[valid].cpu().numpy())
-        r = returns[valid].cpu().numpy() if returns is not advantages or self.pairs is not None else None
+    def add(self, b: Batch, advantages: Tensor, returns: Tensor, valid: Tensor, outcome: Tensor,
+            count: Tensor) -> dict[str, Tensor]:
+        """One chunk: ``advantages``, ``returns``, ``valid`` ``(N,)`` over the chunk's tokens, each row's
+        outcome part ``outcome (B,)`` (``row_outcomes``) and valid-token ``count (B,)``. ``returns`` may be
+        ``advantages`` itself (the same tensor in every chunk of an estimator whose returns are its advantages):
+        then only the advantages count. Returns the per-row columns ``(B,)`` the report's splits use:
+        ``length_bucket`` and, with values, the moments ``resid_count, resid_sum, resid_m2`` of ``returns - values``."""
+        length = torch.from_numpy(np.frexp(count.cpu().numpy())[1].astype(np.int64) - 1).clamp_min(0)
+        off, keep, a = b.row_offsets.cpu().numpy(), valid.cpu().numpy(), advantages.cpu().numpy()
+        self.advantages.add_rows(a, keep, off, label=(outcome.cpu() * LENGTH_LABELS + length).numpy())
+        r = a if returns is advantages else returns.cpu().numpy()
         if returns is not advantages:  # one tensor (the estimator's returns are its advantages): nothing to add
-            self.returns.add(r)
-            self.returns_are_advantages &= bool(np.array_equal(r, a.cpu().numpy()))
-        cols = dict(length_bucket=length,
-                    mass_positive=kernels.segment_sum(torch.where(valid & (advantages > 0), advantages, 0.0), off),
-                    mass_negative=kernels.segment_sum(torch.where(valid & (advantages < 0), advantages, 0.0), off))
+            self.returns.add_rows(r, keep, off)
+            # both are 0 off the valid tokens, so whole arrays compare as the valid tokens do
+            self.returns_are_advantages &= bool(np.array_equal(r, a))
+        cols = dict(length_bucket=length)
         if self.pairs is not None:
-            self.pairs.add(r, y=b.values[valid].cpu().numpy())
-            cols.update(zip(("resid_count", "resid_sum", "resid_m2"), kernels.row_moments(returns - b.values, valid, off)))
+            self.pairs.add_rows(r, keep, off, y=b.values.cpu().numpy())
+            resid = kernels.row_summary(returns - b.values, valid, b.row_offsets)
+            cols.update({f"resid_{k}": resid[k] for k in ("count", "sum", "m2")})
         return cols
 
     def merge(self, other: "TokenSketches") -> None:
@@ -210,7 +194,7 @@ def advantage_splits(rows: RowTable, sketches: TokenSketches, basis: str, edges:
             tokens_zero=int(_sum(count) - _sum(rows["adv_positive"]) - _sum(rows["adv_negative"])),
             rows_positive=int((has & (total > 0)).sum()), rows_negative=int((has & (total < 0)).sum()),
             rows_zero=int((has & (total == 0)).sum()),
-            mass_positive=_sum(s["mass_positive"]), mass_negative=_sum(s["mass_negative"]),
+            mass_positive=_sum(s["adv_mass_positive"]), mass_negative=_sum(s["adv_mass_negative"]),
         ),
     )
 

@@ -15,6 +15,11 @@ import numpy as np
 
 from .report import Histogram
 
+try:  # the C key counter (setup.py builds it when a compiler is there)
+    from . import _rows
+except ImportError:  # pragma: no cover - depends on the install
+    _rows = None
+
 MAX_BINS = 40
 MAX_PAIR_BINS = 24
 MANTISSA_BITS = 10
@@ -119,6 +124,35 @@ class Sketch:
         self.count += int(x.size)
         keys, counts = np.unique((high << BUCKET_BITS) | bucket(x, self.level), return_counts=True)
         self._absorb(keys, counts)
+
+    def add_rows(self, x: np.ndarray, valid: np.ndarray, offsets: np.ndarray, label: Optional[np.ndarray] = None,
+                 y: Optional[np.ndarray] = None) -> None:
+        """Count the valid tokens of a chunk of rows: ``x (N,)`` float32 and ``valid (N,)`` bool per token, row
+        ``offsets (B+1,)`` from 0 to N, and each row's ``label (B,)`` or, paired, each token's ``y (N,)``. The
+        same counts as ``add`` of the valid tokens; in one linear pass in C where it was built (no sort)."""
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        if offsets[0] != 0 or offsets[-1] != x.size or valid.size != x.size or (y is not None and y.size != x.size) \
+                or (label is not None and label.size != offsets.size - 1):
+            raise ValueError("Sketch.add_rows: offsets, values, valid flags and labels do not line up")
+        if _rows is None:
+            high = None if label is None else np.repeat(label, np.diff(offsets))[valid]
+            self.add(x[valid], label=high, y=None if y is None else y[valid])
+            return
+        n = int(np.count_nonzero(valid))
+        if n == 0:
+            return
+        x, valid = np.ascontiguousarray(x, dtype=np.float32), np.ascontiguousarray(valid, dtype=np.bool_).view(np.uint8)
+        label = None if label is None else np.ascontiguousarray(label, dtype=np.int64)
+        y = None if y is None else np.ascontiguousarray(y, dtype=np.float32)
+        keys, counts = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        distinct, x_lo, x_hi, y_lo, y_hi = _rows.count_keys(
+            x.ctypes.data, valid.ctypes.data, 0 if label is None else label.ctypes.data, 0 if y is None else y.ctypes.data,
+            offsets.ctypes.data, offsets.size - 1, _SHIFT + self.level, BUCKET_BITS, keys.ctypes.data, counts.ctypes.data)
+        self.lo[0], self.hi[0] = min(self.lo[0], x_lo), max(self.hi[0], x_hi)
+        if self.paired:
+            self.lo[1], self.hi[1] = min(self.lo[1], y_lo), max(self.hi[1], y_hi)
+        self.count += n
+        self._absorb(keys[:distinct], counts[:distinct])
 
     def merge(self, other: "Sketch") -> None:
         """Add what ``other`` counted: the result is the sketch of both sets of values. Both are brought to the

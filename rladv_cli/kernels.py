@@ -12,10 +12,14 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
-try:  # the C scan (setup.py builds it when a compiler is there)
+try:  # the C loops (setup.py builds them when a compiler is there)
     from . import _scan
 except ImportError:  # pragma: no cover - depends on the install
     _scan = None
+try:
+    from . import _rows
+except ImportError:  # pragma: no cover - depends on the install
+    _rows = None
 
 NATIVE_SCAN = _scan is not None
 
@@ -174,7 +178,7 @@ def native_gae(mask: Tensor, rewards: Tensor, values: Tensor, row_offsets: Tenso
 
 
 def _native_runs(*tensors: Tensor) -> bool:
-    """The C loops take float32 CPU tensors, and only where the extension was built."""
+    """The C scans take float32 CPU tensors, and only where the extension was built."""
     return _scan is not None and all(x.device.type == "cpu" and x.dtype == torch.float32 for x in tensors)
 
 
@@ -306,12 +310,42 @@ def row_moments(x: Tensor, mask: Tensor, row_offsets: Tensor) -> tuple[Tensor, T
 
     ``x`` is selected (not multiplied) by the mask, so values at mask-0 positions never enter.
     """
-    xm = torch.where(mask > 0, x.double(), 0.0)
-    count = segment_sum(mask, row_offsets)
-    total = segment_sum(xm, row_offsets)
-    mean = total / count.clamp_min(1.0)
-    dev = torch.where(mask > 0, x.double() - broadcast_rows(mean, row_offsets), 0.0)
-    return count, total, segment_sum(dev * dev, row_offsets)
+    summary = row_summary(x, mask > 0, row_offsets)
+    return summary["count"], summary["sum"], summary["m2"]
+
+
+SUMMARY_FIELDS = ("count", "sum", "m2", "min", "max", "positive", "negative", "zero", "mass_positive", "mass_negative")
+
+
+def row_summary(x: Tensor, valid: Tensor, row_offsets: Tensor) -> dict[str, Tensor]:
+    """Per-row summary of ``x (N,)`` over the tokens with ``valid (N,) bool``, float64 ``(B,)`` each
+    (``SUMMARY_FIELDS``): ``count``, ``sum``, ``m2 = Σ (x − sum_i / max(count_i, 1))²``, ``min``/``max``
+    (±inf for a row without valid tokens), the counts of ``x > 0``, ``x < 0``, ``x == 0``, and the sums of
+    the positive and of the negative values. A non-finite valid value makes its row's ``sum`` non-finite.
+
+    One pass per row in C on CPU float32 (``_rows.c``); elsewhere the same sums from segment reductions."""
+    if _rows is not None and x.device.type == "cpu" and x.dtype == torch.float32:
+        valid = valid.to(torch.uint8).contiguous()
+        offsets = _native_offsets(row_offsets, x, valid)
+        out = torch.empty(offsets.numel() - 1, len(SUMMARY_FIELDS), dtype=torch.float64)
+        _rows.row_summary(x.contiguous().data_ptr(), valid.data_ptr(), offsets.data_ptr(), offsets.numel() - 1,
+                          out.data_ptr())
+        return dict(zip(SUMMARY_FIELDS, out.T))
+    xm = torch.where(valid, x.double(), 0.0)
+    count, total = segment_sum(valid, row_offsets), segment_sum(xm, row_offsets)
+    dev = torch.where(valid, x.double() - broadcast_rows(total / count.clamp_min(1.0), row_offsets), 0.0)
+    m2 = segment_sum(dev * dev, row_offsets)
+    positive, negative = valid & (x > 0), valid & (x < 0)
+    inf = torch.tensor(float("inf"), device=x.device)
+    return {
+        "count": count, "sum": total, "m2": m2,
+        "min": segment_min(torch.where(valid, x, inf), row_offsets, empty=float("inf")).double(),
+        "max": segment_max(torch.where(valid, x, -inf), row_offsets, empty=float("-inf")).double(),
+        "positive": segment_sum(positive, row_offsets), "negative": segment_sum(negative, row_offsets),
+        "zero": segment_sum(valid & (x == 0), row_offsets),
+        "mass_positive": segment_sum(torch.where(positive, x, 0.0), row_offsets),
+        "mass_negative": segment_sum(torch.where(negative, x, 0.0), row_offsets),
+    }
 
 
 def combine_moments(count: Tensor, total: Tensor, m2: Tensor) -> tuple[float, float, float]:

@@ -40,7 +40,7 @@ from .batch import Batch, PositionSums, as_tensor, from_arrow
 from .columns import arrow_of, flat_values, list_offsets, scalar_values
 from .config import Config
 from .diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions, group_flags, row_outcomes,
-                          token_stats, value_rows)
+                          token_stats)
 from .errors import ComputeError, ConfigError, InputError
 from .estimators import ESTIMATORS
 from .io import Chunk, Shard
@@ -392,23 +392,27 @@ class ShardWork:
                 advantages = torch.where(valid, advantages, torch.zeros_like(advantages))
                 returns = advantages if same else torch.where(valid, returns, torch.zeros_like(returns))
                 flags = {code: fn(b, self.cfg) for code, fn in checks.items()}
-            self._check_finite(chunk, b, advantages, returns, valid)
-            rows.add(**sketches.add(b, advantages, returns, valid, at["outcome"]))
-            flags["zero_advantage_tokens"] = kernels.segment_sum(((advantages == 0) & valid).float(), b.row_offsets)
-            adv_rows = value_rows(advantages, m, b.row_offsets)
-            ret_rows = adv_rows if same else value_rows(returns, m, b.row_offsets)
+            with self._timed("diagnostics"):
+                adv_rows = kernels.row_summary(advantages, valid, b.row_offsets)
+                ret_rows = adv_rows if same else kernels.row_summary(returns, valid, b.row_offsets)
+                self._check_finite(chunk, b, advantages, returns, valid, adv_rows["sum"], ret_rows["sum"])
+                rows.add(**sketches.add(b, advantages, returns, valid, at["outcome"], adv_rows["count"]))
             rows.add(**{f"adv_{k}": v for k, v in adv_rows.items()}, **{f"ret_{k}": v for k, v in ret_rows.items()}, **flags)
             with self._timed("write"):
                 write(_output_table(chunk.table, b, advantages, returns, p.is_weights, self.schema))
         return ShardResult(rows.columns(), sketches=sketches)
 
-    def _check_finite(self, chunk: Chunk, b: Batch, advantages: Tensor, returns: Tensor, valid: Tensor) -> None:
+    def _check_finite(self, chunk: Chunk, b: Batch, advantages: Tensor, returns: Tensor, valid: Tensor,
+                      adv_sum: Tensor, ret_sum: Tensor) -> None:
         """Nothing silently wrong: a NaN/inf advantage or return on a valid token stops the run (inputs that are
-        finite can still overflow, e.g. log-probs above 0 in exp())."""
-        bad = valid & ~(torch.isfinite(advantages) & torch.isfinite(returns))
-        if bool(bad.any()):
-            token = int(torch.nonzero(bad)[0])
-            row = int(torch.searchsorted(b.row_offsets, torch.tensor(token, device=b.row_offsets.device), right=True)) - 1
+        finite can still overflow, e.g. log-probs above 0 in exp()). A row holds one exactly when its float64
+        sum of valid values (``adv_sum``, ``ret_sum`` ``(B,)``) is not finite."""
+        bad_rows = ~(torch.isfinite(adv_sum) & torch.isfinite(ret_sum))
+        if bool(bad_rows.any()):
+            row = int(torch.nonzero(bad_rows)[0])
+            lo, hi = int(b.row_offsets[row]), int(b.row_offsets[row + 1])
+            bad = valid[lo:hi] & ~(torch.isfinite(advantages[lo:hi]) & torch.isfinite(returns[lo:hi]))
+            token = lo + int(torch.nonzero(bad)[0])
             raise ComputeError(
                 f"{chunk.path}: row {chunk.start + row}: {self.cfg.estimator} produced a non-finite advantage or "
                 f"return at position {token - int(b.row_offsets[row])}; check that row's inputs (values beyond "
@@ -717,7 +721,7 @@ class Pipeline:
         rejection, in an all-equal group, in a singleton group, or otherwise (e.g. grpo_passk's non-best rows)."""
         rows = self.rows
         actor = float(rows["actor"].sum())
-        zero = rows["zero_advantage_tokens"]
+        zero = rows["adv_zero"]
         rejected = rows["actor"] - rows["used"]
         causes = {"rejected": float(rejected.sum())}
         if self.groups is not None:

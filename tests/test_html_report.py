@@ -340,6 +340,43 @@ def test_sketch_does_not_depend_on_chunking():
     assert np.all(np.isfinite(bucket_mid(keys)))
 
 
+@pytest.mark.skipif(__import__("rladv_cli.distributions").distributions._rows is None,
+                    reason="the C key counter was not built (no compiler at install)")
+@pytest.mark.parametrize("paired", [False, True])
+def test_counting_rows_in_c_gives_the_sketch_numpy_gives(paired):
+    """``Sketch.add_rows``: the C pass over whole rows (labels per row, runs of equal keys, a hash table)
+    against numpy's ``add`` of the valid tokens, including signed zeros, empty rows and coarsening."""
+    from unittest import mock
+
+    from rladv_cli import distributions
+
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(0, 60, 400)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    n = int(offsets[-1])
+    per_row = rng.normal(0, 2, lengths.size).astype(np.float32)
+    x = np.where(rng.random(n) < 0.5, np.repeat(per_row, lengths), rng.normal(0, 1, n)).astype(np.float32)
+    x[rng.random(n) < 0.05] = -0.0
+    valid = rng.random(n) < 0.8
+    y = rng.normal(3, 1, n).astype(np.float32)
+    labels = rng.integers(0, 300, lengths.size)
+    sketches = []
+    for native in (True, False):
+        with mock.patch.object(distributions, "_rows", distributions._rows if native else None):
+            sk = Sketch(paired=paired, max_keys=2000)
+            for lo, hi in ((0, 150), (150, 151), (151, 400)):
+                a, b = int(offsets[lo]), int(offsets[hi])
+                sk.add_rows(x[a:b], valid[a:b], offsets[lo:hi + 1] - a, label=None if paired else labels[lo:hi],
+                            y=y[a:b] if paired else None)
+            sketches.append(sk)
+    c, np_ = sketches
+    assert c.level == np_.level > 0 and c.count == np_.count == int(valid.sum())
+    assert np.array_equal(c.keys, np_.keys) and np.array_equal(c.counts, np_.counts)
+    assert (c.lo, c.hi) == (np_.lo, np_.hi)
+    with pytest.raises(ValueError, match="do not line up"):
+        c.add_rows(x[:10], valid[:10], np.array([0, 5, 9]))
+
+
 def test_histogram_edge_cases():
     ints = histogram(np.array([3, 3, 4, 9]), integer=True)
     assert ints.total == 4 and all(float(e) % 1 == 0.5 for e in ints.edges)

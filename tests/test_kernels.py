@@ -51,7 +51,7 @@ def test_the_native_scan_is_built_where_ci_requires_it():
     """.ci/run sets RLADV_REQUIRE_NATIVE=1: there a failed C build must fail the run, not slow it down."""
     if os.environ.get("RLADV_REQUIRE_NATIVE") != "1":
         pytest.skip("RLADV_REQUIRE_NATIVE is not set")
-    assert kernels.NATIVE_SCAN
+    assert kernels.NATIVE_SCAN and kernels._rows is not None
 
 
 @native
@@ -203,3 +203,48 @@ def test_undiscounted_scan_equals_the_loop_and_ignores_neighbours(scan, lengths,
     k = min(cut, len(lengths) - 1)
     lo, hi = int(off[k]), int(off[k + 1])
     assert torch.equal(h[lo:hi], scan(a[lo:hi], b[lo:hi], torch.tensor([0, hi - lo])))
+
+
+def in_order(v: np.ndarray) -> float:
+    total = 0.0
+    for x in v.tolist():
+        total += x
+    return total
+
+
+@pytest.mark.skipif(kernels._rows is None, reason="the C row summaries were not built (no compiler at install)")
+@settings(max_examples=80, deadline=None)
+@given(lengths=st.lists(st.integers(0, 70), min_size=1, max_size=12), seed=st.integers(0, 2**31 - 1),
+       valid_p=st.floats(0, 1), special=st.sampled_from(["none", "inf", "nan"]))
+def test_row_summary_in_c_equals_the_torch_reductions_bit_for_bit(lengths, seed, valid_p, special):
+    """The report's per-row summaries: the C pass (CPU) and the segment reductions (GPU, or no compiler) give
+    the same bits, and both match a plain loop (empty rows, signed zeros, huge values, non-finite values)."""
+    from unittest import mock
+
+    rng = np.random.default_rng(seed)
+    off = offsets_of(lengths)
+    n = int(off[-1])
+    x = rng.choice([0.0, -0.0, 1.5, -2.25, 3e38, -3e38], n).astype(np.float32) * (rng.random(n) < 0.3)
+    x = np.where(rng.random(n) < 0.5, rng.normal(size=n).astype(np.float32), x).astype(np.float32)
+    if special != "none" and n:
+        x[rng.integers(n)] = np.inf if special == "inf" else np.nan
+    valid = rng.random(n) < valid_p
+    got = kernels.row_summary(torch.from_numpy(x), torch.from_numpy(valid), off)
+    with mock.patch.object(kernels, "_rows", None):
+        want = kernels.row_summary(torch.from_numpy(x), torch.from_numpy(valid), off)
+    assert list(got) == list(want) == list(kernels.SUMMARY_FIELDS)
+    for name in kernels.SUMMARY_FIELDS:
+        assert torch.equal(got[name].isnan(), want[name].isnan()), name
+        same = got[name].isnan() | (got[name] == want[name])
+        assert bool(same.all()), (name, got[name], want[name])
+    for i in range(len(lengths)):
+        v = x[int(off[i]):int(off[i + 1])][valid[int(off[i]):int(off[i + 1])]].astype(np.float64)
+        assert got["count"][i] == v.size and got["positive"][i] == (v > 0).sum() and got["zero"][i] == (v == 0).sum()
+        if np.isfinite(v).all():  # float64 sums in token order (huge values cancel in that order)
+            assert got["min"][i] == (v.min() if v.size else np.inf) and got["max"][i] == (v.max() if v.size else -np.inf)
+            assert float(got["sum"][i]) == in_order(v)
+            assert float(got["mass_negative"][i]) == in_order(v[v < 0])
+            mean = in_order(v) / max(v.size, 1)
+            assert float(got["m2"][i]) == in_order((v - mean) ** 2)
+        else:
+            assert not np.isfinite(float(got["sum"][i]))

@@ -1,0 +1,233 @@
+/* The report's per-token statistics in C: per-row summaries of token values, and sketch keys counted.
+ *
+ * row_summary(x, valid, offsets, rows, out): x float32, valid uint8 (0/1), offsets int64 (rows + 1), out float64
+ * (rows x SUMMARY_FIELDS), all contiguous and addressed by their data pointers (the caller checks them).
+ * For row i, over the tokens t with valid[t] != 0, in token order and in float64:
+ *   count, sum = Σ x_t, m2 = Σ (x_t − sum / max(count, 1))², min (+inf when none), max (−inf when none; a NaN
+ *   wins both),
+ *   positive, negative, zero (counts of x_t > 0, < 0, == 0), mass_positive = Σ_{x_t > 0} x_t,
+ *   mass_negative = Σ_{x_t < 0} x_t.
+ * These are the sums the torch path (kernels.row_summary) forms, added in the same order, so both give the
+ * same bits. A non-finite x_t makes the row's sum non-finite.
+ *
+ * count_keys(x, valid, label, y, offsets, rows, shift, bucket_bits, keys_out, counts_out) -> (distinct, x_min,
+ * x_max, y_min, y_max): the sketch keys of distributions.Sketch over the valid tokens, counted. A token's key is
+ * (high << bucket_bits) | bucket(x_t), bucket(v) = bits(v + 0.0f) >> shift (the float32's sign, exponent and top
+ * mantissa bits; -0.0 counts as 0.0), and high is the row's label (label int64 per row; 0 address: none) or,
+ * with y (float32 per token; 0 address: none), bucket(y_t). The distinct keys and their counts go, in no
+ * particular order, to keys_out and counts_out (int64, room for every valid token). Counting uses an
+ * open-addressing hash table, and a run of equal keys touches it once, so the work is linear in the tokens.
+ *
+ * The GIL is released while the loops run.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define SUMMARY_FIELDS 10
+
+static void summarise_rows(const float *x, const uint8_t *valid, const int64_t *offsets, Py_ssize_t rows, double *out)
+{
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        double count = 0.0, sum = 0.0, m2 = 0.0, lo = INFINITY, hi = -INFINITY;
+        double positive = 0.0, negative = 0.0, zero = 0.0, mass_pos = 0.0, mass_neg = 0.0;
+        for (int64_t t = offsets[i]; t < offsets[i + 1]; t++) {
+            if (!valid[t])
+                continue;
+            double v = (double)x[t];
+            count += 1.0;
+            sum += v;
+            if (v < lo || v != v) /* a NaN stays, as in torch's max/min */
+                lo = v;
+            if (v > hi || v != v)
+                hi = v;
+            if (v > 0.0) {
+                positive += 1.0;
+                mass_pos += v;
+            } else if (v < 0.0) {
+                negative += 1.0;
+                mass_neg += v;
+            } else if (v == 0.0) {
+                zero += 1.0;
+            }
+        }
+        double mean = sum / (count > 1.0 ? count : 1.0);
+        for (int64_t t = offsets[i]; t < offsets[i + 1]; t++) {
+            if (valid[t]) {
+                double d = (double)x[t] - mean;
+                m2 += d * d;
+            }
+        }
+        double *o = out + i * SUMMARY_FIELDS;
+        o[0] = count, o[1] = sum, o[2] = m2, o[3] = lo, o[4] = hi;
+        o[5] = positive, o[6] = negative, o[7] = zero, o[8] = mass_pos, o[9] = mass_neg;
+    }
+}
+
+typedef struct {
+    int64_t *keys, *counts; /* keys[j] == -1: empty slot */
+    int64_t used;
+    int bits;
+} table_t;
+
+static int table_alloc(table_t *t, int bits)
+{
+    int64_t cap = (int64_t)1 << bits;
+    t->keys = malloc(cap * sizeof(int64_t));
+    t->counts = malloc(cap * sizeof(int64_t));
+    if (t->keys == NULL || t->counts == NULL) {
+        free(t->keys);
+        free(t->counts);
+        return -1;
+    }
+    for (int64_t j = 0; j < cap; j++)
+        t->keys[j] = -1;
+    t->used = 0;
+    t->bits = bits;
+    return 0;
+}
+
+static void table_put(table_t *t, int64_t key, int64_t count)
+{
+    uint64_t mask = ((uint64_t)1 << t->bits) - 1;
+    uint64_t j = ((uint64_t)key * 0x9E3779B97F4A7C15ull) >> (64 - t->bits);
+    while (t->keys[j] != -1 && t->keys[j] != key)
+        j = (j + 1) & mask;
+    if (t->keys[j] == -1) {
+        t->keys[j] = key;
+        t->counts[j] = 0;
+        t->used++;
+    }
+    t->counts[j] += count;
+}
+
+static int table_add(table_t *t, int64_t key, int64_t count)
+{
+    if ((t->used + 1) * 2 > ((int64_t)1 << t->bits)) { /* keep the load under one half */
+        table_t bigger;
+        if (table_alloc(&bigger, t->bits + 1))
+            return -1;
+        for (int64_t j = 0; j < ((int64_t)1 << t->bits); j++)
+            if (t->keys[j] != -1)
+                table_put(&bigger, t->keys[j], t->counts[j]);
+        free(t->keys);
+        free(t->counts);
+        *t = bigger;
+    }
+    table_put(t, key, count);
+    return 0;
+}
+
+static inline int64_t bucket(float v, int shift)
+{
+    union { float f; uint32_t u; } bits;
+    bits.f = v + 0.0f;
+    return (int64_t)(bits.u >> shift);
+}
+
+/* Returns the number of distinct keys, or -1 when memory runs out. */
+static int64_t count_rows(const float *x, const uint8_t *valid, const int64_t *label, const float *y,
+                          const int64_t *offsets, Py_ssize_t rows, int shift, int bucket_bits, int64_t *keys_out,
+                          int64_t *counts_out, double *range)
+{
+    table_t t;
+    if (table_alloc(&t, 12))
+        return -1;
+    int64_t run_key = -1, run = 0;
+    float x_lo = INFINITY, x_hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        int64_t high = label != NULL ? label[i] : 0;
+        for (int64_t k = offsets[i]; k < offsets[i + 1]; k++) {
+            if (!valid[k])
+                continue;
+            if (x[k] < x_lo)
+                x_lo = x[k];
+            if (x[k] > x_hi)
+                x_hi = x[k];
+            if (y != NULL) {
+                high = bucket(y[k], shift);
+                if (y[k] < y_lo)
+                    y_lo = y[k];
+                if (y[k] > y_hi)
+                    y_hi = y[k];
+            }
+            int64_t key = (high << bucket_bits) | bucket(x[k], shift);
+            if (key != run_key) {
+                if (run && table_add(&t, run_key, run))
+                    goto fail;
+                run_key = key;
+                run = 0;
+            }
+            run++;
+        }
+    }
+    if (run && table_add(&t, run_key, run))
+        goto fail;
+    int64_t n = 0;
+    for (int64_t j = 0; j < ((int64_t)1 << t.bits); j++) {
+        if (t.keys[j] != -1) {
+            keys_out[n] = t.keys[j];
+            counts_out[n] = t.counts[j];
+            n++;
+        }
+    }
+    free(t.keys);
+    free(t.counts);
+    range[0] = x_lo, range[1] = x_hi, range[2] = y_lo, range[3] = y_hi;
+    return n;
+fail:
+    free(t.keys);
+    free(t.counts);
+    return -1;
+}
+
+static PyObject *count_keys(PyObject *self, PyObject *args)
+{
+    unsigned long long x, valid, label, y, offsets, keys_out, counts_out;
+    Py_ssize_t rows;
+    int shift, bucket_bits;
+    int64_t n;
+    double range[4];
+    (void)self;
+    if (!PyArg_ParseTuple(args, "KKKKKniiKK", &x, &valid, &label, &y, &offsets, &rows, &shift, &bucket_bits,
+                          &keys_out, &counts_out))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    n = count_rows((const float *)(uintptr_t)x, (const uint8_t *)(uintptr_t)valid, (const int64_t *)(uintptr_t)label,
+                   (const float *)(uintptr_t)y, (const int64_t *)(uintptr_t)offsets, rows, shift, bucket_bits,
+                   (int64_t *)(uintptr_t)keys_out, (int64_t *)(uintptr_t)counts_out, range);
+    Py_END_ALLOW_THREADS
+    if (n < 0)
+        return PyErr_NoMemory();
+    return Py_BuildValue("(Ldddd)", (long long)n, range[0], range[1], range[2], range[3]);
+}
+
+static PyObject *row_summary(PyObject *self, PyObject *args)
+{
+    unsigned long long x, valid, offsets, out;
+    Py_ssize_t rows;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "KKKnK", &x, &valid, &offsets, &rows, &out))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    summarise_rows((const float *)(uintptr_t)x, (const uint8_t *)(uintptr_t)valid, (const int64_t *)(uintptr_t)offsets,
+                   rows, (double *)(uintptr_t)out);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"row_summary", row_summary, METH_VARARGS,
+     "row_summary(x, valid, offsets, rows, out): per-row count, sum, m2, min, max, positive, negative, zero, "
+     "mass_positive, mass_negative of x over valid tokens, float64."},
+    {"count_keys", count_keys, METH_VARARGS,
+     "count_keys(x, valid, label, y, offsets, rows, shift, bucket_bits, keys_out, counts_out): distinct sketch keys "
+     "of the valid tokens and their counts; returns (distinct, x_min, x_max, y_min, y_max)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_rows", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__rows(void) { return PyModule_Create(&module); }
