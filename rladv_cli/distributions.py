@@ -79,14 +79,15 @@ def histogram(values: np.ndarray, integer: bool = False) -> Optional[Histogram]:
     return Histogram(edges=edges.tolist(), counts=bin_counts(v, np.ones(v.size), edges))
 
 
-def _reduce(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted unique keys and the summed counts of each."""
+def _reduce(keys: np.ndarray, counts: np.ndarray, ordered: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique keys and the summed counts of each; ``ordered``: the keys are sorted already."""
     if keys.size == 0:
         return keys, counts
-    order = np.argsort(keys, kind="stable")
-    k, c = keys[order], counts[order]
-    start = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
-    return k[start], np.add.reduceat(c, start)
+    if not ordered:
+        order = np.argsort(keys)  # counts are summed: the order among equal keys does not matter
+        keys, counts = keys[order], counts[order]
+    start = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+    return keys[start], np.add.reduceat(counts, start)
 
 
 class Sketch:
@@ -179,7 +180,9 @@ class Sketch:
         """One mantissa bit fewer in every bucket (and in a paired value's bucket); equal keys merge."""
         self.level += 1
         high, low = self.keys >> BUCKET_BITS, (self.keys & _LOW) >> 1
-        self.keys, self.counts = _reduce(((high >> 1 if self.paired else high) << BUCKET_BITS) | low, self.counts)
+        # a label stays and the bucket halves: sorted keys stay sorted; a paired value's bucket halves too
+        self.keys, self.counts = _reduce(((high >> 1 if self.paired else high) << BUCKET_BITS) | low, self.counts,
+                                         ordered=not self.paired)
 
     def _parts(self) -> tuple[np.ndarray, np.ndarray]:
         """``(high, x midpoint)`` of every key, the midpoint clipped to ``[min, max]`` of ``x``."""
