@@ -60,7 +60,7 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
     twice = next((p for p in given if given.count(p) > 1), None)
     if twice is not None:
         raise OutputError(f"-o, --report and --html must name different files; {twice} is given twice")
-    once = dataset.read_once(cfg.chunk_rows, cfg.cache_mib << 20)  # decodes while torch is imported
+    once = dataset.read_once(cfg.chunk_rows, cfg.cache_mib << 20, validation.check_chunk)  # while torch imports
     try:
         from .pipeline import Pipeline, output_schema
 

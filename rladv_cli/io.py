@@ -7,9 +7,10 @@ import os
 import queue
 import tempfile
 import threading
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -26,6 +27,10 @@ WRITE_QUEUE = 1
 READ_AHEAD = 2
 
 
+# ``validation.check_chunk``'s signature: (table, path, first row within the file) -> None or InputError
+Check = Callable[[pa.Table, str, int], None]
+
+
 @dataclass(frozen=True)
 class Chunk:
     """Rows ``[start, start + num_rows)`` of file ``file_index``; ``first_row`` is the dataset-wide index."""
@@ -35,6 +40,7 @@ class Chunk:
     start: int
     first_row: int
     table: pa.Table
+    checked: bool = False  # every contract column in it passed the row checks already (``ReadOnce``)
 
 
 @dataclass(frozen=True)
@@ -138,22 +144,26 @@ class Dataset:
         for shard in self.shards:
             yield from self.shard_chunks(shard, columns, chunk_rows)
 
-    def shard_chunks(self, shard: Shard, columns: Sequence[str] | None, chunk_rows: int) -> Iterator[Chunk]:
-        """``shard.chunks`` through the reader this dataset already holds, or from ``read_once``'s chunks."""
-        kept = self._once.shard_chunks(shard, chunk_rows) if self._once is not None else None
+    def shard_chunks(self, shard: Shard, columns: Sequence[str] | None, chunk_rows: int,
+                     last: bool = False) -> Iterator[Chunk]:
+        """``shard.chunks`` through the reader this dataset already holds, or from ``read_once``'s chunks
+        (``last``: no later pass reads this shard, so kept chunks are dropped as they are taken)."""
+        kept = self._once.shard_chunks(shard, chunk_rows, last) if self._once is not None else None
         if kept is None:
             return shard.chunks(columns, chunk_rows, self._files[shard.index])
         if columns is None:
             return kept
-        return (Chunk(c.file_index, c.path, c.start, c.first_row, c.table.select(list(columns))) for c in kept)
+        return (Chunk(c.file_index, c.path, c.start, c.first_row, c.table.select(list(columns)), c.checked)
+                for c in kept)
 
-    def read_once(self, chunk_rows: int, budget: int) -> "ReadOnce | None":
-        """When the dataset's decoded columns should fit ``budget`` bytes, start decoding every chunk on a
-        thread; ``shard_chunks`` calls with the same ``chunk_rows`` take them from there (see ``ReadOnce``).
-        Close it when the run ends. None (every pass reads the files) when the dataset looks larger."""
+    def read_once(self, chunk_rows: int, budget: int, check: Check) -> "ReadOnce | None":
+        """When the dataset's decoded columns should fit ``budget`` bytes, start decoding (and ``check``ing)
+        every chunk on a thread; ``shard_chunks`` calls with the same ``chunk_rows`` take them from there (see
+        ``ReadOnce``). Close it when the run ends. None (every pass reads the files) when the dataset looks
+        larger."""
         if sum(_decoded_bytes(f) for f in self._files) > budget:
             return None
-        self._once = ReadOnce(self, chunk_rows, budget)
+        self._once = ReadOnce(self, chunk_rows, budget, check)
         return self._once
 
     def locate(self, row: int) -> tuple[str, int]:
@@ -166,40 +176,30 @@ class Dataset:
 
 
 def _decoded_bytes(f: pq.ParquetFile) -> int:
-    """About what a file's columns take decoded, from its footer: the value count times the value width for
-    fixed-width values, the uncompressed size for the rest (strings); whichever is larger."""
-    widths = []
-    for j in range(f.metadata.num_columns):
-        kind = f.schema_arrow.field(f.schema.column(j).path.split(".")[0]).type
-        while pa.types.is_list(kind) or pa.types.is_large_list(kind):
-            kind = kind.value_type
-        widths.append(max(kind.bit_width // 8, 1) if pa.types.is_primitive(kind) else 0)
-    total = 0
-    for g in range(f.metadata.num_row_groups):
-        rg = f.metadata.row_group(g)
-        for j, width in enumerate(widths):
-            col = rg.column(j)
-            total += max(col.total_uncompressed_size, col.num_values * width)
-    return total
+    """About what a file's columns take decoded: the uncompressed size of its row groups, from the footer.
+    (Column chunks' own metadata would be closer, but reading it from a corrupt footer can abort the
+    process.) Dictionary-encoded columns decode larger; ``ReadOnce`` checks the real sizes as it goes."""
+    return sum(f.metadata.row_group(g).total_byte_size for g in range(f.metadata.num_row_groups))
 
 
 class ReadOnce:
     """A dataset's chunks, every column, decoded once on a background thread in dataset order.
 
     The thread starts before the caller needs the data (``compute_file`` starts it before importing torch),
-    so decoding overlaps start-up. While the decoded chunks fit ``budget`` bytes they are all kept, and every
+    so decoding, and the row checks of every column (``check``), overlap start-up. While the decoded chunks fit ``budget`` bytes they are all kept, and every
     pass takes them from memory instead of reading the files again. Past the budget, the kept chunks are
     dropped and the thread only reads ahead of the first pass (``READ_AHEAD`` chunks, each handed out once);
     later passes read the files themselves (``shard_chunks`` returns None). Memory stays within the budget
     plus a few chunks, whatever the dataset's size. A read error is raised where the pass reaches it.
     """
 
-    def __init__(self, dataset: Dataset, chunk_rows: int, budget: int):
-        self.chunk_rows, self.budget = chunk_rows, budget
+    def __init__(self, dataset: Dataset, chunk_rows: int, budget: int, check: Check):
+        self.chunk_rows, self.budget, self._check = chunk_rows, budget, check
         self.kept_bytes = 0
         self._chunks: list[Chunk | None] = []  # in dataset order; None once handed out and not kept
         self._keep = True
         self._taken = 0  # chunks the first pass has taken
+        self._dropped: set[int] = set()  # shards whose kept chunks a last pass took
         self._done = False
         self._closed = False
         self._error: BaseException | None = None
@@ -211,7 +211,7 @@ class ReadOnce:
         try:
             for shard in dataset.shards:  # the thread opens the files itself: readers are not shared
                 for chunk in shard.chunks(None, self.chunk_rows):
-                    if not self._put(chunk):
+                    if not self._put(self._checked(chunk)):
                         return
         except BaseException as err:
             with self._cond:
@@ -220,6 +220,15 @@ class ReadOnce:
             with self._cond:
                 self._done = True
                 self._cond.notify_all()
+
+    def _checked(self, chunk: Chunk) -> Chunk:
+        """The chunk marked ``checked`` when all its columns pass ``check``. A chunk that fails stays unmarked:
+        the pass that reads it checks it again and raises the error where it always did."""
+        try:
+            self._check(chunk.table, chunk.path, chunk.start)
+        except Exception:  # noqa: BLE001 - raised again, in its place, by the pass that checks this chunk
+            return chunk
+        return dataclasses.replace(chunk, checked=True)
 
     def _put(self, chunk: Chunk) -> bool:
         """Append one chunk, dropping what is kept when it would pass the budget; False once closed."""
@@ -246,17 +255,20 @@ class ReadOnce:
         with self._cond:
             return self._done and self._keep and self._error is None
 
-    def shard_chunks(self, shard: Shard, chunk_rows: int) -> Iterator[Chunk] | None:
+    def shard_chunks(self, shard: Shard, chunk_rows: int, last: bool = False) -> Iterator[Chunk] | None:
         """The chunks of ``shard``: while the first pass runs, as the thread decodes them; afterwards from
-        memory when all were kept; None when the caller has to read the file (another chunk size, or the
-        dataset did not fit)."""
+        memory when all were kept (``last``: dropping each as it is taken, to make room for the output);
+        None when the caller has to read the file (another chunk size, the dataset did not fit, or its
+        chunks were dropped)."""
         if chunk_rows != self.chunk_rows:
             return None
         with self._cond:
             first_pass = self._taken < len(self._chunks) or not self._done or self._error is not None
-            if not first_pass and not self._keep:
+            if not first_pass and (not self._keep or shard.index in self._dropped):
                 return None
-        return self._first_pass(shard) if first_pass else self._from_memory(shard)
+            if last and not first_pass:
+                self._dropped.add(shard.index)
+        return self._first_pass(shard) if first_pass else self._from_memory(shard, drop=last)
 
     def _first_pass(self, shard: Shard) -> Iterator[Chunk]:
         while True:
@@ -276,9 +288,11 @@ class ReadOnce:
                 self._cond.notify_all()
             yield chunk
 
-    def _from_memory(self, shard: Shard) -> Iterator[Chunk]:
-        for chunk in self._chunks:
-            if chunk.file_index == shard.index:
+    def _from_memory(self, shard: Shard, drop: bool) -> Iterator[Chunk]:
+        for i, chunk in enumerate(self._chunks):
+            if chunk is not None and chunk.file_index == shard.index:
+                if drop:
+                    self._chunks[i] = None
                 yield chunk
 
     def close(self) -> None:
@@ -445,7 +459,8 @@ class TableSource:
         for start in range(0, table.num_rows, chunk_rows):
             yield Chunk(0, self.paths[0], start, start, table.slice(start, chunk_rows))
 
-    def shard_chunks(self, shard: Shard, columns: Sequence[str] | None, chunk_rows: int) -> Iterator[Chunk]:
+    def shard_chunks(self, shard: Shard, columns: Sequence[str] | None, chunk_rows: int,
+                     last: bool = False) -> Iterator[Chunk]:
         return self.chunks(columns, chunk_rows)
 
     def locate(self, row: int) -> tuple[str, int]:

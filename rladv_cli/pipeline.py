@@ -159,9 +159,10 @@ class ShardWork:
 
     def _chunks(self, shard: Shard, columns: Optional[list[str]], stage: str) -> Iterator[Chunk]:
         """Chunks of one shard holding ``columns`` (all when None): from the source (which may hold them in
-        memory, ``io.ReadOnce``), or from the shard's file on a worker."""
+        memory, ``io.ReadOnce``, until the write pass, the last, takes them), or from the shard's file on a
+        worker."""
         if self.source is not None:
-            chunks = self.source.shard_chunks(shard, columns, self.cfg.chunk_rows)
+            chunks = self.source.shard_chunks(shard, columns, self.cfg.chunk_rows, last=stage == "write")
         else:
             chunks = shard.chunks(columns, self.cfg.chunk_rows)
         while True:
@@ -184,7 +185,8 @@ class ShardWork:
         """validate -> tensors -> KL shaping (original mask) -> rollout rejection (rewrites the mask)."""
         batch_ids = given["batch_id"]
         with self._timed("validate"):
-            validation.check_chunk(chunk.table, chunk.path, chunk.start, self.validated)
+            if not chunk.checked:
+                validation.check_chunk(chunk.table, chunk.path, chunk.start, self.validated)
         with self._timed("convert"):
             batch = from_arrow(chunk.table, chunk.first_row, self.device)
             group_ids = given.get("group_id")
@@ -264,7 +266,8 @@ class ShardWork:
         labels, rows = Labels(self.cfg.batch_key), RowTable()
         for chunk in self._chunks(shard, self._layout_columns(), "layout"):
             with self._timed("validate"):
-                validation.check_chunk(chunk.table, chunk.path, chunk.start)
+                if not chunk.checked:
+                    validation.check_chunk(chunk.table, chunk.path, chunk.start)
             offsets = as_tensor(list_offsets(chunk.table["response_mask"].combine_chunks()))
             cols = {"batch_id": torch.from_numpy(labels.batch_ids(chunk.table, chunk.path, chunk.start)),
                     "length": kernels.row_lengths(offsets)}
@@ -380,8 +383,11 @@ class ShardWork:
             with self._timed("estimator"):
                 advantages, returns = self.est.fn(b, self.cfg)
                 if self.est.whiten:
-                    tok_batch = b.per_token(at["batch_id"].to(self.device))
-                    advantages = kernels.masked_whiten(advantages, self.whiten_mean[tok_batch], self.whiten_var[tok_batch])
+                    mean, var = self.whiten_mean, self.whiten_var
+                    if mean.numel() > 1:  # several batches: each token takes its batch's moments
+                        tok_batch = b.per_token(at["batch_id"].to(self.device))
+                        mean, var = mean[tok_batch], var[tok_batch]
+                    advantages = kernels.masked_whiten(advantages, mean, var)
                     if self.est.returns_are_advantages:
                         returns = advantages
                 m = b.response_mask

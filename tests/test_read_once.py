@@ -94,3 +94,36 @@ def test_a_read_error_names_the_same_file_and_row_with_and_without_the_cache(tmp
     # the same file and row; pyarrow's detail in brackets depends on which columns were being read
     assert errors[0].split(" (")[0] == errors[1].split(" (")[0]
     assert "part-1.parquet: " in errors[0]
+
+
+def test_rows_are_checked_once_on_the_thread_and_errors_stay_where_they_were(tmp_path, monkeypatch):
+    """The thread checks every column of every chunk it decodes; the passes skip chunks that passed. A chunk
+    that fails is checked again by the pass that always checked it, so the error is the same as without
+    the cache: here the mask error of row 30 (layout pass) wins over the NaN of row 3 (write pass)."""
+    from rladv_cli import validation
+
+    calls = []
+    check = validation.check_chunk
+    monkeypatch.setattr(validation, "check_chunk", lambda *a, **k: (calls.append(a[2]), check(*a, **k))[1])
+    good = files(tmp_path, rollouts(40, 6))
+    run(good, tmp_path / "o.parquet", "gae", cache_mib=64)
+    on_thread = len(calls)
+    assert on_thread == len(range(0, 40, 7))  # once per chunk, all on the thread: the passes checked nothing
+    calls.clear()
+    run(good, tmp_path / "o.parquet", "gae", cache_mib=0)
+    assert len(calls) == 3 * on_thread  # without the cache each pass (layout, scan, write) checks its columns
+
+    t = rollouts(40, 7)
+    values = t["values"].to_pylist()
+    values[3][0] = float("nan")
+    mask = t["response_mask"].to_pylist()
+    mask[30][0] = 2
+    (tmp_path / "bad").mkdir()
+    bad = files(tmp_path / "bad", t.set_column(3, "values", pa.array(values, pa.list_(pa.float32())))
+                                   .set_column(1, "response_mask", pa.array(mask, pa.list_(pa.int8()))))
+    errors = []
+    for cache_mib in (64, 0):
+        with pytest.raises(rladv_cli.InputError) as err:
+            run(bad, tmp_path / "o.parquet", "gae", cache_mib)
+        errors.append(str(err.value))
+    assert errors[0] == errors[1] and "row 30" in errors[0] and "response_mask" in errors[0]
