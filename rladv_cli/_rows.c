@@ -10,8 +10,10 @@
  * These are the sums the torch path (kernels.row_summary) forms, added in the same order, so both give the
  * same bits. A non-finite x_t makes the row's sum non-finite.
  *
- * count_keys(x, valid, label, y, offsets, rows, shift, bucket_bits, keys_out, counts_out) -> (distinct, x_min,
- * x_max, y_min, y_max): the sketch keys of distributions.Sketch over the valid tokens, counted. A token's key is
+ * count_keys(x, valid, label, y, offsets, rows, shift, bucket_bits, max_keys, keys_out, counts_out) -> (distinct,
+ * levels, x_min, x_max, y_min, y_max): the sketch keys of distributions.Sketch over the valid tokens, counted.
+ * When more than max_keys distinct keys are held, every key drops a mantissa bit (levels counts how many
+ * times; shift grows with it), as the sketch would do once it absorbed them. A token's key is
  * (high << bucket_bits) | bucket(x_t), bucket(v) = bits(v + 0.0f) >> shift (the float32's sign, exponent and top
  * mantissa bits; -0.0 counts as 0.0), and high is the row's label (label int64 per row; 0 address: none) or,
  * with y (float32 per token; 0 address: none), bucket(y_t). The distinct keys and their counts go, in no
@@ -120,6 +122,25 @@ static int table_add(table_t *t, int64_t key, int64_t count)
     return 0;
 }
 
+/* One mantissa bit fewer in every key (and in a paired value's bucket), as distributions.Sketch._coarsen. */
+static int table_coarsen(table_t *t, int paired, int bucket_bits)
+{
+    table_t coarser;
+    int64_t low_mask = ((int64_t)1 << bucket_bits) - 1;
+    if (table_alloc(&coarser, t->bits))
+        return -1;
+    for (int64_t j = 0; j < ((int64_t)1 << t->bits); j++) {
+        if (t->keys[j] != -1) {
+            int64_t high = t->keys[j] >> bucket_bits, low = (t->keys[j] & low_mask) >> 1;
+            table_put(&coarser, ((paired ? high >> 1 : high) << bucket_bits) | low, t->counts[j]);
+        }
+    }
+    free(t->keys);
+    free(t->counts);
+    *t = coarser;
+    return 0;
+}
+
 static inline int64_t bucket(float v, int shift)
 {
     union { float f; uint32_t u; } bits;
@@ -127,18 +148,18 @@ static inline int64_t bucket(float v, int shift)
     return (int64_t)(bits.u >> shift);
 }
 
-/* Returns the number of distinct keys, or -1 when memory runs out. */
+/* Returns the number of distinct keys, or -1 when memory runs out; *levels gets the mantissa bits dropped. */
 static int64_t count_rows(const float *x, const uint8_t *valid, const int64_t *label, const float *y,
-                          const int64_t *offsets, Py_ssize_t rows, int shift, int bucket_bits, int64_t *keys_out,
-                          int64_t *counts_out, double *range)
+                          const int64_t *offsets, Py_ssize_t rows, int shift, int bucket_bits, int64_t max_keys,
+                          int64_t *keys_out, int64_t *counts_out, double *range, int *levels)
 {
     table_t t;
     if (table_alloc(&t, 12))
         return -1;
     int64_t run_key = -1, run = 0;
     float x_lo = INFINITY, x_hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;
+    *levels = 0;
     for (Py_ssize_t i = 0; i < rows; i++) {
-        int64_t high = label != NULL ? label[i] : 0;
         for (int64_t k = offsets[i]; k < offsets[i + 1]; k++) {
             if (!valid[k])
                 continue;
@@ -147,16 +168,26 @@ static int64_t count_rows(const float *x, const uint8_t *valid, const int64_t *l
             if (x[k] > x_hi)
                 x_hi = x[k];
             if (y != NULL) {
-                high = bucket(y[k], shift);
                 if (y[k] < y_lo)
                     y_lo = y[k];
                 if (y[k] > y_hi)
                     y_hi = y[k];
             }
+            int64_t high = y != NULL ? bucket(y[k], shift) : label != NULL ? label[i] : 0;
             int64_t key = (high << bucket_bits) | bucket(x[k], shift);
             if (key != run_key) {
                 if (run && table_add(&t, run_key, run))
                     goto fail;
+                /* More distinct keys than the sketch keeps: it would drop a bit anyway, so drop it now and
+                 * keep the table small. */
+                while (t.used > max_keys) {
+                    if (table_coarsen(&t, y != NULL, bucket_bits))
+                        goto fail;
+                    shift++;
+                    (*levels)++;
+                    high = y != NULL ? bucket(y[k], shift) : high;
+                    key = (high << bucket_bits) | bucket(x[k], shift);
+                }
                 run_key = key;
                 run = 0;
             }
@@ -187,21 +218,22 @@ static PyObject *count_keys(PyObject *self, PyObject *args)
 {
     unsigned long long x, valid, label, y, offsets, keys_out, counts_out;
     Py_ssize_t rows;
-    int shift, bucket_bits;
+    int shift, bucket_bits, levels;
+    long long max_keys;
     int64_t n;
     double range[4];
     (void)self;
-    if (!PyArg_ParseTuple(args, "KKKKKniiKK", &x, &valid, &label, &y, &offsets, &rows, &shift, &bucket_bits,
-                          &keys_out, &counts_out))
+    if (!PyArg_ParseTuple(args, "KKKKKniiLKK", &x, &valid, &label, &y, &offsets, &rows, &shift, &bucket_bits,
+                          &max_keys, &keys_out, &counts_out))
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     n = count_rows((const float *)(uintptr_t)x, (const uint8_t *)(uintptr_t)valid, (const int64_t *)(uintptr_t)label,
                    (const float *)(uintptr_t)y, (const int64_t *)(uintptr_t)offsets, rows, shift, bucket_bits,
-                   (int64_t *)(uintptr_t)keys_out, (int64_t *)(uintptr_t)counts_out, range);
+                   (int64_t)max_keys, (int64_t *)(uintptr_t)keys_out, (int64_t *)(uintptr_t)counts_out, range, &levels);
     Py_END_ALLOW_THREADS
     if (n < 0)
         return PyErr_NoMemory();
-    return Py_BuildValue("(Ldddd)", (long long)n, range[0], range[1], range[2], range[3]);
+    return Py_BuildValue("(Lidddd)", (long long)n, levels, range[0], range[1], range[2], range[3]);
 }
 
 static PyObject *row_summary(PyObject *self, PyObject *args)
@@ -223,8 +255,8 @@ static PyMethodDef methods[] = {
      "row_summary(x, valid, offsets, rows, out): per-row count, sum, m2, min, max, positive, negative, zero, "
      "mass_positive, mass_negative of x over valid tokens, float64."},
     {"count_keys", count_keys, METH_VARARGS,
-     "count_keys(x, valid, label, y, offsets, rows, shift, bucket_bits, keys_out, counts_out): distinct sketch keys "
-     "of the valid tokens and their counts; returns (distinct, x_min, x_max, y_min, y_max)."},
+     "count_keys(x, valid, label, y, offsets, rows, shift, bucket_bits, max_keys, keys_out, counts_out): distinct "
+     "sketch keys of the valid tokens and their counts; returns (distinct, levels, x_min, x_max, y_min, y_max)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -130,7 +130,8 @@ class Sketch:
                  y: Optional[np.ndarray] = None) -> None:
         """Count the valid tokens of a chunk of rows: ``x (N,)`` float32 and ``valid (N,)`` bool per token, row
         ``offsets (B+1,)`` from 0 to N, and each row's ``label (B,)`` or, paired, each token's ``y (N,)``. The
-        same counts as ``add`` of the valid tokens; in one linear pass in C where it was built (no sort)."""
+        same counts as ``add`` of the valid tokens; in one linear pass in C where it was built (no sort), which
+        drops mantissa bits as soon as the chunk alone holds more than ``max_keys`` distinct keys."""
         offsets = np.ascontiguousarray(offsets, dtype=np.int64)
         if offsets[0] != 0 or offsets[-1] != x.size or valid.size != x.size or (y is not None and y.size != x.size) \
                 or (label is not None and label.size != offsets.size - 1):
@@ -146,9 +147,12 @@ class Sketch:
         label = None if label is None else np.ascontiguousarray(label, dtype=np.int64)
         y = None if y is None else np.ascontiguousarray(y, dtype=np.float32)
         keys, counts = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-        distinct, x_lo, x_hi, y_lo, y_hi = _rows.count_keys(
+        distinct, levels, x_lo, x_hi, y_lo, y_hi = _rows.count_keys(
             x.ctypes.data, valid.ctypes.data, 0 if label is None else label.ctypes.data, 0 if y is None else y.ctypes.data,
-            offsets.ctypes.data, offsets.size - 1, _SHIFT + self.level, BUCKET_BITS, keys.ctypes.data, counts.ctypes.data)
+            offsets.ctypes.data, offsets.size - 1, _SHIFT + self.level, BUCKET_BITS, self.max_keys, keys.ctypes.data,
+            counts.ctypes.data)
+        for _ in range(levels):  # the chunk alone held more keys than fit: the kept ones drop the same bits
+            self._coarsen()
         self.lo[0], self.hi[0] = min(self.lo[0], x_lo), max(self.hi[0], x_hi)
         if self.paired:
             self.lo[1], self.hi[1] = min(self.lo[1], y_lo), max(self.hi[1], y_hi)
