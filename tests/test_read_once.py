@@ -127,3 +127,12 @@ def test_rows_are_checked_once_on_the_thread_and_errors_stay_where_they_were(tmp
             run(bad, tmp_path / "o.parquet", "gae", cache_mib)
         errors.append(str(err.value))
     assert errors[0] == errors[1] and "row 30" in errors[0] and "response_mask" in errors[0]
+
+
+def test_a_run_that_fails_early_stops_the_reading_thread(tmp_path):
+    import threading
+
+    paths = files(tmp_path, rollouts(40, 8).drop_columns(["values"]))  # gae needs values: a schema error
+    with pytest.raises(rladv_cli.InputError, match="values"):
+        run(paths, tmp_path / "o.parquet", "gae", cache_mib=64)
+    assert not [t for t in threading.enumerate() if t.name == "rladv-read"]

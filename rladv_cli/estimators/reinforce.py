@@ -19,7 +19,8 @@ def reinforce_plus_plus(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
     """
     m = batch.response_mask
     keep = cfg.gamma * m if cfg.rpp_mask_mode == "reset" else cfg.gamma * m + (1 - m)
-    returns = reverse_linear_scan(keep, batch.token_level_rewards * m, batch.row_offsets) * m
+    # the scan's output is a new tensor (its inputs are temporaries too): masked in place, no second copy
+    returns = reverse_linear_scan(keep, batch.token_level_rewards * m, batch.row_offsets).mul_(m)
     return returns, returns
 
 
