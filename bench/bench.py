@@ -79,12 +79,14 @@ def make_dataset(tokens: int, path: Path) -> None:
 
 def end_to_end(path: Path, estimator: str, out: Path) -> tuple[float, float]:
     code = (
-        "import sys\n"
-        "from rladv_cli.cli import main\n"
+        "import os, sys\n"
+        "from rladv_cli.cli import app\n"
         f"sys.argv = ['rladv', 'compute', {str(path)!r}, '--estimator', {estimator!r}, '-o', {str(out)!r}, '-q', '--device', 'cpu']\n"
-        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "try:\n    app(prog_name='rladv')\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
         # VmHWM belongs to this process image; ru_maxrss would also count the parent's pages before exec
-        "print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')))\n"
+        "print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')), flush=True)\n"
+        # and leave as the rladv executable does (cli.main): no interpreter teardown
+        "os._exit(0)\n"
     )
     t0 = time.perf_counter()
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

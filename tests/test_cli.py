@@ -829,6 +829,27 @@ def test_help_subprocess():
     assert "Traceback" not in p.stderr
 
 
+def test_the_executable_leaves_with_the_commands_code_and_flushed_output(tmp_path):
+    """``main`` skips the interpreter's teardown (``os._exit``): the exit code, the piped stdout, the one-line
+    error and the written files must be what a normal exit gives."""
+    cmd = [sys.executable, "-m", "rladv_cli.cli"]
+    ok = subprocess.run(cmd + ["estimators", "--json"], capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and len(json.loads(ok.stdout)) > 10
+    bad = subprocess.run(cmd + ["compute", str(tmp_path / "missing.parquet"), "--estimator", "grpo"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "missing.parquet" in bad.stderr
+    usage = subprocess.run(cmd + ["compute", "--estimator", "nope", "x.parquet"], capture_output=True, text=True,
+                           timeout=60)
+    assert usage.returncode == 2 and usage.stderr.startswith("Error: ")
+    inp = copy_sample(tmp_path, "groups.parquet")
+    run = subprocess.run(cmd + ["compute", str(inp), "--estimator", "grpo", "-o", str(tmp_path / "o.parquet"),
+                                "--report", str(tmp_path / "r.json")], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "grpo" in run.stdout  # the summary, printed before the exit
+    assert json.loads((tmp_path / "r.json").read_text())["config"]["estimator"] == "grpo"
+    assert read(tmp_path / "o.parquet").num_rows == read(inp).num_rows
+
+
 def test_validate_and_estimators_do_not_import_torch():
     code = (
         "import sys\n"

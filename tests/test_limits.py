@@ -44,10 +44,10 @@ def test_a_group_of_one_hundred_thousand_rows():
 
 
 def _peak_mib(path, tmp_path) -> float:
-    code = ("import sys\nfrom rladv_cli.cli import main\n"
+    code = ("import sys\nfrom rladv_cli.cli import app\n"
             f"sys.argv = ['rladv', 'compute', {str(path)!r}, '--estimator', 'gae', '-o', {str(tmp_path / 'o.parquet')!r},"
             " '-q', '--chunk-rows', '64', '--device', 'cpu']\n"
-            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code\n"
+            "try:\n    app(prog_name='rladv')\nexcept SystemExit as e:\n    assert not e.code\n"
             "print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return int(out.stdout.split()[-1]) / 1024

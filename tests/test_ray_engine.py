@@ -242,10 +242,10 @@ def test_without_ray_the_engine_asks_for_the_extra(shards, tmp_path, monkeypatch
 
 def test_the_local_engine_never_imports_ray(shards, tmp_path):
     code = ("import sys, rladv_cli\n"
-            "from rladv_cli.cli import main\n"
+            "from rladv_cli.cli import app\n"
             f"sys.argv = ['rladv', 'compute', {str(shards)!r}, '--estimator', 'grpo', '-q', '-o', "
             f"{str(tmp_path / 'out.parquet')!r}]\n"
-            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "try:\n    app(prog_name='rladv')\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
             "assert 'ray' not in sys.modules, 'ray was imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
 

@@ -136,3 +136,17 @@ def test_a_run_that_fails_early_stops_the_reading_thread(tmp_path):
     with pytest.raises(rladv_cli.InputError, match="values"):
         run(paths, tmp_path / "o.parquet", "gae", cache_mib=64)
     assert not [t for t in threading.enumerate() if t.name == "rladv-read"]
+
+
+def test_compute_file_restores_the_switch_interval(tmp_path):
+    """compute_file lowers the GIL switch interval while its threads run, and gives the caller's back."""
+    import sys
+
+    before = sys.getswitchinterval()
+    run(files(tmp_path, rollouts(20, 9)), tmp_path / "o.parquet", "grpo", cache_mib=64)
+    assert sys.getswitchinterval() == before
+    (tmp_path / "bad").mkdir()
+    no_values = files(tmp_path / "bad", rollouts(20, 9).drop_columns(["values"]))
+    with pytest.raises(rladv_cli.InputError, match="values"):  # raised after the interval was lowered
+        run(no_values, tmp_path / "x.parquet", "gae", cache_mib=64)
+    assert sys.getswitchinterval() == before
