@@ -391,8 +391,11 @@ def main() -> None:
         print(code, file=sys.stderr)
         code = 1
     atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader that went away (| head), or a closed stream
+            pass
     os._exit(code or 0)
 
 
