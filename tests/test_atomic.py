@@ -357,3 +357,19 @@ def test_token_lists_are_written_without_a_dictionary_and_labels_with_one(tmp_pa
     assert any("DICTIONARY" in e for e in encodings["uid"])
     assert not any("DICTIONARY" in e for e in encodings["advantages.list.element"])
     assert pq.read_table(out).equals(table)
+
+
+def test_token_lists_carry_no_statistics_and_labels_do(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rladv_cli.io import AtomicParquetWriter
+
+    out = tmp_path / "out.parquet"
+    table = pa.table({"uid": pa.array(["a", "b"] * 10), "advantages": pa.array([[0.5, -0.5]] * 20, pa.list_(pa.float32()))})
+    with AtomicParquetWriter(str(out), table.schema) as sink:
+        sink.write(table)
+        sink.commit()
+    chunk = pq.ParquetFile(out).metadata.row_group(0)
+    stats = {chunk.column(i).path_in_schema: chunk.column(i).is_stats_set for i in range(chunk.num_columns)}
+    assert stats == {"uid": True, "advantages.list.element": False}
