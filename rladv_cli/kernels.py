@@ -148,7 +148,7 @@ def reverse_linear_scan(a: Tensor, b: Tensor, row_offsets: Tensor) -> Tensor:
     in verl's order and rounding (one float32 multiply, then one add). Elsewhere (a GPU, or no compiler at
     install time) the log-depth scan below runs; both agree within float32 rounding.
     """
-    if _native_runs(a, b):
+    if _native_runs(_scan, a, b):
         return _native_scan(a, b, row_offsets)
     return log_depth_scan(a, b, row_offsets)
 
@@ -167,7 +167,7 @@ def native_gae(mask: Tensor, rewards: Tensor, values: Tensor, row_offsets: Tenso
     ``(N,)`` float32 each, rounded as verl's loop rounds; ``None`` where the C kernel cannot run (no build,
     not a CPU float32 batch)."""
     tensors = (mask, rewards, values)
-    if not _native_runs(*tensors):
+    if not _native_runs(_scan, *tensors):
         return None
     mask, rewards, values = (x.contiguous() for x in tensors)
     offsets = _native_offsets(row_offsets, *tensors)
@@ -177,9 +177,9 @@ def native_gae(mask: Tensor, rewards: Tensor, values: Tensor, row_offsets: Tenso
     return advantages, returns
 
 
-def _native_runs(*tensors: Tensor) -> bool:
-    """The C scans take float32 CPU tensors, and only where the extension was built."""
-    return _scan is not None and all(x.device.type == "cpu" and x.dtype == torch.float32 for x in tensors)
+def _native_runs(module, *tensors: Tensor) -> bool:
+    """The C loops of ``module`` (``_scan``, ``_rows``) take float32 CPU tensors, and only where it was built."""
+    return module is not None and all(x.device.type == "cpu" and x.dtype == torch.float32 for x in tensors)
 
 
 def _native_offsets(row_offsets: Tensor, *tensors: Tensor) -> Tensor:
@@ -324,7 +324,7 @@ def row_summary(x: Tensor, valid: Tensor, row_offsets: Tensor) -> dict[str, Tens
     the positive and of the negative values. A non-finite valid value makes its row's ``sum`` non-finite.
 
     One pass per row in C on CPU float32 (``_rows.c``); elsewhere the same sums from segment reductions."""
-    if _rows is not None and x.device.type == "cpu" and x.dtype == torch.float32:
+    if _native_runs(_rows, x):
         valid = valid.to(torch.uint8).contiguous()
         offsets = _native_offsets(row_offsets, x, valid)
         out = torch.empty(offsets.numel() - 1, len(SUMMARY_FIELDS), dtype=torch.float64)
