@@ -11,7 +11,7 @@ tool-observation spans) and estimator, one run prints:
   loop     the baseline (bench/baseline.py): verl-style padded [B, T] tensors, Python loop over time
   floor    reading the input with pyarrow + writing rladv's output table (already in memory), zstd, pyarrow's
            other defaults (the issue's I/O floor)
-  floor2   the same with rladv's own writer settings (no dictionary or statistics for token lists, 1024-row groups)
+  floor2   the same with rladv's own writer settings (no dictionary or statistics for token lists, 512-row groups)
 """
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def loop_time(table: pa.Table, estimator: str) -> float:
 
 def io_floor(path: Path, out_table: pa.Table, scratch: Path, **write_options) -> float:
     """Read the input with pyarrow, then write the output table, already in memory: zstd, pyarrow's defaults
-    unless ``write_options`` (rladv's own: ``io.writer_options``, 1024-row groups) say otherwise."""
+    unless ``write_options`` (rladv's own: ``io.writer_options``, 512-row groups) say otherwise."""
     t0 = time.perf_counter()
     pq.read_table(path)
     pq.write_table(out_table, scratch, **{"compression": "zstd", **write_options})

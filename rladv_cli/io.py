@@ -17,8 +17,10 @@ import pyarrow.parquet as pq
 
 from .errors import InputError, OutputError
 
-# Output row groups have a fixed number of rows so the file's bytes do not depend on --chunk-rows.
-ROW_GROUP_ROWS = 1024
+# Output row groups have a fixed number of rows so the file's bytes do not depend on --chunk-rows. It is the
+# default --chunk-rows, so by default each chunk is one row group: written without regrouping copies, and the
+# writer's last row group (encoded after the computation ends) is small. 1024 cost 0.2-0.3 s at 20M tokens.
+ROW_GROUP_ROWS = 512
 COMPRESSION = "zstd"
 # Tables queued for the writer thread: one keeps computing and compressing busy at once while memory stays
 # a few chunks.

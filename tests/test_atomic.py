@@ -335,7 +335,17 @@ def test_the_writer_thread_keeps_rows_in_order_across_row_groups(tmp_path):
         sink.commit()
     f = pq.ParquetFile(out)
     assert f.read().column("x").to_pylist() == list(range(5000))
-    assert [f.metadata.row_group(i).num_rows for i in range(f.num_row_groups)] == [ROW_GROUP_ROWS] * 4 + [5000 - 4 * ROW_GROUP_ROWS]
+    full, rest = divmod(5000, ROW_GROUP_ROWS)
+    assert [f.metadata.row_group(i).num_rows for i in range(f.num_row_groups)] == [ROW_GROUP_ROWS] * full + [rest]
+
+
+def test_row_groups_are_the_default_chunks():
+    """At the default --chunk-rows each chunk is written as one row group, without the copy that joining
+    parts of two chunks takes."""
+    from rladv_cli.config import Config
+    from rladv_cli.io import ROW_GROUP_ROWS
+
+    assert Config.model_fields["chunk_rows"].default == ROW_GROUP_ROWS
 
 
 def test_token_lists_are_written_without_a_dictionary_and_labels_with_one(tmp_path):

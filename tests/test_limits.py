@@ -67,7 +67,7 @@ def test_peak_memory_follows_the_chunk_not_the_dataset(tmp_path):
         pq.write_table(t, path, row_group_size=256)
         return path
 
-    # ~0.5M vs ~1.9M tokens; both above the writer's 1024-row group buffer, so what remains is per-row bookkeeping
+    # ~0.5M vs ~1.9M tokens; both above the writer's 512-row group buffer, so what remains is per-row bookkeeping
     small, large = _peak_mib(dataset(1200), tmp_path), _peak_mib(dataset(4800), tmp_path)
     assert large < small * 1.1 + 20, (small, large)
 
