@@ -10,13 +10,14 @@ tool-observation spans) and estimator, one run prints:
   kernel   rladv's estimator function alone on the whole dataset as one flat batch (in process), best of 5
   loop     the baseline (bench/baseline.py): verl-style padded [B, T] tensors, Python loop over time
   floor    reading the input with pyarrow + writing rladv's output table (already in memory), zstd, pyarrow's
-           other defaults (the issue's I/O floor)
+           other defaults (the issue's I/O floor); the median of --repeat measurements, one after each e2e run
   floor2   the same with rladv's own writer settings (no dictionary or statistics for token lists, 512-row groups)
 """
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -161,14 +162,18 @@ def main() -> None:
         tokens = int(pa.compute.sum(pa.compute.list_value_length(table["response_mask"])).as_py())
         for estimator in args.estimators.split(","):
             out = DATA / f"out_{n}_{estimator}.parquet"
-            runs = sorted(end_to_end(path, estimator, out) for _ in range(args.repeat))
-            e2e, rss = runs[len(runs) // 2][0], max(r[1] for r in runs)
+            runs, floors, floors2 = [], [], []
+            for _ in range(args.repeat):  # the floors interleaved with the runs: the machine drifts alike
+                runs.append(end_to_end(path, estimator, out))
+                written = pq.read_table(out)
+                floors.append(io_floor(path, written, DATA / "floor.parquet"))
+                floors2.append(io_floor(path, written, DATA / "floor.parquet", row_group_size=ROW_GROUP_ROWS,
+                                        **writer_options(written.schema)))
+                del written
+            e2e, rss = statistics.median(r[0] for r in runs), max(r[1] for r in runs)
+            floor, floor2 = statistics.median(floors), statistics.median(floors2)
             kern = kernel_time(table, estimator)
             loop = float("nan") if args.no_loop else loop_time(table, estimator)
-            written = pq.read_table(out)
-            floor = io_floor(path, written, DATA / "floor.parquet")
-            floor2 = io_floor(path, written, DATA / "floor.parquet", row_group_size=ROW_GROUP_ROWS,
-                              **writer_options(written.schema))
             print(f"{tokens:>9} {estimator:<20} {e2e:>7.2f} {tokens / e2e / 1e6:>7.2f} {rss:>8.0f} {kern:>9.3f} "
                   f"{loop:>8.3f} {loop / kern:>9.1f} {floor:>8.2f} {e2e / floor:>9.2f} {floor2:>8.2f} {e2e / floor2:>10.2f}")
             out.unlink()
