@@ -144,15 +144,14 @@ def check_chunk(table: pa.Table, path: str, start: int, validated: frozenset[str
                              column=name, kind="null inside a list")
         v = numpy_of(values)
         if col.kind == "mask":
-            v = v.astype(np.int64, copy=False)
-            bad = _first((v != 0) & (v != 1))
+            bad = _first_not_0_or_1(v)
             if bad is not None:
                 parents = numpy_of(pc.list_parent_indices(arr))
                 raise InputError(path, f"has value {v[bad]}; masks must be 0 or 1", row=start + int(parents[bad]),
                                  column=name, kind="mask value other than 0 or 1")
             flat[name] = v
         elif col.kind == "float_list":
-            bad = _first(_not_float32(v))
+            bad = _first_not_float32(v)
             if bad is not None:
                 parents = numpy_of(pc.list_parent_indices(arr))
                 raise InputError(
@@ -195,14 +194,28 @@ def invalid_rows(table: pa.Table, path: str, start: int,
     return left + [(half + i, err) for i, err in right]
 
 
-def _not_float32(v: np.ndarray) -> np.ndarray:
-    """Values that are not finite once read as float32 (NaN, infinity, or beyond float32's range)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return ~np.isfinite(v.astype(np.float32))
+def _first_not_float32(v: np.ndarray) -> int | None:
+    """Index of the first value that is not finite once read as float32 (NaN, infinity, or beyond float32's
+    range), or None. Integers always are; float32 is tested in place (one pass, one boolean temporary)."""
+    if v.dtype.kind in "biu":
+        return None
+    if v.dtype != np.float32:
+        with np.errstate(over="ignore", invalid="ignore"):
+            v = v.astype(np.float32)
+    finite = np.isfinite(v)
+    return None if finite.all() else int(np.argmin(finite))
+
+
+def _first_not_0_or_1(v: np.ndarray) -> int | None:
+    """Index of the first mask value other than 0 and 1, or None: read unsigned, a bad value is one above 1."""
+    if v.dtype.kind == "b":
+        return None
+    above = (v.view(f"u{v.itemsize}") if v.dtype.kind == "i" else v) > 1
+    return int(np.argmax(above)) if above.any() else None
 
 
 def _check_finite(arr: pa.Array, name: str, path: str, start: int) -> None:
-    bad = _first(_not_float32(numpy_of(pc.cast(arr, pa.float64()))))
+    bad = _first_not_float32(numpy_of(pc.cast(arr, pa.float64())))
     if bad is not None:
         raise InputError(path, f"is {arr[bad].as_py()}; values must be finite float32 numbers",
                          row=start + bad, column=name, kind="NaN, infinity or beyond float32")

@@ -34,3 +34,59 @@ def test_padding_is_checked_when_either_mask_is_new():
         with pytest.raises(InputError, match="padding position"):
             check_chunk(t, "f.parquet", 0, frozenset(validated))
     check_chunk(t, "f.parquet", 0, frozenset({"response_mask", "attention_mask"}))
+
+
+MASK_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint64(), pa.bool_()]
+NUMBER_TYPES = [pa.float16(), pa.float32(), pa.float64(), pa.int32(), pa.int64(), pa.uint64()]
+
+
+@pytest.mark.parametrize("kind", MASK_TYPES, ids=str)
+def test_mask_values_other_than_0_and_1_are_found_first_in_any_integer_type(kind):
+    """``_first_not_0_or_1`` reads signed masks as unsigned: -1 is found like 2, at the first such row."""
+    from hypothesis import given, settings, strategies as st
+
+    from rladv_cli.columns import numpy_of
+    from rladv_cli.validation import _first_not_0_or_1
+
+    elements = st.booleans() if kind == pa.bool_() else st.integers(-2 if pa.types.is_signed_integer(kind) else 0, 3)
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(elements, min_size=1, max_size=40))
+    def check(values):
+        arr = pa.array(values, kind)
+        v = numpy_of(arr)
+        want = next((i for i, x in enumerate(values) if x not in (0, 1)), None)
+        assert _first_not_0_or_1(v) == want, (values, v.dtype)
+
+    check()
+
+
+@pytest.mark.parametrize("kind", NUMBER_TYPES, ids=str)
+def test_numbers_that_are_not_finite_float32_are_found_first(kind):
+    """NaN, ±inf and values beyond float32's range (finite in float64) are found; integers never are."""
+    import numpy as np
+    from hypothesis import given, settings, strategies as st
+
+    from rladv_cli.columns import numpy_of
+    from rladv_cli.validation import _first_not_float32
+
+    if pa.types.is_integer(kind):
+        elements = st.integers(0, 2**31 - 1)
+    else:
+        elements = st.sampled_from([0.0, -1.5, 3e38, float("nan"), float("inf"), float("-inf"), 65504.0, 1e39])
+        if kind == pa.float64():
+            elements = elements | st.floats(allow_nan=True, allow_infinity=True)
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(elements, min_size=1, max_size=40))
+    def check(values):
+        dtype = {pa.float16(): np.float16, pa.float32(): np.float32}.get(kind, np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            raw = np.asarray(values, dtype=dtype)
+            as_float32 = raw.astype(np.float32)
+        want = None if pa.types.is_integer(kind) else next(
+            (i for i, x in enumerate(as_float32) if not np.isfinite(x)), None)
+        v = raw if kind == pa.float16() else numpy_of(pa.array(values, kind))
+        assert _first_not_float32(v) == want, (values, v.dtype)
+
+    check()
