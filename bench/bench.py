@@ -10,7 +10,8 @@ tool-observation spans) and estimator, one run prints:
   kernel   rladv's estimator function alone on the whole dataset as one flat batch (in process), best of 5
   loop     the baseline (bench/baseline.py): verl-style padded [B, T] tensors, Python loop over time
   floor    reading the input with pyarrow + writing rladv's output table (already in memory), zstd, pyarrow's
-           other defaults (the issue's I/O floor); the median of --repeat measurements, one after each e2e run
+           other defaults (the issue's I/O floor); the median of --repeat measurements
+  Every e2e run and floor measurement starts after os.sync(), so none pays for the last one's write-back.
   floor2   the same with rladv's own writer settings (no dictionary or statistics for token lists, 512-row groups)
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute below
 import pyarrow.parquet as pq
 import torch
 
@@ -89,6 +91,7 @@ def end_to_end(path: Path, estimator: str, out: Path) -> tuple[float, float]:
         # and leave as the rladv executable does (cli.main): no interpreter teardown
         "os._exit(0)\n"
     )
+    os.sync()
     t0 = time.perf_counter()
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return time.perf_counter() - t0, int(res.stdout.strip().splitlines()[-1]) / 1024
@@ -131,6 +134,7 @@ def loop_time(table: pa.Table, estimator: str) -> float:
 def io_floor(path: Path, out_table: pa.Table, scratch: Path, **write_options) -> float:
     """Read the input with pyarrow, then write the output table, already in memory: zstd, pyarrow's defaults
     unless ``write_options`` (rladv's own: ``io.writer_options``, 512-row groups) say otherwise."""
+    os.sync()
     t0 = time.perf_counter()
     pq.read_table(path)
     pq.write_table(out_table, scratch, **{"compression": "zstd", **write_options})
@@ -158,25 +162,27 @@ def main() -> None:
         path = DATA / f"bench_{n}.parquet"
         if not path.exists():
             make_dataset(n, path)
-        table = pq.read_table(path)
-        tokens = int(pa.compute.sum(pa.compute.list_value_length(table["response_mask"])).as_py())
+        tokens = int(pa.compute.sum(pa.compute.list_value_length(
+            pq.read_table(path, columns=["response_mask"])["response_mask"])).as_py())
         for estimator in args.estimators.split(","):
             out = DATA / f"out_{n}_{estimator}.parquet"
-            runs, floors, floors2 = [], [], []
-            for _ in range(args.repeat):  # the floors interleaved with the runs: the machine drifts alike
-                runs.append(end_to_end(path, estimator, out))
-                written = pq.read_table(out)
-                floors.append(io_floor(path, written, DATA / "floor.parquet"))
-                floors2.append(io_floor(path, written, DATA / "floor.parquet", row_group_size=ROW_GROUP_ROWS,
-                                        **writer_options(written.schema)))
-                del written
+            # Each measurement starts from a quiet machine: no dirty pages of the last one still being written
+            # back, and no large table held here (this process's memory is freed before the runs).
+            runs = [end_to_end(path, estimator, out) for _ in range(args.repeat)]
+            written = pq.read_table(out)
+            floors = [io_floor(path, written, DATA / "floor.parquet") for _ in range(args.repeat)]
+            floors2 = [io_floor(path, written, DATA / "floor.parquet", row_group_size=ROW_GROUP_ROWS,
+                                **writer_options(written.schema)) for _ in range(args.repeat)]
+            del written
             e2e, rss = statistics.median(r[0] for r in runs), max(r[1] for r in runs)
             floor, floor2 = statistics.median(floors), statistics.median(floors2)
+            table = pq.read_table(path)
             kern = kernel_time(table, estimator)
             loop = float("nan") if args.no_loop else loop_time(table, estimator)
             print(f"{tokens:>9} {estimator:<20} {e2e:>7.2f} {tokens / e2e / 1e6:>7.2f} {rss:>8.0f} {kern:>9.3f} "
                   f"{loop:>8.3f} {loop / kern:>9.1f} {floor:>8.2f} {e2e / floor:>9.2f} {floor2:>8.2f} {e2e / floor2:>10.2f}")
             out.unlink()
+            del table
 
 
 if __name__ == "__main__":
