@@ -1,6 +1,7 @@
 """Parquet in (sorted files, column projection, chunks of rows) and Parquet out (temp file + atomic rename)."""
 from __future__ import annotations
 
+import collections
 import dataclasses
 import glob
 import itertools
@@ -8,6 +9,7 @@ import os
 import queue
 import tempfile
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -16,15 +18,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import InputError, OutputError
+from .parquet_join import RowGroupJoiner
 
 # Output row groups have a fixed number of rows so the file's bytes do not depend on --chunk-rows. It is the
 # default --chunk-rows, so by default each chunk is one row group: written without regrouping copies, and the
 # writer's last row group (encoded after the computation ends) is small. 1024 cost 0.2-0.3 s at 20M tokens.
 ROW_GROUP_ROWS = 512
 COMPRESSION = "zstd"
-# Tables queued for the writer thread: one keeps computing and compressing busy at once while memory stays
-# a few chunks.
-WRITE_QUEUE = 1
+# Threads encoding and compressing output row groups at once (each holds one row group's input and output):
+# pyarrow's writer alone is single-threaded, and at 20M tokens it is most of the run.
+ENCODERS = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 # Chunks a ``ReadOnce`` thread may decode ahead of the pass that takes them once it keeps nothing.
 READ_AHEAD = 2
 
@@ -344,70 +347,86 @@ class AtomicParquetWriter:
     """Writes to a temporary file beside ``path`` and renames it over ``path`` only on ``commit()``.
 
     Rows are regrouped into row groups of exactly ``ROW_GROUP_ROWS`` rows (the last one shorter), so the
-    bytes written depend only on the rows, not on how they were chunked. Encoding and compression run on a
-    writer thread (pyarrow releases the GIL), overlapping the computation of the next chunk; ``write`` blocks
-    while ``WRITE_QUEUE`` tables wait, and an error of the thread is raised by the next ``write`` or by
-    ``commit``. ``abort()`` (or leaving the context with an exception) removes the temporary file and leaves
+    bytes written depend only on the rows, not on how they were chunked. Each row group is encoded and
+    compressed as a Parquet file of its own, in memory, on one of ``ENCODERS`` threads (pyarrow releases the
+    GIL) while the caller computes the next chunk, and appended to the file in row order (``parquet_join``),
+    which gives the bytes one ``ParquetWriter`` would write. ``write`` blocks while more than ``ENCODERS``
+    row groups are in flight; an encoder's error is raised by a later ``write`` or by ``commit``. ``abort()`` (or leaving the context with an exception) removes the temporary file and leaves
     any existing ``path`` untouched.
     """
 
     def __init__(self, path: str, schema: pa.Schema):
         self.path = path
         self.schema = schema
-        folder = os.path.dirname(os.path.abspath(path))
-        self._tmp = _temp_file(folder, ".parquet.tmp")
-        self._writer = pq.ParquetWriter(self._tmp, schema, **writer_options(schema))
+        self._options = writer_options(schema)
+        self._tmp = _temp_file(os.path.dirname(os.path.abspath(path)), ".parquet.tmp")
+        self._file = open(self._tmp, "wb")
+        self._joiner = RowGroupJoiner(self._file)
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
-        self._queue: queue.Queue = queue.Queue(maxsize=WRITE_QUEUE)
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._drain, name="rladv-write", daemon=True)
-        self._thread.start()
+        self._encoders = ThreadPoolExecutor(ENCODERS, thread_name_prefix="rladv-encode")
+        self._in_flight: collections.deque[Future] = collections.deque()
+        self._turn = threading.Event()  # set once the row groups before the next one are in the file
+        self._turn.set()
+        self._failed = False
 
     def write(self, table: pa.Table) -> None:
-        self._raise_thread_error()
-        self._queue.put(table)
+        if not table.schema.equals(self.schema):
+            raise ValueError(f"table schema does not match the output's: {table.schema} vs {self.schema}")
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
+        while self._pending_rows >= ROW_GROUP_ROWS:
+            self._submit(ROW_GROUP_ROWS)
 
-    def _drain(self) -> None:
-        while (table := self._queue.get()) is not None:
-            if self._error is not None:
-                continue  # keep taking tables so that ``write`` never blocks on a dead thread
-            try:
-                self._pending.append(table)
-                self._pending_rows += table.num_rows
-                while self._pending_rows >= ROW_GROUP_ROWS:
-                    self._flush(ROW_GROUP_ROWS)
-            except BaseException as err:
-                self._error = err
-
-    def _flush(self, rows: int) -> None:
+    def _submit(self, rows: int) -> None:
         buffered = pa.concat_tables(self._pending)
-        self._writer.write_table(buffered.slice(0, rows).combine_chunks(), row_group_size=rows)
+        turn, self._turn = self._turn, threading.Event()
+        self._in_flight.append(self._encoders.submit(self._encode_and_append, buffered.slice(0, rows), turn, self._turn))
         rest = buffered.slice(rows)
         self._pending = [rest] if rest.num_rows else []
         self._pending_rows = rest.num_rows
+        while len(self._in_flight) > ENCODERS:
+            self._in_flight.popleft().result()
 
-    def _stop_thread(self) -> None:
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
+    def _encode_and_append(self, rows: pa.Table, turn: threading.Event, next_turn: threading.Event) -> None:
+        """Encode a row group, wait for the ones before it, append it. Tasks start in order, so the one
+        awaited is running or done; the thread that encoded a part also frees it."""
+        try:
+            part = self._encode(rows)
+            turn.wait()
+            if not self._failed:
+                self._joiner.append(part)
+        except BaseException:
+            self._failed = True
+            raise
+        finally:
+            next_turn.set()
 
-    def _raise_thread_error(self) -> None:
-        if self._error is not None:
-            raise self._error
+    def _encode(self, rows: pa.Table | None) -> pa.Buffer:
+        """One row group (none for ``None``) as a whole Parquet file in memory."""
+        sink = pa.BufferOutputStream()
+        with pq.ParquetWriter(sink, self.schema, **self._options) as writer:
+            if rows is not None:
+                writer.write_table(rows.combine_chunks(), row_group_size=rows.num_rows)
+        return sink.getvalue()
 
     def commit(self) -> None:
-        self._stop_thread()
-        self._raise_thread_error()
         if self._pending_rows:
-            self._flush(self._pending_rows)
-        self._writer.close()
+            self._submit(self._pending_rows)
+        while self._in_flight:
+            self._in_flight.popleft().result()
+        if self._joiner.footer is None:  # no rows: the footer of a file without row groups
+            self._joiner.append(self._encode(None))
+        self._joiner.finish()
+        self._encoders.shutdown()
+        self._file.close()
         os.replace(self._tmp, self.path)
 
     def abort(self) -> None:
         try:
-            self._stop_thread()
-            self._writer.close()
+            self._failed = True
+            self._encoders.shutdown(cancel_futures=True)
+            self._file.close()
         finally:
             if os.path.exists(self._tmp):
                 os.unlink(self._tmp)

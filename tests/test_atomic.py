@@ -301,9 +301,7 @@ def test_byte_identical_across_processes_and_hash_seeds(multiturn, tmp_path):
             assert got == want, (seed, variant)
 
 
-def test_an_error_on_the_writer_thread_reaches_the_caller_and_leaves_nothing(tmp_path):
-    """The writer compresses on its own thread: its failure must surface in ``commit`` (or the next ``write``)
-    and the temporary file must go, with an earlier output untouched."""
+def test_a_table_of_another_schema_is_refused_and_leaves_nothing(tmp_path):
     import pyarrow as pa
     import pytest
 
@@ -314,11 +312,72 @@ def test_an_error_on_the_writer_thread_reaches_the_caller_and_leaves_nothing(tmp
     schema = pa.schema([pa.field("x", pa.int64())])
     with pytest.raises(ValueError, match="schema does not match"):
         with AtomicParquetWriter(str(out), schema) as sink:
-            sink.write(pa.table({"y": pa.array(["not the schema"] * 2000)}))
             sink.write(pa.table({"x": pa.array([1, 2], pa.int64())}))
+            sink.write(pa.table({"y": pa.array(["not the schema"] * 2000)}))
+    assert out.read_bytes() == b"previous"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.parquet"]
+
+
+@pytest.mark.parametrize("fail_at", [1, 3])
+def test_an_error_while_encoding_reaches_the_caller_and_leaves_nothing(tmp_path, monkeypatch, fail_at):
+    """Row groups are encoded on other threads: a failure surfaces in a later ``write`` or in ``commit``,
+    and the temporary file goes, an earlier output untouched."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rladv_cli.io import ROW_GROUP_ROWS, AtomicParquetWriter
+
+    calls = []
+    real = pq.ParquetWriter.write_table
+
+    def flaky(self, table, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == fail_at:
+            raise OSError("disk on fire")
+        return real(self, table, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", flaky)
+    out = tmp_path / "out.parquet"
+    out.write_bytes(b"previous")
+    schema = pa.schema([pa.field("x", pa.int64())])
+    with pytest.raises(OSError, match="disk on fire"):
+        with AtomicParquetWriter(str(out), schema) as sink:
+            for start in range(0, 5 * ROW_GROUP_ROWS, 100):
+                sink.write(pa.table({"x": pa.array(range(start, start + 100), pa.int64())}))
             sink.commit()
     assert out.read_bytes() == b"previous"
     assert [p.name for p in tmp_path.iterdir()] == ["out.parquet"]
+
+
+@pytest.mark.parametrize("chunks", [[1], [7, 500, 3, 1100], [512], [5000]])
+def test_the_file_is_the_bytes_of_one_parquet_writer_whatever_the_chunks(tmp_path, chunks):
+    """Row groups are encoded apart (``parquet_join``); the file is what one ``ParquetWriter`` writes for
+    ``ROW_GROUP_ROWS``-row groups, however the rows arrived."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rladv_cli.io import ROW_GROUP_ROWS, AtomicParquetWriter, writer_options
+
+    rng = np.random.default_rng(0)
+    rows = 3000
+    lengths = rng.integers(1, 20, rows)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    table = pa.table({"uid": pa.array([f"u{i // 3}" for i in range(rows)]),
+                      "advantages": pa.ListArray.from_arrays(offsets, pa.array(rng.normal(size=int(lengths.sum())).astype(np.float32)))})
+    out = tmp_path / "out.parquet"
+    with AtomicParquetWriter(str(out), table.schema) as sink:
+        start, i = 0, 0
+        while start < rows:
+            sink.write(table.slice(start, chunks[i % len(chunks)]))
+            start += chunks[i % len(chunks)]
+            i += 1
+        sink.commit()
+    one = tmp_path / "one.parquet"
+    with pq.ParquetWriter(one, table.schema, **writer_options(table.schema)) as writer:
+        for start in range(0, rows, ROW_GROUP_ROWS):
+            writer.write_table(table.slice(start, ROW_GROUP_ROWS), row_group_size=ROW_GROUP_ROWS)
+    assert out.read_bytes() == one.read_bytes()
 
 
 def test_the_writer_thread_keeps_rows_in_order_across_row_groups(tmp_path):

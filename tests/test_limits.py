@@ -46,7 +46,7 @@ def test_a_group_of_one_hundred_thousand_rows():
 def _peak_mib(path, tmp_path) -> float:
     code = ("import sys\nfrom rladv_cli.cli import app\n"
             f"sys.argv = ['rladv', 'compute', {str(path)!r}, '--estimator', 'gae', '-o', {str(tmp_path / 'o.parquet')!r},"
-            " '-q', '--chunk-rows', '64', '--device', 'cpu']\n"
+            " '-q', '--chunk-rows', '64', '--cache-mib', '0', '--device', 'cpu']\n"
             "try:\n    app(prog_name='rladv')\nexcept SystemExit as e:\n    assert not e.code\n"
             "print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -67,7 +67,8 @@ def test_peak_memory_follows_the_chunk_not_the_dataset(tmp_path):
         pq.write_table(t, path, row_group_size=256)
         return path
 
-    # ~0.5M vs ~1.9M tokens; both above the writer's 512-row group buffer, so what remains is per-row bookkeeping
+    # ~0.5M vs ~1.9M tokens, streamed (--cache-mib 0: by default a dataset that fits 512 MiB is kept in memory
+    # on purpose); both above the writer's 512-row groups, so what remains is per-row bookkeeping
     small, large = _peak_mib(dataset(1200), tmp_path), _peak_mib(dataset(4800), tmp_path)
     assert large < small * 1.1 + 20, (small, large)
 

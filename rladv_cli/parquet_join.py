@@ -1,0 +1,223 @@
+"""One Parquet file from row groups encoded apart, so that several can be encoded at once.
+
+pyarrow's ``ParquetWriter`` encodes and compresses a file's row groups one after another on one thread, and
+at 20M tokens that is most of a run. Here each row group is written by its own ``ParquetWriter`` as a whole
+one-row-group file in memory (any number at a time, pyarrow releases the GIL), and ``RowGroupJoiner`` appends
+them in order: the pages are copied as they are, and the footer, a Thrift compact-protocol ``FileMetaData``,
+is rebuilt with the row groups of every part, their file offsets moved by where the part's pages landed. The
+bytes are those one ``ParquetWriter`` writes for the same row groups (pyarrow writes no row-group ordinals
+outside encrypted files; a test compares the bytes).
+
+The Thrift codec is generic (field order, integer widths and list headers survive a decode/encode round
+trip byte for byte); only the offset fields named below are interpreted.
+"""
+from __future__ import annotations
+
+import struct
+from typing import BinaryIO
+
+MAGIC = b"PAR1"
+
+# Thrift compact-protocol type codes.
+_TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(1, 13)
+_INTEGERS = (_I16, _I32, _I64)
+
+# Field ids (parquet.thrift) of the absolute file offsets, by struct.
+_FILE_NUM_ROWS, _FILE_ROW_GROUPS = 3, 4
+_ROW_GROUP_COLUMNS, _ROW_GROUP_FILE_OFFSET = 1, 5
+_CHUNK_OFFSETS = (2, 4, 6)          # file_offset, offset_index_offset, column_index_offset
+_CHUNK_META_DATA = 3
+_META_OFFSETS = (9, 10, 11, 14)     # data, index and dictionary page offsets, bloom_filter_offset
+
+# A struct is a list of [field id, type code, value]; a list or set is (element type, [values]); a map is
+# (key type, value type, [(key, value)]). Booleans inside containers keep their one raw byte.
+Struct = list
+
+
+class _Reader:
+    def __init__(self, data: bytes):
+        self.data = data
+        self.pos = 0
+
+    def byte(self) -> int:
+        self.pos += 1
+        return self.data[self.pos - 1]
+
+    def varint(self) -> int:
+        shift = value = 0
+        while True:
+            b = self.byte()
+            value |= (b & 0x7F) << shift
+            if b < 0x80:
+                return value
+            shift += 7
+
+    def value(self, kind: int):
+        if kind in _INTEGERS:
+            n = self.varint()
+            return (n >> 1) ^ -(n & 1)
+        if kind in (_TRUE, _FALSE, _BYTE):  # a boolean outside a field header is one byte
+            return self.byte()
+        if kind == _DOUBLE:
+            self.pos += 8
+            return bytes(self.data[self.pos - 8:self.pos])
+        if kind == _BINARY:
+            n = self.varint()
+            self.pos += n
+            return bytes(self.data[self.pos - n:self.pos])
+        if kind in (_LIST, _SET):
+            head = self.byte()
+            size, element = head >> 4, head & 0x0F
+            if size == 15:
+                size = self.varint()
+            return (element, [self.value(element) for _ in range(size)])
+        if kind == _MAP:
+            size = self.varint()
+            types = self.byte() if size else 0
+            return (types >> 4, types & 0x0F,
+                    [(self.value(types >> 4), self.value(types & 0x0F)) for _ in range(size)])
+        if kind == _STRUCT:
+            return self.struct()
+        raise ValueError(f"not a Parquet footer: Thrift type {kind} at byte {self.pos}")
+
+    def struct(self) -> Struct:
+        fields: Struct = []
+        last = 0
+        while (head := self.byte()) != 0:
+            kind, delta = head & 0x0F, head >> 4
+            last = last + delta if delta else self.value(_I16)
+            fields.append([last, kind, kind == _TRUE if kind in (_TRUE, _FALSE) else self.value(kind)])
+        return fields
+
+
+def _varint(out: bytearray, n: int) -> None:
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _write_value(out: bytearray, kind: int, value) -> None:
+    if kind in _INTEGERS:
+        _varint(out, (value << 1) ^ (value >> 63))
+    elif kind in (_TRUE, _FALSE, _BYTE):
+        out.append(value & 0xFF)
+    elif kind == _DOUBLE:
+        out += value
+    elif kind == _BINARY:
+        _varint(out, len(value))
+        out += value
+    elif kind in (_LIST, _SET):
+        element, items = value
+        if len(items) < 15:
+            out.append(len(items) << 4 | element)
+        else:
+            out.append(0xF0 | element)
+            _varint(out, len(items))
+        for item in items:
+            _write_value(out, element, item)
+    elif kind == _MAP:
+        key, val, items = value
+        _varint(out, len(items))
+        if items:
+            out.append(key << 4 | val)
+        for k, v in items:
+            _write_value(out, key, k)
+            _write_value(out, val, v)
+    else:
+        _write_struct(out, value)
+
+
+def _write_struct(out: bytearray, fields: Struct) -> None:
+    last = 0
+    for field, kind, value in fields:
+        if kind in (_TRUE, _FALSE):
+            kind = _TRUE if value else _FALSE
+        if 0 < field - last <= 15:
+            out.append((field - last) << 4 | kind)
+        else:
+            out.append(kind)
+            _write_value(out, _I16, field)
+        last = field
+        if kind not in (_TRUE, _FALSE):
+            _write_value(out, kind, value)
+    out.append(0)
+
+
+def decode_footer(data: bytes) -> Struct:
+    """A Thrift compact-protocol struct (a Parquet ``FileMetaData``) -> nested ``[field, type, value]`` lists."""
+    reader = _Reader(data)
+    fields = reader.struct()
+    if reader.pos != len(data):
+        raise ValueError(f"not a Parquet footer: {len(data) - reader.pos} bytes after the struct")
+    return fields
+
+
+def encode_footer(fields: Struct) -> bytes:
+    """The inverse of ``decode_footer``."""
+    out = bytearray()
+    _write_struct(out, fields)
+    return bytes(out)
+
+
+def split_file(data) -> tuple[memoryview, Struct]:
+    """A whole Parquet file's bytes -> (the bytes between the leading magic and the footer, the footer)."""
+    view = memoryview(data).cast("B")  # pyarrow buffers export signed bytes
+    if len(view) < 12 or view[:4] != MAGIC or view[-4:] != MAGIC:
+        raise ValueError("not a Parquet file: no PAR1 magic at both ends")
+    (length,) = struct.unpack("<I", view[-8:-4])
+    end = len(view) - 8 - length
+    return view[4:end], decode_footer(view[end:-8])
+
+
+def _field(fields: Struct, field_id: int) -> list | None:
+    return next((f for f in fields if f[0] == field_id), None)
+
+
+def _shift(fields: Struct, field_ids: tuple[int, ...], by: int) -> None:
+    """Move the offsets among ``field_ids`` by ``by``; 0 means 'none' (byte 0 holds the magic, not a page)."""
+    for f in fields:
+        if f[0] in field_ids and f[2] > 0:
+            f[2] += by
+
+
+class RowGroupJoiner:
+    """Appends whole Parquet files (same schema and writer settings) to ``sink`` as the row groups of one file.
+
+    ``append`` each part in row order, then ``finish`` writes the footer: the first part's, with the row
+    groups of all parts and the total row count. At least one part (it may have no row groups) is needed."""
+
+    def __init__(self, sink: BinaryIO):
+        self.sink = sink
+        self.sink.write(MAGIC)
+        self.position = len(MAGIC)
+        self.footer: Struct | None = None
+        self.row_groups: list = []
+        self.num_rows = 0
+
+    def append(self, part) -> None:
+        body, footer = split_file(part)
+        by = self.position - len(MAGIC)
+        groups = _field(footer, _FILE_ROW_GROUPS)
+        for row_group in groups[2][1] if groups else []:
+            _shift(row_group, (_ROW_GROUP_FILE_OFFSET,), by)
+            for chunk in _field(row_group, _ROW_GROUP_COLUMNS)[2][1]:
+                _shift(chunk, _CHUNK_OFFSETS, by)
+                meta = _field(chunk, _CHUNK_META_DATA)
+                if meta is not None:
+                    _shift(meta[2], _META_OFFSETS, by)
+            self.row_groups.append(row_group)
+        self.num_rows += _field(footer, _FILE_NUM_ROWS)[2]
+        self.footer = self.footer or footer
+        self.sink.write(body)
+        self.position += len(body)
+
+    def finish(self) -> None:
+        if self.footer is None:
+            raise ValueError("RowGroupJoiner.finish: no part was appended")
+        _field(self.footer, _FILE_NUM_ROWS)[2] = self.num_rows
+        groups = _field(self.footer, _FILE_ROW_GROUPS)
+        if groups is not None:
+            groups[2] = (_STRUCT, self.row_groups)
+        footer = encode_footer(self.footer)
+        self.sink.write(footer + struct.pack("<I", len(footer)) + MAGIC)
