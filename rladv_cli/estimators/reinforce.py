@@ -6,7 +6,7 @@ from torch import Tensor
 
 from ..batch import Batch
 from ..config import Config
-from ..kernels import broadcast_rows, reverse_linear_scan, shift_left_in_row
+from ..kernels import reverse_linear_scan
 
 
 def reinforce_plus_plus(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
@@ -26,18 +26,27 @@ def reinforce_plus_plus(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
 
 def credit_cut_rows(batch: Batch, cfg: Config) -> Tensor:
     """Rows ``(B,) bool`` where ``reset`` mode cut a non-zero running return off from an earlier actor token:
-    some ``m_t = 0`` position has ``r_t + γ·run_{t+1} ≠ 0`` and an ``m = 1`` token before it in its row."""
+    some ``m_t = 0`` position has ``r_t + γ·run_{t+1} ≠ 0`` (``run_{t+1} = 0`` past the row's end) and an
+    ``m = 1`` token before it in its row.
+
+    Only the ``m = 0`` positions are looked at: of the ``k``-th one, at ``t`` in row ``i``, the tokens before it
+    in the row are ``t − start_i`` and the ``m = 0`` ones among them ``k − first_i``, ``first_i`` the index of
+    the row's first ``m = 0`` position."""
     m = batch.response_mask
-    if cfg.rpp_mask_mode != "reset":
-        return torch.zeros(batch.num_rows, dtype=torch.bool, device=m.device)
-    r = batch.token_level_rewards
-    run = reverse_linear_scan(cfg.gamma * m, r * m, batch.row_offsets)
-    carried = r + cfg.gamma * shift_left_in_row(run, batch.row_offsets)
-    # Kept tokens strictly before t in its row: a running count (exact in float64) minus the row's start.
-    count = m.double().cumsum(0) - m.double()
-    kept_before = count - broadcast_rows(count[batch.row_offsets[:-1]], batch.row_offsets) > 0
-    cut = (m == 0) & (carried != 0) & kept_before
-    return batch.row_sum(cut.float()) > 0
+    cut = torch.zeros(batch.num_rows, dtype=torch.bool, device=m.device)
+    at = torch.nonzero(m == 0).flatten()
+    if cfg.rpp_mask_mode != "reset" or at.numel() == 0:
+        return cut
+    r, offsets = batch.token_level_rewards, batch.row_offsets
+    run = reverse_linear_scan(cfg.gamma * m, r * m, offsets)
+    row = torch.searchsorted(offsets, at, right=True) - 1
+    after = at + 1
+    run_after = torch.where(after < offsets[row + 1], run[after.clamp_max(m.numel() - 1)], torch.zeros_like(run[at]))
+    carried = r[at] + cfg.gamma * run_after
+    first = torch.searchsorted(at, offsets[:-1])
+    kept_before = (at - offsets[row]) > (torch.arange(at.numel(), device=m.device) - first[row])
+    cut[row[(carried != 0) & kept_before]] = True
+    return cut
 
 
 def reinforce_plus_plus_baseline(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
