@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import kernels
-from .columns import assemble_scores, flat_values, list_offsets, scalar_values, score_positions
+from .columns import array_of, assemble_scores, flat_values, list_offsets, scalar_values, score_positions
 from .kernels import GroupStats
 
 
@@ -122,7 +122,7 @@ def as_tensor(a: np.ndarray, device: torch.device | str = "cpu") -> Tensor:
 def from_arrow(table: pa.Table, first_row: int, device: torch.device) -> Batch:
     """Build a ``Batch`` from a validated chunk; optional columns become tensors when present."""
     names = table.column_names
-    offsets = list_offsets(table["response_mask"].combine_chunks())
+    offsets = list_offsets(array_of(table["response_mask"]))
     mask = flat_values(table, "response_mask", np.float32)
     attention = flat_values(table, "attention_mask", np.int8) if "attention_mask" in names else None
     position, valid_length = score_positions(offsets, attention)

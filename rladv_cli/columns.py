@@ -20,6 +20,12 @@ def numpy_of(arr: pa.Array) -> np.ndarray:
     return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * np.dtype(dtype).itemsize)
 
 
+def array_of(column: pa.ChunkedArray) -> pa.Array:
+    """A table column as one Arrow array: its only chunk as it is, else the chunks concatenated
+    (``ChunkedArray.combine_chunks`` copies even a single chunk)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
 def arrow_of(values: np.ndarray, kind: pa.DataType) -> pa.Array:
     """A numeric numpy array as an Arrow array of type ``kind`` without nulls, over the same memory when the
     dtype already matches (``pa.array`` would import pandas, see ``numpy_of``)."""
@@ -35,11 +41,11 @@ def list_offsets(arr: pa.Array) -> np.ndarray:
 
 def flat_values(table: pa.Table, name: str, dtype=np.float32) -> np.ndarray:
     """The values of list column ``name`` as one flat array (slicing respected)."""
-    return numpy_of(table[name].combine_chunks().flatten()).astype(dtype, copy=False)
+    return numpy_of(array_of(table[name]).flatten()).astype(dtype, copy=False)
 
 
 def scalar_values(table: pa.Table, name: str, dtype=np.float32) -> np.ndarray:
-    return numpy_of(table[name].combine_chunks()).astype(dtype, copy=False)
+    return numpy_of(array_of(table[name])).astype(dtype, copy=False)
 
 
 def score_positions(row_offsets: np.ndarray, attention: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:

@@ -61,7 +61,7 @@ from . import validation
 from .errors import ConfigError, InputError, RladvError
 from .estimators.registry import ESTIMATORS, Estimator
 from .io import Dataset, check_output_path
-from .columns import assemble_scores, flat_values, list_offsets, score_positions
+from .columns import array_of, assemble_scores, flat_values, list_offsets, score_positions
 from .labels import Labels, uid_merges
 from .distributions import histogram
 from .report import Histogram, Stats, row_stats
@@ -277,9 +277,9 @@ def _dist(v: np.ndarray) -> Dist:
 def _check_extra(table: pa.Table, path: str, start: int) -> None:
     """Row checks of the non-contract columns inspect reads (same rules as a contract float list)."""
     names = table.column_names
-    lengths = pc.list_value_length(table["response_mask"].combine_chunks()).to_numpy(zero_copy_only=False)
+    lengths = pc.list_value_length(array_of(table["response_mask"])).to_numpy(zero_copy_only=False)
     for name in names:
-        arr = table[name].combine_chunks()
+        arr = array_of(table[name])
         if name == "session_id":
             bad = np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))
             if bad.size:
@@ -357,7 +357,7 @@ class _Rows:
 
 def _scan_chunk(t: pa.Table, plan: _Plan, beta: float, kl_mode: str) -> dict[str, np.ndarray]:
     """Per-row scalars of one validated chunk ``t`` (numpy only)."""
-    off = list_offsets(t["response_mask"].combine_chunks())
+    off = list_offsets(array_of(t["response_mask"]))
     B, N = t.num_rows, int(off[-1])
     lengths = np.diff(off)
     row_of = np.repeat(np.arange(B), lengths)
@@ -1065,7 +1065,7 @@ def _spans(m: list[int], loss: Optional[list[int]], att: Optional[list[int]]) ->
 
 def _row_scores(table: pa.Table, i: int) -> Optional[list[float]]:
     t = table.slice(i, 1)
-    off = list_offsets(t["response_mask"].combine_chunks())
+    off = list_offsets(array_of(t["response_mask"]))
     pad = flat_values(t, "attention_mask", np.int8) == 0 if "attention_mask" in t.column_names else None
     column = "rm_scores" if "rm_scores" in t.column_names else "score" if "score" in t.column_names else None
     if column is None:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from . import kernels, validation
 from .batch import as_tensor
-from .columns import flat_values, list_offsets
+from .columns import array_of, flat_values, list_offsets
 from .diagnostics import RowTable
 from .io import Dataset
 from .labels import Labels
@@ -61,7 +61,7 @@ def sweep(inputs: Sequence[str | os.PathLike] | str | os.PathLike, options: Sequ
     done = 0
     for chunk in dataset.chunks(needed + (["uid"] if has_uid else []), chunk_rows):
         validation.check_chunk(chunk.table, chunk.path, chunk.start)
-        off = as_tensor(list_offsets(chunk.table["response_mask"].combine_chunks()))
+        off = as_tensor(list_offsets(array_of(chunk.table["response_mask"])))
         m0 = as_tensor(flat_values(chunk.table, "response_mask"))
         old = as_tensor(flat_values(chunk.table, "old_log_probs"))
         rollout = as_tensor(flat_values(chunk.table, "rollout_log_probs"))

@@ -37,7 +37,7 @@ from torch import Tensor
 
 from . import __version__, kernels, validation
 from .batch import Batch, PositionSums, as_tensor, from_arrow
-from .columns import arrow_of, flat_values, list_offsets, scalar_values
+from .columns import array_of, arrow_of, flat_values, list_offsets, scalar_values
 from .config import Config
 from .diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions, group_flags, row_outcomes,
                           token_stats)
@@ -268,7 +268,7 @@ class ShardWork:
             with self._timed("validate"):
                 if not chunk.checked:
                     validation.check_chunk(chunk.table, chunk.path, chunk.start)
-            offsets = as_tensor(list_offsets(chunk.table["response_mask"].combine_chunks()))
+            offsets = as_tensor(list_offsets(array_of(chunk.table["response_mask"])))
             cols = {"batch_id": torch.from_numpy(labels.batch_ids(chunk.table, chunk.path, chunk.start)),
                     "length": kernels.row_lengths(offsets)}
             if adaptive:
@@ -866,7 +866,7 @@ def _output_table(table: pa.Table, b: Batch, advantages: Tensor, returns: Tensor
     }
     if is_weights is not None:
         added["rollout_is_weights"] = as_list(is_weights, pa.float32())
-    arrays = [added[name] if name in added else table[name].combine_chunks() for name in schema.names]
+    arrays = [added[name] if name in added else array_of(table[name]) for name in schema.names]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .columns import numpy_of
+from .columns import array_of, numpy_of
 from .errors import InputError
 from .schema import COLUMNS, Column
 
@@ -109,7 +109,7 @@ def check_chunk(table: pa.Table, path: str, start: int, validated: frozenset[str
         col = COLUMNS.get(name)
         if col is None or (name in validated and not col.token_aligned):
             continue
-        arr = table[name].combine_chunks()
+        arr = array_of(table[name])
         if name in validated:
             row_len = numpy_of(pc.list_value_length(arr))
             if lengths is None:
@@ -162,7 +162,7 @@ def check_chunk(table: pa.Table, path: str, start: int, validated: frozenset[str
     masks = {"attention_mask", "response_mask"} & set(table.column_names)
     if "attention_mask" in masks and not masks <= validated:
         for name in masks - flat.keys():  # validated earlier, still needed here
-            flat[name] = numpy_of(table[name].combine_chunks().flatten()).astype(np.int64)
+            flat[name] = numpy_of(array_of(table[name]).flatten()).astype(np.int64)
         _check_padding(table, path, start, flat)
 
 
@@ -224,7 +224,7 @@ def _check_finite(arr: pa.Array, name: str, path: str, start: int) -> None:
 def check_numbers(table: pa.Table, columns: Iterable[str], path: str, start: int) -> None:
     """Columns of one finite number per row (e.g. ``gdpo``'s reward components): type, nulls, NaN/inf."""
     for name in columns:
-        arr = table[name].combine_chunks()
+        arr = array_of(table[name])
         if not _is_number(arr.type):
             raise InputError(path, f"has type {arr.type}; expected a number per row", column=name)
         bad = _first_null(arr)
@@ -241,7 +241,7 @@ def _pos(arr: pa.Array, parents: np.ndarray, flat_index: int) -> int:
 
 def _check_padding(table: pa.Table, path: str, start: int, flat: dict[str, np.ndarray]) -> None:
     att = flat["attention_mask"]
-    parents = numpy_of(pc.list_parent_indices(table["attention_mask"].combine_chunks()))
+    parents = numpy_of(pc.list_parent_indices(array_of(table["attention_mask"])))
     same_row = parents[1:] == parents[:-1]
     bad = _first(same_row & (att[:-1] == 0) & (att[1:] == 1))
     if bad is not None:
