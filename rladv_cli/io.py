@@ -6,7 +6,6 @@ import dataclasses
 import glob
 import itertools
 import os
-import queue
 import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -351,8 +350,9 @@ class AtomicParquetWriter:
     compressed as a Parquet file of its own, in memory, on one of ``ENCODERS`` threads (pyarrow releases the
     GIL) while the caller computes the next chunk, and appended to the file in row order (``parquet_join``),
     which gives the bytes one ``ParquetWriter`` would write. ``write`` blocks while more than ``ENCODERS``
-    row groups are in flight; an encoder's error is raised by a later ``write`` or by ``commit``. ``abort()`` (or leaving the context with an exception) removes the temporary file and leaves
-    any existing ``path`` untouched.
+    row groups are in flight; an encoder's error is raised by a later ``write`` or by ``commit``. ``abort()``
+    (or leaving the context with an exception) removes the temporary file and leaves any existing ``path``
+    untouched.
     """
 
     def __init__(self, path: str, schema: pa.Schema):
@@ -381,7 +381,8 @@ class AtomicParquetWriter:
     def _submit(self, rows: int) -> None:
         buffered = pa.concat_tables(self._pending)
         turn, self._turn = self._turn, threading.Event()
-        self._in_flight.append(self._encoders.submit(self._encode_and_append, buffered.slice(0, rows), turn, self._turn))
+        task = self._encoders.submit(self._encode_and_append, buffered.slice(0, rows), turn, self._turn)
+        self._in_flight.append(task)
         rest = buffered.slice(rows)
         self._pending = [rest] if rest.num_rows else []
         self._pending_rows = rest.num_rows

@@ -363,8 +363,9 @@ def test_the_file_is_the_bytes_of_one_parquet_writer_whatever_the_chunks(tmp_pat
     rows = 3000
     lengths = rng.integers(1, 20, rows)
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    values = pa.array(rng.normal(size=int(lengths.sum())).astype(np.float32))
     table = pa.table({"uid": pa.array([f"u{i // 3}" for i in range(rows)]),
-                      "advantages": pa.ListArray.from_arrays(offsets, pa.array(rng.normal(size=int(lengths.sum())).astype(np.float32)))})
+                      "advantages": pa.ListArray.from_arrays(offsets, values)})
     out = tmp_path / "out.parquet"
     with AtomicParquetWriter(str(out), table.schema) as sink:
         start, i = 0, 0
