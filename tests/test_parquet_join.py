@@ -95,3 +95,26 @@ def test_finishing_without_a_part_is_an_error():
 def test_a_file_without_rows_is_joined_from_one_empty_part():
     table = _table(0)
     assert _joined(table, 8, compression="zstd") == _one_writer(table, 8, compression="zstd")
+
+
+def test_the_joiner_keeps_about_a_kibibyte_per_row_group(tmp_path):
+    """Row groups are kept encoded until the footer is written (parsed, one took ~30 KiB of Python objects):
+    a file of 20k row groups must not cost hundreds of MB."""
+    import tracemalloc
+
+    table = _table(8)
+    part = pa.BufferOutputStream()
+    with pq.ParquetWriter(part, table.schema, **writer_options(table.schema)) as writer:
+        writer.write_table(table, row_group_size=8)
+    part = part.getvalue()
+    with open(tmp_path / "joined.parquet", "wb") as sink:
+        joiner = RowGroupJoiner(sink)
+        joiner.append(part)
+        tracemalloc.start()
+        for _ in range(500):
+            joiner.append(part)
+        kept, _ = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        joiner.finish()
+    assert kept / 500 < 4096, kept / 500
+    assert pq.ParquetFile(tmp_path / "joined.parquet").metadata.num_row_groups == 501
