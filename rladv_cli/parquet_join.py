@@ -169,6 +169,8 @@ def split_file(data) -> tuple[memoryview, Struct]:
         raise ValueError("not a Parquet file: no PAR1 magic at both ends")
     (length,) = struct.unpack("<I", view[-8:-4])
     end = len(view) - 8 - length
+    if end < 4:
+        raise ValueError(f"not a Parquet file: a footer of {length} bytes in {len(view)}")
     return view[4:end], decode_footer(view[end:-8])
 
 

@@ -83,6 +83,8 @@ def test_the_footer_codec_round_trips_byte_for_byte():
 def test_not_a_parquet_file_is_refused():
     with pytest.raises(ValueError, match="PAR1"):
         split_file(b"PAR1 not really a parquet file")
+    with pytest.raises(ValueError, match="a footer of 4096 bytes"):
+        split_file(b"PAR1" + b"\x00" * 4 + (4096).to_bytes(4, "little") + b"PAR1")
     with pytest.raises(ValueError, match="Parquet footer"):
         split_file(b"PAR1" + b"\x00\x00\x00" + (3).to_bytes(4, "little") + b"PAR1")
 
