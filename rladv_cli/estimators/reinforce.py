@@ -34,8 +34,10 @@ def credit_cut_rows(batch: Batch, cfg: Config) -> Tensor:
     the row's first ``m = 0`` position."""
     m = batch.response_mask
     cut = torch.zeros(batch.num_rows, dtype=torch.bool, device=m.device)
+    if cfg.rpp_mask_mode != "reset":
+        return cut
     at = torch.nonzero(m == 0).flatten()
-    if cfg.rpp_mask_mode != "reset" or at.numel() == 0:
+    if at.numel() == 0:
         return cut
     r, offsets = batch.token_level_rewards, batch.row_offsets
     run = reverse_linear_scan(cfg.gamma * m, r * m, offsets)
