@@ -1,4 +1,4 @@
-/* The report's per-token statistics in C: per-row summaries of token values, and sketch keys counted.
+/* Per-row statistics in C: per-row sums and summaries of token values, and the report's sketch keys counted.
  *
  * row_summary(x, valid, offsets, rows, out): x float32, valid uint8 (0/1), offsets int64 (rows + 1), out float64
  * (rows x SUMMARY_FIELDS), all contiguous and addressed by their data pointers (the caller checks them).
@@ -10,15 +10,20 @@
  * These are the sums the torch path (kernels.row_summary) forms, added in the same order, so both give the
  * same bits. A non-finite x_t makes the row's sum non-finite.
  *
- * count_keys(x, valid, label, y, offsets, rows, shift, bucket_bits, max_keys, keys_out, counts_out) -> (distinct,
- * levels, x_min, x_max, y_min, y_max): the sketch keys of distributions.Sketch over the valid tokens, counted.
- * When more than max_keys distinct keys are held, every key drops a mantissa bit (levels counts how many
- * times; shift grows with it), as the sketch would do once it absorbed them. A token's key is
+ * count_keys(x, valid, label, y, offsets, rows, shift, bucket_bits, max_keys, expected, keys_out, counts_out)
+ * -> (distinct, levels, x_min, x_max, y_min, y_max): the sketch keys of distributions.Sketch over the valid
+ * tokens, counted. When more than max_keys distinct keys are held, every key drops a mantissa bit (levels
+ * counts how many times; shift grows with it), as the sketch would do once it absorbed them. A token's key is
  * (high << bucket_bits) | bucket(x_t), bucket(v) = bits(v + 0.0f) >> shift (the float32's sign, exponent and top
  * mantissa bits; -0.0 counts as 0.0), and high is the row's label (label int64 per row; 0 address: none) or,
  * with y (float32 per token; 0 address: none), bucket(y_t). The distinct keys and their counts go, in no
  * particular order, to keys_out and counts_out (int64, room for every valid token). Counting uses an
- * open-addressing hash table, and a run of equal keys touches it once, so the work is linear in the tokens.
+ * open-addressing hash table sized for about `expected` distinct keys (a hint: it grows past them), and a
+ * run of equal keys touches it once, so the work is linear in the tokens.
+ *
+ * row_sums(x, offsets, rows, sums, nonzero): x float32, offsets int64 (rows + 1), sums float64 (rows), nonzero
+ * float64 (rows; 0 address: not wanted). sums[i] = Σ x_t over row i, added in token order in float64, as
+ * torch.segment_reduce adds a float64 row on the CPU; nonzero[i] = the count of x_t != 0.
  *
  * The GIL is released while the loops run.
  */
@@ -27,44 +32,67 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define SUMMARY_FIELDS 10
+
+/* v when keep is 1, +0.0 when it is 0, without a branch (a sign that varies from token to token would
+ * mispredict half the time). Adding +0.0 to a sum that starts at +0.0 leaves it exactly as it was. */
+static inline double keep_if(double v, int64_t keep)
+{
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    bits &= (uint64_t)0 - (uint64_t)keep;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
 
 static void summarise_rows(const float *x, const uint8_t *valid, const int64_t *offsets, Py_ssize_t rows, double *out)
 {
     for (Py_ssize_t i = 0; i < rows; i++) {
-        double count = 0.0, sum = 0.0, m2 = 0.0, lo = INFINITY, hi = -INFINITY;
-        double positive = 0.0, negative = 0.0, zero = 0.0, mass_pos = 0.0, mass_neg = 0.0;
+        int64_t count = 0, positive = 0, negative = 0, zero = 0, nan = 0;
+        double sum = 0.0, m2 = 0.0, mass_pos = 0.0, mass_neg = 0.0;
+        float lo = INFINITY, hi = -INFINITY;
         for (int64_t t = offsets[i]; t < offsets[i + 1]; t++) {
-            if (!valid[t])
-                continue;
-            double v = (double)x[t];
-            count += 1.0;
+            int64_t ok = valid[t] != 0;
+            float f = x[t];
+            double v = keep_if((double)f, ok);
+            int64_t p = v > 0.0, n = v < 0.0;
+            count += ok;
             sum += v;
-            if (v < lo || v != v) /* a NaN stays, as in torch's max/min */
-                lo = v;
-            if (v > hi || v != v)
-                hi = v;
-            if (v > 0.0) {
-                positive += 1.0;
-                mass_pos += v;
-            } else if (v < 0.0) {
-                negative += 1.0;
-                mass_neg += v;
-            } else if (v == 0.0) {
-                zero += 1.0;
-            }
+            positive += p;
+            negative += n;
+            zero += ok & (v == 0.0);
+            nan |= ok & (f != f); /* a NaN wins min and max, as in torch */
+            mass_pos += keep_if(v, p);
+            mass_neg += keep_if(v, n);
+            float v_lo = ok ? f : INFINITY, v_hi = ok ? f : -INFINITY;
+            lo = v_lo < lo ? v_lo : lo;
+            hi = v_hi > hi ? v_hi : hi;
         }
-        double mean = sum / (count > 1.0 ? count : 1.0);
+        double mean = sum / (count > 1 ? (double)count : 1.0);
         for (int64_t t = offsets[i]; t < offsets[i + 1]; t++) {
-            if (valid[t]) {
-                double d = (double)x[t] - mean;
-                m2 += d * d;
-            }
+            double d = keep_if((double)x[t] - mean, valid[t] != 0);
+            m2 += d * d;
         }
         double *o = out + i * SUMMARY_FIELDS;
-        o[0] = count, o[1] = sum, o[2] = m2, o[3] = lo, o[4] = hi;
-        o[5] = positive, o[6] = negative, o[7] = zero, o[8] = mass_pos, o[9] = mass_neg;
+        o[0] = (double)count, o[1] = sum, o[2] = m2, o[3] = nan ? NAN : lo, o[4] = nan ? NAN : hi;
+        o[5] = (double)positive, o[6] = (double)negative, o[7] = (double)zero, o[8] = mass_pos, o[9] = mass_neg;
+    }
+}
+
+static void sum_rows(const float *x, const int64_t *offsets, Py_ssize_t rows, double *sums, double *nonzero)
+{
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        double sum = 0.0;
+        int64_t count = 0;
+        for (int64_t t = offsets[i]; t < offsets[i + 1]; t++) {
+            sum += (double)x[t];
+            count += x[t] != 0.0f;
+        }
+        sums[i] = sum;
+        if (nonzero != NULL)
+            nonzero[i] = (double)count;
     }
 }
 
@@ -151,10 +179,13 @@ static inline int64_t bucket(float v, int shift)
 /* Returns the number of distinct keys, or -1 when memory runs out; *levels gets the mantissa bits dropped. */
 static int64_t count_rows(const float *x, const uint8_t *valid, const int64_t *label, const float *y,
                           const int64_t *offsets, Py_ssize_t rows, int shift, int bucket_bits, int64_t max_keys,
-                          int64_t *keys_out, int64_t *counts_out, double *range, int *levels)
+                          int64_t expected, int64_t *keys_out, int64_t *counts_out, double *range, int *levels)
 {
     table_t t;
-    if (table_alloc(&t, 12))
+    int bits = 12;
+    while (bits < 62 && ((int64_t)1 << bits) < 2 * (expected + 1)) /* room for the expected keys: no regrowing */
+        bits++;
+    if (table_alloc(&t, bits))
         return -1;
     int64_t run_key = -1, run = 0;
     float x_lo = INFINITY, x_hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;
@@ -219,17 +250,18 @@ static PyObject *count_keys(PyObject *self, PyObject *args)
     unsigned long long x, valid, label, y, offsets, keys_out, counts_out;
     Py_ssize_t rows;
     int shift, bucket_bits, levels;
-    long long max_keys;
+    long long max_keys, expected;
     int64_t n;
     double range[4];
     (void)self;
-    if (!PyArg_ParseTuple(args, "KKKKKniiLKK", &x, &valid, &label, &y, &offsets, &rows, &shift, &bucket_bits,
-                          &max_keys, &keys_out, &counts_out))
+    if (!PyArg_ParseTuple(args, "KKKKKniiLLKK", &x, &valid, &label, &y, &offsets, &rows, &shift, &bucket_bits,
+                          &max_keys, &expected, &keys_out, &counts_out))
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     n = count_rows((const float *)(uintptr_t)x, (const uint8_t *)(uintptr_t)valid, (const int64_t *)(uintptr_t)label,
                    (const float *)(uintptr_t)y, (const int64_t *)(uintptr_t)offsets, rows, shift, bucket_bits,
-                   (int64_t)max_keys, (int64_t *)(uintptr_t)keys_out, (int64_t *)(uintptr_t)counts_out, range, &levels);
+                   (int64_t)max_keys, (int64_t)expected, (int64_t *)(uintptr_t)keys_out,
+                   (int64_t *)(uintptr_t)counts_out, range, &levels);
     Py_END_ALLOW_THREADS
     if (n < 0)
         return PyErr_NoMemory();
@@ -250,13 +282,29 @@ static PyObject *row_summary(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *row_sums(PyObject *self, PyObject *args)
+{
+    unsigned long long x, offsets, sums, nonzero;
+    Py_ssize_t rows;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "KKnKK", &x, &offsets, &rows, &sums, &nonzero))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    sum_rows((const float *)(uintptr_t)x, (const int64_t *)(uintptr_t)offsets, rows, (double *)(uintptr_t)sums,
+             (double *)(uintptr_t)nonzero);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"row_sums", row_sums, METH_VARARGS,
+     "row_sums(x, offsets, rows, sums, nonzero): per-row float64 sums of x in token order, and counts of x != 0."},
     {"row_summary", row_summary, METH_VARARGS,
      "row_summary(x, valid, offsets, rows, out): per-row count, sum, m2, min, max, positive, negative, zero, "
      "mass_positive, mass_negative of x over valid tokens, float64."},
     {"count_keys", count_keys, METH_VARARGS,
-     "count_keys(x, valid, label, y, offsets, rows, shift, bucket_bits, max_keys, keys_out, counts_out): distinct "
-     "sketch keys of the valid tokens and their counts; returns (distinct, levels, x_min, x_max, y_min, y_max)."},
+     "count_keys(x, valid, label, y, offsets, rows, shift, bucket_bits, max_keys, expected, keys_out, counts_out): "
+     "distinct sketch keys of the valid tokens and their counts; returns (distinct, levels, x_min, x_max, y_min, y_max)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -381,7 +381,12 @@ def main() -> None:
     """The ``rladv`` executable. Once torch is imported, finalising the interpreter (tearing down every
     module the process is about to drop anyway) takes about 0.45 s; so after the command the exit handlers
     run, the output streams are flushed, and the process leaves with ``os._exit`` and the command's code.
-    (``app`` itself, as tests and embedders call it, exits normally.)"""
+    (``app`` itself, as tests and embedders call it, exits normally.)
+
+    rladv makes no BLAS calls through numpy, whose OpenBLAS otherwise starts a thread per core that spins
+    for ~0.1 s of CPU at start-up, while the input is being read and torch imported: unless the environment
+    says otherwise, OpenBLAS gets one thread (the caller's)."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         app(prog_name="rladv")
         code = 0

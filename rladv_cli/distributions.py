@@ -149,8 +149,8 @@ class Sketch:
         keys, counts = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
         distinct, levels, x_lo, x_hi, y_lo, y_hi = _rows.count_keys(
             x.ctypes.data, valid.ctypes.data, 0 if label is None else label.ctypes.data, 0 if y is None else y.ctypes.data,
-            offsets.ctypes.data, offsets.size - 1, _SHIFT + self.level, BUCKET_BITS, self.max_keys, keys.ctypes.data,
-            counts.ctypes.data)
+            offsets.ctypes.data, offsets.size - 1, _SHIFT + self.level, BUCKET_BITS, self.max_keys,
+            min(self.keys.size, n), keys.ctypes.data, counts.ctypes.data)
         for _ in range(levels):  # the chunk alone held more keys than fit: the kept ones drop the same bits
             self._coarsen()
         self.lo[0], self.hi[0] = min(self.lo[0], x_lo), max(self.hi[0], x_hi)

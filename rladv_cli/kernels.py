@@ -41,9 +41,26 @@ def segment_sum(x: Tensor, row_offsets: Tensor) -> Tensor:
     Float64 accumulation keeps a row sum within one float32 rounding of the exact value, whatever the row
     length, and the result does not depend on the row's neighbours.
     """
+    return _sums(x, row_offsets)[0]
+
+
+def _sums(x: Tensor, row_offsets: Tensor, nonzero: bool = False) -> tuple[Tensor, Tensor | None]:
+    """``segment_sum`` of ``x`` and, with ``nonzero``, each row's count of ``x != 0`` (float64 ``(B,)``).
+    float32 on the CPU: one pass in C (``_rows.row_sums``) that adds in token order, as torch's float64
+    segment reduction does, without a float64 copy of ``x``."""
+    rows = row_offsets.numel() - 1
+    if _native_runs(_rows, x):
+        offsets = _native_offsets(row_offsets, x)
+        sums = torch.empty(rows, dtype=torch.float64)
+        counts = torch.empty(rows, dtype=torch.float64) if nonzero else None
+        _rows.row_sums(x.contiguous().data_ptr(), offsets.data_ptr(), rows, sums.data_ptr(),
+                       0 if counts is None else counts.data_ptr())
+        return sums, counts
     if x.numel() == 0:
-        return torch.zeros(row_offsets.numel() - 1, dtype=torch.float64, device=x.device)
-    return torch.segment_reduce(x.double(), "sum", offsets=row_offsets, unsafe=True)
+        zeros = torch.zeros(rows, dtype=torch.float64, device=x.device)
+        return zeros, zeros.clone() if nonzero else None
+    sums = torch.segment_reduce(x.double(), "sum", offsets=row_offsets, unsafe=True)
+    return sums, torch.segment_reduce((x != 0).double(), "sum", offsets=row_offsets, unsafe=True) if nonzero else None
 
 
 def padded_row_sum(x: Tensor, row_offsets: Tensor, width: Tensor) -> Tensor:
@@ -60,8 +77,8 @@ def padded_row_sum(x: Tensor, row_offsets: Tensor, width: Tensor) -> Tensor:
     two or more are padded and summed.
     """
     lengths = row_lengths(row_offsets)
-    nonzero = segment_sum((x != 0).to(x.dtype), row_offsets)
-    out = segment_sum(x, row_offsets).to(x.dtype).masked_fill_(nonzero == 0, 0.0)
+    total, nonzero = _sums(x, row_offsets, nonzero=True)
+    out = total.to(x.dtype).masked_fill_(nonzero == 0, 0.0)
     several = nonzero > 1
     for w in torch.unique(width[several]).tolist():
         rows = torch.nonzero(several & (width == w)).flatten()

@@ -343,9 +343,11 @@ def test_sketch_does_not_depend_on_chunking():
 @pytest.mark.skipif(__import__("rladv_cli.distributions").distributions._rows is None,
                     reason="the C key counter was not built (no compiler at install)")
 @pytest.mark.parametrize("paired", [False, True])
-def test_counting_rows_in_c_gives_the_sketch_numpy_gives(paired):
+@pytest.mark.parametrize("max_keys, labelled", [(2000, 300), (60, 5)])
+def test_counting_rows_in_c_gives_the_sketch_numpy_gives(paired, max_keys, labelled):
     """``Sketch.add_rows``: the C pass over whole rows (labels per row, runs of equal keys, a hash table)
-    against numpy's ``add`` of the valid tokens, including signed zeros, empty rows and coarsening."""
+    against numpy's ``add`` of the valid tokens, including signed zeros, empty rows and coarsening (with few
+    keys kept, often while runs wait in the C pass's buffer)."""
     from unittest import mock
 
     from rladv_cli import distributions
@@ -359,11 +361,11 @@ def test_counting_rows_in_c_gives_the_sketch_numpy_gives(paired):
     x[rng.random(n) < 0.05] = -0.0
     valid = rng.random(n) < 0.8
     y = rng.normal(3, 1, n).astype(np.float32)
-    labels = rng.integers(0, 300, lengths.size)
+    labels = rng.integers(0, labelled, lengths.size)
     sketches = []
     for native in (True, False):
         with mock.patch.object(distributions, "_rows", distributions._rows if native else None):
-            sk = Sketch(paired=paired, max_keys=2000)
+            sk = Sketch(paired=paired, max_keys=max_keys)
             for lo, hi in ((0, 150), (150, 151), (151, 400)):
                 a, b = int(offsets[lo]), int(offsets[hi])
                 sk.add_rows(x[a:b], valid[a:b], offsets[lo:hi + 1] - a, label=None if paired else labels[lo:hi],

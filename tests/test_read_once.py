@@ -138,15 +138,27 @@ def test_a_run_that_fails_early_stops_the_reading_thread(tmp_path):
     assert not [t for t in threading.enumerate() if t.name == "rladv-read"]
 
 
-def test_compute_file_restores_the_switch_interval(tmp_path):
-    """compute_file lowers the GIL switch interval while its threads run, and gives the caller's back."""
+@pytest.mark.parametrize("collector", [True, False])
+def test_compute_file_restores_the_switch_interval_and_the_collector(tmp_path, collector):
+    """compute_file lowers the GIL switch interval while its threads run and freezes the objects that exist
+    once torch is imported out of the garbage collector's passes; it gives the caller's interval and collector
+    back, enabled or not, with nothing frozen, also when it fails."""
+    import gc
     import sys
 
     before = sys.getswitchinterval()
-    run(files(tmp_path, rollouts(20, 9)), tmp_path / "o.parquet", "grpo", cache_mib=64)
-    assert sys.getswitchinterval() == before
-    (tmp_path / "bad").mkdir()
-    no_values = files(tmp_path / "bad", rollouts(20, 9).drop_columns(["values"]))
-    with pytest.raises(rladv_cli.InputError, match="values"):  # raised after the interval was lowered
-        run(no_values, tmp_path / "x.parquet", "gae", cache_mib=64)
-    assert sys.getswitchinterval() == before
+    frozen = []
+    (gc.enable if collector else gc.disable)()
+    try:
+        paths = files(tmp_path, rollouts(20, 9))
+        rladv_cli.compute_file(paths, estimator="grpo", output=tmp_path / "o.parquet", chunk_rows=7, device="cpu",
+                               progress=lambda *_: frozen.append(gc.get_freeze_count()))
+        assert frozen and min(frozen) > 10_000
+        assert sys.getswitchinterval() == before and gc.isenabled() == collector and gc.get_freeze_count() == 0
+        (tmp_path / "bad").mkdir()
+        no_values = files(tmp_path / "bad", rollouts(20, 9).drop_columns(["values"]))
+        with pytest.raises(rladv_cli.InputError, match="values"):  # raised after the interval was lowered
+            run(no_values, tmp_path / "x.parquet", "gae", cache_mib=64)
+        assert sys.getswitchinterval() == before and gc.isenabled() == collector and gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
