@@ -13,6 +13,8 @@ tool-observation spans) and estimator, one run prints:
            other defaults (the issue's I/O floor); the median of --repeat measurements
   Every e2e run and floor measurement starts after os.sync(), so none pays for the last one's write-back.
   floor2   the same with rladv's own writer settings (no dictionary or statistics for token lists, 512-row groups)
+The floors run on pyarrow's default allocator (the machine line names it; measured here, jemalloc, which the
+`rladv` executable picks on Linux, gives no lower floor), or on ARROW_DEFAULT_MEMORY_POOL when it is set.
 """
 from __future__ import annotations
 
@@ -82,14 +84,15 @@ def make_dataset(tokens: int, path: Path) -> None:
 
 def end_to_end(path: Path, estimator: str, out: Path) -> tuple[float, float]:
     code = (
-        "import os, sys\n"
-        "from rladv_cli.cli import app\n"
-        f"sys.argv = ['rladv', 'compute', {str(path)!r}, '--estimator', {estimator!r}, '-o', {str(out)!r}, '-q', '--device', 'cpu']\n"
-        "try:\n    app(prog_name='rladv')\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
-        # VmHWM belongs to this process image; ru_maxrss would also count the parent's pages before exec
-        "print(next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')), flush=True)\n"
-        # and leave as the rladv executable does (cli.main): no interpreter teardown
-        "os._exit(0)\n"
+        "import atexit, sys\n"
+        # VmHWM belongs to this process image; ru_maxrss would also count the parent's pages before exec.
+        # cli.main runs the exit handlers, then leaves without the interpreter's teardown, as `rladv` does.
+        "atexit.register(lambda: print(next(int(l.split()[1]) for l in open('/proc/self/status') "
+        "if l.startswith('VmHWM')), flush=True))\n"
+        f"sys.argv = ['rladv', 'compute', {str(path)!r}, '--estimator', {estimator!r}, '-o', {str(out)!r}, '-q', "
+        "'--device', 'cpu']\n"
+        "from rladv_cli.cli import main\n"
+        "main()\n"
     )
     os.sync()
     t0 = time.perf_counter()
@@ -153,7 +156,8 @@ def main() -> None:
     from rladv_cli.kernels import NATIVE_SCAN
 
     print(f"machine: {os.cpu_count()} cores, torch {torch.__version__} (threads {torch.get_num_threads()}), "
-          f"C scan {'built' if NATIVE_SCAN else 'NOT built (torch scans)'}")
+          f"C scan {'built' if NATIVE_SCAN else 'NOT built (torch scans)'}, "
+          f"floors on Arrow's {pa.default_memory_pool().backend_name} allocator")
     header = (f"{'tokens':>9} {'estimator':<20} {'e2e s':>7} {'Mtok/s':>7} {'rss MiB':>8} {'kernel s':>9} {'loop s':>8} "
               f"{'loop/kern':>9} {'floor s':>8} {'e2e/floor':>9} {'floor2 s':>8} {'e2e/floor2':>10}")
     print(header)
