@@ -11,7 +11,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import IO, Callable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -359,8 +359,7 @@ class AtomicParquetWriter:
         self.path = path
         self.schema = schema
         self._options = writer_options(schema)
-        self._tmp = _temp_file(os.path.dirname(os.path.abspath(path)), ".parquet.tmp")
-        self._file = open(self._tmp, "wb")
+        self._file, self._tmp = _temp_file(os.path.dirname(os.path.abspath(path)), ".parquet.tmp", "wb")
         self._joiner = RowGroupJoiner(self._file)
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
@@ -440,22 +439,28 @@ class AtomicParquetWriter:
             self.abort()
 
 
-def _temp_file(folder: str, suffix: str) -> str:
-    """A new empty ``.rladv-*`` file in ``folder`` with the mode a plain ``open`` would give (umask applied;
-    ``mkstemp`` alone makes it 0600)."""
+def _temp_file(folder: str, suffix: str, mode: str) -> tuple[IO, str]:
+    """A new empty ``.rladv-*`` file in ``folder``, open for writing in ``mode``, and its path; with the
+    permissions a plain ``open`` would give (umask applied; ``mkstemp`` alone makes it 0600). It is written
+    through ``mkstemp``'s own descriptor: reopening the path would truncate it, and ext4 writes a file that was
+    truncated to disk when it is closed (``auto_da_alloc``), ~80 ms for 300 MB of output."""
     fd, tmp = tempfile.mkstemp(prefix=".rladv-", suffix=suffix, dir=folder)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    return tmp
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        return open(fd, mode), tmp
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
 
 
 def write_json_atomic(path: str, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename."""
-    tmp = _temp_file(os.path.dirname(os.path.abspath(path)), ".json.tmp")
+    f, tmp = _temp_file(os.path.dirname(os.path.abspath(path)), ".json.tmp", "w")
     try:
-        with open(tmp, "w") as f:
+        with f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
