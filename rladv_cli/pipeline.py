@@ -398,14 +398,17 @@ class ShardWork:
                 advantages = torch.where(valid, advantages, torch.zeros_like(advantages))
                 returns = advantages if same else torch.where(valid, returns, torch.zeros_like(returns))
                 flags = {code: fn(b, self.cfg) for code, fn in checks.items()}
+            # handed to the encoders before the chunk's statistics are taken, so they start on the first chunk
+            # early and finish the last one while its statistics are taken; a non-finite value found then
+            # still stops the run before anything is committed
+            with self._timed("write"):
+                write(_output_table(chunk.table, b, advantages, returns, p.is_weights, self.schema))
             with self._timed("diagnostics"):
                 adv_rows = kernels.row_summary(advantages, valid, b.row_offsets)
                 ret_rows = adv_rows if same else kernels.row_summary(returns, valid, b.row_offsets)
                 self._check_finite(chunk, b, advantages, returns, valid, adv_rows["sum"], ret_rows["sum"])
                 rows.add(**sketches.add(b, advantages, returns, valid, at["outcome"], adv_rows["count"]))
             rows.add(**{f"adv_{k}": v for k, v in adv_rows.items()}, **{f"ret_{k}": v for k, v in ret_rows.items()}, **flags)
-            with self._timed("write"):
-                write(_output_table(chunk.table, b, advantages, returns, p.is_weights, self.schema))
         return ShardResult(rows.columns(), sketches=sketches)
 
     def _check_finite(self, chunk: Chunk, b: Batch, advantages: Tensor, returns: Tensor, valid: Tensor,
