@@ -65,10 +65,11 @@ def score_positions(row_offsets: np.ndarray, attention: np.ndarray | None) -> tu
 
 
 def assemble_scores(table: pa.Table, row_offsets: np.ndarray, position: np.ndarray) -> np.ndarray:
-    """``token_level_scores (N,) float32``: ``rm_scores`` verbatim, else the scalar ``score`` at each row's
-    score position, else zeros (``gdpo`` reads its rewards from component columns)."""
+    """``token_level_scores (N,) float32``: ``rm_scores`` verbatim (over the Arrow buffer, read-only, when it
+    is float32), else the scalar ``score`` at each row's score position, else zeros (``gdpo`` reads its
+    rewards from component columns)."""
     if "rm_scores" in table.column_names:
-        return flat_values(table, "rm_scores").copy()
+        return flat_values(table, "rm_scores")
     out = np.zeros(int(row_offsets[-1]), dtype=np.float32)
     if "score" in table.column_names:
         out[position] = scalar_values(table, "score")
