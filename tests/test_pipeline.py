@@ -120,3 +120,21 @@ def test_non_finite_results_stop_the_run_naming_the_row(tmp_path):
     })
     with pytest.raises(rladv_cli.ComputeError, match="row 1: remax produced a non-finite advantage or return at position 0"):
         rladv_cli.compute(t, estimator="remax", device="cpu")
+
+
+@pytest.mark.parametrize("estimator", ["gae", "grpo", "rloo", "reinforce_plus_plus", "opo"])
+def test_compute_reads_the_callers_table_without_writing_to_it(estimator):
+    """Token columns become tensors over the Arrow buffers themselves (no copies): no stage may write to
+    them, with overlong and KL shaping on and whatever the estimator."""
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(Path(__file__).parents[1] / "sample_data" / "multiturn.parquet")
+    before = {name: [bytes(b) for chunk in t[name].chunks for b in chunk.buffers() if b is not None]
+              for name in t.column_names}
+    rladv_cli.compute(t, estimator=estimator, kl_coef=0.05, overlong_buffer_len=4, overlong_penalty_factor=1.0,
+                      max_resp_len=40)
+    after = {name: [bytes(b) for chunk in t[name].chunks for b in chunk.buffers() if b is not None]
+             for name in t.column_names}
+    assert "rm_scores" in before and after == before
