@@ -40,7 +40,7 @@ from rladv_cli.batch import from_arrow  # noqa: E402
 from rladv_cli.io import ROW_GROUP_ROWS, writer_options  # noqa: E402
 from rladv_cli.kernels import group_stats  # noqa: E402
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(os.environ.get("RLADV_BENCH_DATA") or Path(__file__).resolve().parent / "data")  # datasets, outputs
 T_MAX = 4096
 
 
@@ -82,7 +82,8 @@ def make_dataset(tokens: int, path: Path) -> None:
     pq.write_table(table, path, compression="zstd", row_group_size=1024)
 
 
-def end_to_end(path: Path, estimator: str, out: Path) -> tuple[float, float]:
+def end_to_end(path: Path, estimator: str, out: Path, device: str = "cpu") -> tuple[float, float]:
+    """`rladv compute` as a fresh process, as the executable runs it: wall seconds and peak RSS (MiB)."""
     code = (
         "import atexit, sys\n"
         # VmHWM belongs to this process image; ru_maxrss would also count the parent's pages before exec.
@@ -90,7 +91,7 @@ def end_to_end(path: Path, estimator: str, out: Path) -> tuple[float, float]:
         "atexit.register(lambda: print(next(int(l.split()[1]) for l in open('/proc/self/status') "
         "if l.startswith('VmHWM')), flush=True))\n"
         f"sys.argv = ['rladv', 'compute', {str(path)!r}, '--estimator', {estimator!r}, '-o', {str(out)!r}, '-q', "
-        "'--device', 'cpu']\n"
+        f"'--device', {device!r}]\n"
         "from rladv_cli.cli import main\n"
         "main()\n"
     )
@@ -100,19 +101,26 @@ def end_to_end(path: Path, estimator: str, out: Path) -> tuple[float, float]:
     return time.perf_counter() - t0, int(res.stdout.strip().splitlines()[-1]) / 1024
 
 
-def kernel_time(table: pa.Table, estimator: str) -> float:
-    cfg = rladv_cli.Config(estimator=estimator, lam=0.95, device="cpu")
-    batch = from_arrow(table, 0, torch.device("cpu"))
-    batch.pad_width = torch.full((batch.num_rows,), int(pa.compute.max(pa.compute.list_value_length(table["response_mask"])).as_py()))
-    gid = torch.from_numpy(np.unique(table["uid"].to_numpy(zero_copy_only=False), return_inverse=True)[1])
+def kernel_time(table: pa.Table, estimator: str, device: str = "cpu") -> float:
+    """rladv's estimator function alone on ``table`` as one flat batch on ``device``: the best of 5 calls
+    (synchronised on a GPU)."""
+    dev = torch.device(device)
+    cfg = rladv_cli.Config(estimator=estimator, lam=0.95, device=device)
+    batch = from_arrow(table, 0, dev)
+    longest = int(pa.compute.max(pa.compute.list_value_length(table["response_mask"])).as_py())
+    batch.pad_width = torch.full((batch.num_rows,), longest, device=dev)
+    gid = torch.from_numpy(np.unique(table["uid"].to_numpy(zero_copy_only=False), return_inverse=True)[1]).to(dev)
     batch.group_index = gid
     batch.groups = group_stats(batch.reward_total(), gid, int(gid.max()) + 1, batch.row_sum(batch.response_mask))
     fn = rladv_cli.ESTIMATORS[estimator].fn
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     fn(batch, cfg)
+    sync()
     times = []
     for _ in range(5):  # the best of 5: one call's time swings 3x with whether its output pages are fresh
         t0 = time.perf_counter()
         fn(batch, cfg)
+        sync()
         times.append(time.perf_counter() - t0)
     return min(times)
 

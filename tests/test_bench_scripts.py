@@ -1,0 +1,25 @@
+"""The benchmark scripts stay runnable: ``bench/gpu_check.py`` run against the CPU itself (its own check; a
+GPU session runs it with ``--device cuda``) on the smallest dataset."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_check_runs_end_to_end_against_the_cpu(tmp_path):
+    env = {**os.environ, "RLADV_BENCH_DATA": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--device", "cpu", "--tokens", "20K",
+                        "--parity-tokens", "20K", "--estimators", "gae,grpo", "--repeat", "1", "--out",
+                        str(tmp_path / "out")], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr + p.stdout
+    result = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    checked = {(r["data"], r["estimator"]) for r in result["parity"]}
+    assert ("multiturn.parquet", "remax") in checked and ("multiturn.parquet", "optimal_token_baseline") in checked
+    assert ("bench_20000.parquet", "gae") in checked
+    assert all(max(v for k, v in r.items() if k not in ("data", "estimator")) == 0.0 for r in result["parity"])
+    assert [k["estimator"] for k in result["kernels"]] == ["gae", "grpo"] and result["kernels"][0]["device_s"] > 0
+    assert [e["estimator"] for e in result["e2e"]] == ["gae", "grpo"] and result["e2e"][0]["cpu_s"] > 0
+    assert "largest parity difference 0.00e+00 (within 1e-05)" in p.stdout
