@@ -31,8 +31,9 @@ def _pipeline_imported():
     gc.disable()
     try:
         from . import pipeline
-    finally:
+
         gc.freeze()
+    finally:
         if enabled:
             gc.enable()
     try:

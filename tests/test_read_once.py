@@ -162,3 +162,18 @@ def test_compute_file_restores_the_switch_interval_and_the_collector(tmp_path, c
         assert sys.getswitchinterval() == before and gc.isenabled() == collector and gc.get_freeze_count() == 0
     finally:
         gc.enable()
+
+
+def test_a_failed_torch_import_leaves_the_collector_as_it_was(monkeypatch):
+    """An import error of the stages (a broken torch install, say) propagates and nothing stays frozen."""
+    import gc
+    import sys
+
+    from rladv_cli import api
+
+    monkeypatch.setitem(sys.modules, "rladv_cli.pipeline", None)  # `from . import pipeline` now fails
+    monkeypatch.delattr(rladv_cli, "pipeline", raising=False)  # (an earlier import left it on the package)
+    with pytest.raises(ImportError):
+        with api._pipeline_imported():
+            pass
+    assert gc.isenabled() and gc.get_freeze_count() == 0
