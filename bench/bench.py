@@ -82,6 +82,20 @@ def make_dataset(tokens: int, path: Path) -> None:
     pq.write_table(table, path, compression="zstd", row_group_size=1024)
 
 
+def dataset(tokens: int) -> Path:
+    """The seeded dataset of about ``tokens`` tokens in ``DATA``, generated the first time."""
+    path = DATA / f"bench_{tokens}.parquet"
+    if not path.exists():
+        DATA.mkdir(parents=True, exist_ok=True)
+        make_dataset(tokens, path)
+    return path
+
+
+def token_count(path: Path) -> int:
+    mask = pq.read_table(path, columns=["response_mask"])["response_mask"]
+    return int(pa.compute.sum(pa.compute.list_value_length(mask)).as_py())
+
+
 def end_to_end(path: Path, estimator: str, out: Path, device: str = "cpu") -> tuple[float, float]:
     """`rladv compute` as a fresh process, as the executable runs it: wall seconds and peak RSS (MiB)."""
     code = (
@@ -171,11 +185,8 @@ def main() -> None:
     print(header)
     for size in args.tokens.split(","):
         n = parse_size(size)
-        path = DATA / f"bench_{n}.parquet"
-        if not path.exists():
-            make_dataset(n, path)
-        tokens = int(pa.compute.sum(pa.compute.list_value_length(
-            pq.read_table(path, columns=["response_mask"])["response_mask"])).as_py())
+        path = dataset(n)
+        tokens = token_count(path)
         for estimator in args.estimators.split(","):
             out = DATA / f"out_{n}_{estimator}.parquet"
             # Each measurement starts from a quiet machine: no dirty pages of the last one still being written

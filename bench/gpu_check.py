@@ -29,21 +29,13 @@ import pyarrow.parquet as pq
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import DATA, end_to_end, io_floor, kernel_time, make_dataset, parse_size  # noqa: E402
+from bench import DATA, dataset, end_to_end, io_floor, kernel_time, parse_size, token_count  # noqa: E402
 
 import rladv_cli  # noqa: E402
 
 TOLERANCE = 1e-5
 COLUMNS = ("token_level_rewards", "advantages", "returns")
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_data" / "multiturn.parquet"
-
-
-def dataset(tokens: int) -> Path:
-    path = DATA / f"bench_{tokens}.parquet"
-    if not path.exists():
-        DATA.mkdir(exist_ok=True)
-        make_dataset(tokens, path)
-    return path
 
 
 def with_every_input(table: pa.Table) -> pa.Table:
@@ -115,10 +107,8 @@ def main() -> None:
         print(f"  {source:<26} {est:<30} " + "  ".join(f"{k} {v:.1e}" for k, v in diff.items()) + f"  {flag}")
         result["parity"].append({"data": source, "estimator": est, **diff})
 
-    n = parse_size(args.tokens)
-    path = dataset(n)
-    table = pq.read_table(path)
-    tokens = int(pa.compute.sum(pa.compute.list_value_length(table["response_mask"])).as_py())
+    path = dataset(parse_size(args.tokens))
+    table, tokens = pq.read_table(path), token_count(path)
     print(f"\nkernels ({tokens} tokens, one flat batch, best of 5)")
     for est in estimators:
         on_device, on_cpu = kernel_time(table, est, args.device), kernel_time(table, est, "cpu")
