@@ -93,7 +93,8 @@ def needs(name: str) -> dict:
 
 def run(table: pa.Table, name: str, **kw) -> pa.Table:
     kw.setdefault("chunk_rows", max(table.num_rows, 1))
-    out, _ = rladv_cli.compute(table, estimator=name, device="cpu", **kw)
+    kw.setdefault("device", "cpu")
+    out, _ = rladv_cli.compute(table, estimator=name, **kw)
     return out
 
 
@@ -491,16 +492,25 @@ def test_groups_spanning_files(name, data, s, kl, tmp_path_factory):
     assert_bit_equal(pq.read_table(d / "split.adv.parquet"), pq.read_table(d / "one.adv.parquet"))
 
 
-SCAN_ESTIMATORS = ["gae", "reinforce_plus_plus", "remax", "optimal_token_baseline", "tir_optimal_token_baseline"]
+def assert_same_results(expected, actual, name: str) -> None:
+    """Two outcomes of one computation on two paths: the same error, or every output column within
+    ATOL/RTOL row by row."""
+    if failed(expected):
+        assert failed(actual) and str(actual) == str(expected)
+        return
+    assert not failed(actual), f"{name}: {actual}"
+    for col in ("token_level_rewards", "advantages", "returns"):
+        for i, (a, b) in enumerate(zip(rows_of(expected, col), rows_of(actual, col))):
+            np.testing.assert_allclose(b, a, atol=ATOL, rtol=RTOL, err_msg=f"{name} {col} row {i}")
 
 
-@pytest.mark.skipif(not __import__("rladv_cli.kernels").kernels.NATIVE_SCAN, reason="the C scan was not built")
-@pytest.mark.parametrize("name", SCAN_ESTIMATORS)
-@examples(10)
+@pytest.mark.skipif(not __import__("rladv_cli.kernels").kernels.NATIVE_SCAN, reason="the C loops were not built")
+@pytest.mark.parametrize("name", NAMES)
+@examples(6)
 @given(data=st.data(), s=S.estimator_settings(), kl=S.kl_settings())
-def test_torch_scans_agree_with_the_c_loops(name, data, s, kl):
-    """The scans GPUs run (log-depth, torch) against the C loops the CPU runs, on the same data: the CPU/GPU
-    parity of the scan estimators, checked without a GPU."""
+def test_the_gpu_code_path_agrees_with_the_c_loops(name, data, s, kl):
+    """With the C loops (``_scan``, ``_rows``) taken away, the CPU runs what a GPU runs (log-depth torch
+    scans, segment reductions): CPU/GPU parity of the code paths, checked without a GPU."""
     from unittest import mock
 
     from rladv_cli import kernels
@@ -508,11 +518,19 @@ def test_torch_scans_agree_with_the_c_loops(name, data, s, kl):
     rollout = data.draw(S.rollouts(**needs(name)), label="rollout")
     table = rollout.table()
     native = attempt(run, table, name, **s, **kl)
-    with mock.patch.object(kernels, "_scan", None):
+    with mock.patch.object(kernels, "_scan", None), mock.patch.object(kernels, "_rows", None):
         torch_only = attempt(run, table, name, **s, **kl)
-    if failed(native):
-        assert failed(torch_only) and str(torch_only) == str(native)
-        return
-    for col in ("advantages", "returns"):
-        for i, (a, b) in enumerate(zip(rows_of(native, col), rows_of(torch_only, col))):
-            np.testing.assert_allclose(a, b, atol=ATOL, rtol=RTOL, err_msg=f"{name} {col} row {i}")
+    assert_same_results(native, torch_only, name)
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", NAMES)
+@examples(10)
+@given(data=st.data(), s=S.estimator_settings(), kl=S.kl_settings(), chunk=st.integers(1, 30))
+def test_cuda_agrees_with_cpu(name, data, s, kl, chunk):
+    """``device="cuda"`` against ``device="cpu"`` on random batches and chunkings (issue 6: atol 1e-5)."""
+    rollout = data.draw(S.rollouts(**needs(name)), label="rollout")
+    table = rollout.table()
+    on_cpu = attempt(run, table, name, chunk_rows=chunk, **s, **kl)
+    on_gpu = attempt(run, table, name, chunk_rows=chunk, device="cuda", **s, **kl)
+    assert_same_results(on_cpu, on_gpu, name)
