@@ -40,14 +40,18 @@ SAMPLE = Path(__file__).resolve().parents[1] / "sample_data" / "multiturn.parque
 
 def with_every_input(table: pa.Table) -> pa.Table:
     """``table`` with the inputs of remax (``reward_baselines``) and the optimal-token baselines
-    (``sum_pi_squared``) added where missing, seeded, so that every estimator runs on it."""
+    (``sum_pi_squared``) added where missing, seeded, so that every estimator runs on it. ``Σπ²`` is drawn as a
+    policy could have it: ``p² + u·(1 − p)²`` with ``p = exp(old_log_prob)`` and ``u ~ U(0, 1)`` (the sampled
+    token's own ``p²``, and at most ``(1 − p)²`` from the rest), so ``w = 1 − 2p + Σπ² ≥ 0``; independent
+    draws would make the baselines' denominators ``Σ W`` cancel to nothing, where any rounding decides."""
     rng = np.random.default_rng(0)
-    mask = table["response_mask"].combine_chunks()
     if "reward_baselines" not in table.column_names:
         table = table.append_column("reward_baselines", pa.array(rng.uniform(0, 1, table.num_rows), pa.float32()))
     if "sum_pi_squared" not in table.column_names:
-        values = pa.array(rng.uniform(0.05, 1.0, len(mask.flatten())), pa.float32())
-        offsets = pa.compute.subtract(mask.offsets, mask.offsets[0])
+        log_probs = table["old_log_probs"].combine_chunks()
+        p = np.exp(log_probs.flatten().to_numpy(zero_copy_only=False).astype(np.float64))
+        values = pa.array(p**2 + rng.uniform(0, 1, p.size) * (1 - p) ** 2, pa.float32())
+        offsets = pa.compute.subtract(log_probs.offsets, log_probs.offsets[0])
         table = table.append_column("sum_pi_squared", pa.ListArray.from_arrays(offsets, values))
     return table
 

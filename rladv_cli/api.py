@@ -26,20 +26,23 @@ def _pipeline_imported():
     """``pipeline`` (and torch) imported with the cyclic garbage collector paused, then, until the block
     ends, every object that exists then frozen out of its collections (``gc.freeze``; ``gc.unfreeze`` on
     exit). Importing torch creates ~120k objects: the collector would traverse them a dozen times (about
-    0.2 s, on the critical path of a run) and find nothing to free."""
-    enabled = gc.isenabled()
+    0.2 s, on the critical path of a run) and find nothing to free. A caller that froze objects itself keeps
+    its freeze: ``gc.unfreeze`` cannot tell its objects from ours, so nothing is frozen or unfrozen then."""
+    enabled, ours = gc.isenabled(), gc.get_freeze_count() == 0
     gc.disable()
     try:
         from . import pipeline
 
-        gc.freeze()
+        if ours:
+            gc.freeze()
     finally:
         if enabled:
             gc.enable()
     try:
         yield pipeline
     finally:
-        gc.unfreeze()
+        if ours:
+            gc.unfreeze()
 
 
 def _config(config: Optional[Config], settings: dict) -> Config:

@@ -74,8 +74,12 @@ def padded_row_sum(x: Tensor, row_offsets: Tensor, width: Tensor) -> Tensor:
     thread gives what a many-row batch gives.
 
     A row with at most one non-zero value sums to that value (or +0.0) in any order, so only rows with
-    two or more are padded and summed.
+    two or more are padded and summed. Tensors on another device are summed on the CPU and the totals moved
+    back: a GPU's float32 reduction order is not the CPU's, and on an H200 that moved grpo's advantages in
+    low-variance groups of the multiturn sample by up to 4e-5, beyond the CPU/GPU bound of 1e-5.
     """
+    if x.device.type != "cpu":
+        return padded_row_sum(x.cpu(), row_offsets.cpu(), width.cpu()).to(x.device)
     lengths = row_lengths(row_offsets)
     total, nonzero = _sums(x, row_offsets, nonzero=True)
     out = total.to(x.dtype).masked_fill_(nonzero == 0, 0.0)
@@ -163,10 +167,14 @@ def reverse_linear_scan(a: Tensor, b: Tensor, row_offsets: Tensor) -> Tensor:
 
     On the CPU with the native extension built (``NATIVE_SCAN``), the rows are scanned sequentially in C,
     in verl's order and rounding (one float32 multiply, then one add). Elsewhere (a GPU, or no compiler at
-    install time) the log-depth scan below runs; both agree within float32 rounding.
+    install time) the log-depth scan below runs in float64 and rounds once: in float32 its tree of products
+    and sums strayed up to 1.1e-5 from verl's loop on gae returns near 1 (5M-token bench data); in float64
+    what is left is the loop's own rounding, a few float32 ulps.
     """
     if _native_runs(_scan, a, b):
         return _native_scan(a, b, row_offsets)
+    if b.dtype == torch.float32:
+        return log_depth_scan(a.double(), b.double(), row_offsets).float()
     return log_depth_scan(a, b, row_offsets)
 
 
@@ -282,8 +290,12 @@ def group_stats(row_total: Tensor, group_index: Tensor, num_groups: int, valid_c
 
     Groups are bucketed by size and each bucket reduced as a ``[G_s, s]`` matrix of its members in row order,
     so every statistic uses the same float32 reduction as verl's per-group 1-D tensors. Sequential sums use
-    ``index_add_`` in row order (CPU), as verl's scatter does.
+    ``index_add_`` in row order, as verl's scatter does. Computed on the CPU whatever the inputs' device
+    (``B`` values; a GPU's reductions round otherwise) and returned on that device.
     """
+    device = row_total.device
+    if device.type != "cpu":
+        return group_stats(row_total.cpu(), group_index.cpu(), num_groups, valid_count.cpu()).to(device)
     dtype = row_total.dtype
     size = torch.bincount(group_index, minlength=num_groups)
     mean = torch.zeros(num_groups, dtype=dtype)

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_gpu_check_runs_end_to_end_against_the_cpu(tmp_path):
-    env = {**os.environ, "RLADV_BENCH_DATA": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "RLADV_BENCH_DATA": str(tmp_path / "data"), "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
     p = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--device", "cpu", "--tokens", "20K",
                         "--parity-tokens", "20K", "--estimators", "gae,grpo", "--repeat", "1", "--out",
                         str(tmp_path / "out")], capture_output=True, text=True, timeout=300, env=env)

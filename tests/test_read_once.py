@@ -149,6 +149,7 @@ def test_compute_file_restores_the_switch_interval_and_the_collector(tmp_path, c
     before = sys.getswitchinterval()
     frozen = []
     (gc.enable if collector else gc.disable)()
+    gc.unfreeze()  # (whatever the interpreter's start-up may have frozen)
     try:
         paths = files(tmp_path, rollouts(20, 9))
         rladv_cli.compute_file(paths, estimator="grpo", output=tmp_path / "o.parquet", chunk_rows=7, device="cpu",
@@ -164,6 +165,21 @@ def test_compute_file_restores_the_switch_interval_and_the_collector(tmp_path, c
         gc.enable()
 
 
+def test_a_callers_own_freeze_is_kept(tmp_path):
+    """A caller that froze objects (a pre-fork server, say) still has them frozen afterwards: compute_file
+    then leaves the collector's permanent generation alone (``gc.unfreeze`` would empty it)."""
+    import gc
+
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        rladv_cli.compute_file(files(tmp_path, rollouts(20, 9)), estimator="grpo", output=tmp_path / "o.parquet",
+                               device="cpu")
+        assert gc.get_freeze_count() > frozen // 2  # (frozen objects can still be freed; unfreeze gives 0)
+    finally:
+        gc.unfreeze()
+
+
 def test_a_failed_torch_import_leaves_the_collector_as_it_was(monkeypatch):
     """An import error of the stages (a broken torch install, say) propagates and nothing stays frozen."""
     import gc
@@ -173,6 +189,7 @@ def test_a_failed_torch_import_leaves_the_collector_as_it_was(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "rladv_cli.pipeline", None)  # `from . import pipeline` now fails
     monkeypatch.delattr(rladv_cli, "pipeline", raising=False)  # (an earlier import left it on the package)
+    gc.unfreeze()  # (whatever the interpreter's start-up may have frozen)
     with pytest.raises(ImportError):
         with api._pipeline_imported():
             pass
