@@ -42,9 +42,13 @@ def _flat(table, name: str) -> Optional[np.ndarray]:
 
 
 def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **settings) -> Explanation:
-    """Explain dataset row ``row`` (0-based; the row within the file for a single file) under ``estimator``."""
+    """Explain dataset row ``row`` (0-based; the row within the file for a single file) under ``estimator``.
+
+    Computed on the CPU unless ``settings`` name a device: a row or a group is no work for a GPU, and the CPU's
+    loops round as verl's do, which the recursion shown beside the advantages follows."""
     from .api import compute
 
+    settings.setdefault("device", "cpu")
     cfg = Config.build(estimator=estimator, **settings)
     ds = Dataset([inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs))
     if not 0 <= row < ds.num_rows:

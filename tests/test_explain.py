@@ -59,3 +59,14 @@ def test_cli_explain_table_and_json(tmp_path):
     assert res.exit_code == 0 and "running A" in res.stdout
     res = runner.invoke(app, ["explain", str(path), "--estimator", "gae", "--row", "0", "--json"])
     assert json.loads(res.stdout)["estimator"] == "gae"
+
+
+def test_explain_runs_on_the_cpu_where_a_gpu_is_present(tmp_path, monkeypatch):
+    """The derivation beside the advantages is verl's loop as the CPU rounds it, so explain computes there
+    even where ``--device auto`` would pick a GPU (here a pretended one: using it would fail)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    path = write(tmp_path, response_mask=[[1, 1, 1]], rm_scores=[[0, 0, 1]], values=[[0.2, 0.3, 0.4]])
+    e = explain([path], 0, "gae", gamma=1.0, lam=0.95)
+    np.testing.assert_allclose(e.advantages, [0.9913445, 0.0170926, -1.0084344], atol=1e-6)
