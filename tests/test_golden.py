@@ -5,9 +5,8 @@ where the expected response_mask is 1 (atol 1e-5, rtol 1e-4); verl's metrics by 
 """
 import json
 import shutil
-from pathlib import Path
-
 import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq

@@ -5,7 +5,9 @@
 3. results do not depend on the order of the rows;
 4. values and log-probs at mask-0 positions change nothing;
 5. ``batch_key``: each batch gets what computing it alone gives;
-6. a group split over two Parquet files of a folder gives what one file gives.
+6. a group split over two Parquet files of a folder gives what one file gives;
+7. CPU/GPU parity: the GPU's code path (the C loops taken away) and, where CUDA is present, the GPU itself
+   agree with the C loops within ATOL/RTOL.
 
 Strategies: tests/strategies.py.  Whole file: well under a minute on two CPU cores.
 """
