@@ -14,7 +14,8 @@ import pyarrow.compute as pc
 from . import validation
 from .config import Config
 from .errors import InputError, OutputError
-from .io import AtomicParquetWriter, Dataset, TableSource, check_output_path, default_output, write_json_atomic
+from .io import (AtomicParquetWriter, Dataset, TableSource, check_output_path, computed_columns, default_output,
+                 output_schema, write_json_atomic)
 from .report import Report
 
 PathLike = str | os.PathLike
@@ -57,7 +58,7 @@ def compute(table: pa.Table, config: Optional[Config] = None, *, progress: Optio
 
     ``settings`` are ``Config`` fields (``estimator="grpo", kl_coef=0.01, ...``) and override ``config``.
     """
-    from .pipeline import Pipeline, output_schema
+    from .pipeline import Pipeline
 
     cfg = _config(config, settings)
     source = TableSource(table)
@@ -92,16 +93,21 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
     # The reading and writing threads are in C most of the time, but each needs the GIL back between calls:
     # at Python's default 5 ms they queue behind the torch import and the stages, at 0.5 ms they do not.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    once = dataset.read_once(cfg.chunk_rows, cfg.cache_mib << 20, validation.check_chunk)  # while torch imports
     try:
-        with _pipeline_imported() as stages:
-            pipeline = stages.Pipeline(dataset, cfg, progress)
-            with AtomicParquetWriter(out, stages.output_schema(dataset.schema, pipeline.is_cfg is not None)) as sink:
-                report = finish_report(pipeline.run(sink.write), out, config_source, report_path, html_path)
-                sink.commit()
+        schema = output_schema(dataset.schema, with_is_weights=bool(cfg.rollout_is))
+        carried = [name for name in dataset.columns if name not in computed_columns(bool(cfg.rollout_is))]
+        with AtomicParquetWriter(out, schema, carried) as sink:
+            # while torch imports: the input is decoded and checked, and its carried columns encoded
+            once = dataset.read_once(cfg.chunk_rows, cfg.cache_mib << 20, validation.check_chunk, sink)
+            try:
+                with _pipeline_imported() as stages:
+                    pipeline = stages.Pipeline(dataset, cfg, progress)
+                    report = finish_report(pipeline.run(sink.write), out, config_source, report_path, html_path)
+                    sink.commit()
+            finally:
+                if once is not None:
+                    once.close()
     finally:
-        if once is not None:
-            once.close()
         sys.setswitchinterval(switch)
     return report
 

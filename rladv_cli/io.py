@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import InputError, OutputError
-from .parquet_join import RowGroupJoiner
+from .parquet_join import RowGroupJoiner, split_file
 
 # Output row groups have a fixed number of rows so the file's bytes do not depend on --chunk-rows. It is the
 # default --chunk-rows, so by default each chunk is one row group: written without regrouping copies, and the
@@ -160,14 +160,15 @@ class Dataset:
         return (Chunk(c.file_index, c.path, c.start, c.first_row, c.table.select(list(columns)), c.checked)
                 for c in kept)
 
-    def read_once(self, chunk_rows: int, budget: int, check: Check) -> "ReadOnce | None":
+    def read_once(self, chunk_rows: int, budget: int, check: Check,
+                  writer: "AtomicParquetWriter | None" = None) -> "ReadOnce | None":
         """When the dataset's decoded columns should fit ``budget`` bytes, start decoding (and ``check``ing)
         every chunk on a thread; ``shard_chunks`` calls with the same ``chunk_rows`` take them from there (see
-        ``ReadOnce``). Close it when the run ends. None (every pass reads the files) when the dataset looks
-        larger."""
+        ``ReadOnce``), and ``writer`` gets them as they are kept (``AtomicParquetWriter.carry``). Close it
+        when the run ends. None (every pass reads the files) when the dataset looks larger."""
         if sum(_decoded_bytes(f) for f in self._files) > budget:
             return None
-        self._once = ReadOnce(self, chunk_rows, budget, check)
+        self._once = ReadOnce(self, chunk_rows, budget, check, writer)
         return self._once
 
     def locate(self, row: int) -> tuple[str, int]:
@@ -196,10 +197,14 @@ class ReadOnce:
     dropped and the thread only reads ahead of the first pass (``READ_AHEAD`` chunks, each handed out once);
     later passes read the files themselves (``shard_chunks`` returns None). Memory stays within the budget
     plus a few chunks, whatever the dataset's size. A read error is raised where the pass reaches it.
+    ``writer`` receives every chunk as it is kept, in dataset order, and ``None`` once all were; when the
+    chunks are dropped, it drops what it took from them (``AtomicParquetWriter.carry``, ``drop_carried``):
+    memory is short then.
     """
 
-    def __init__(self, dataset: Dataset, chunk_rows: int, budget: int, check: Check):
-        self.chunk_rows, self.budget, self._check = chunk_rows, budget, check
+    def __init__(self, dataset: Dataset, chunk_rows: int, budget: int, check: Check,
+                 writer: "AtomicParquetWriter | None" = None):
+        self.chunk_rows, self.budget, self._check, self._writer = chunk_rows, budget, check, writer
         self._kept_bytes = 0
         self._chunks: list[Chunk | None] = []  # in dataset order; None once handed out and not kept
         self._keep = True
@@ -218,6 +223,8 @@ class ReadOnce:
                 for chunk in shard.chunks(None, self.chunk_rows):
                     if not self._put(self._checked(chunk)):
                         return
+                    self._carried(chunk.table)
+            self._carried(None)
         except BaseException as err:
             with self._cond:
                 self._error = err
@@ -225,6 +232,11 @@ class ReadOnce:
             with self._cond:
                 self._done = True
                 self._cond.notify_all()
+
+    def _carried(self, table: pa.Table | None) -> None:
+        """Hand the writer the chunk just kept (``None``: the end), as long as every chunk so far was kept."""
+        if self._writer is not None and self._keep:
+            self._writer.carry(table)
 
     def _checked(self, chunk: Chunk) -> Chunk:
         """The chunk marked ``checked`` when all its columns pass ``check``. A chunk that fails stays unmarked:
@@ -244,6 +256,8 @@ class ReadOnce:
                 self._kept_bytes = 0
                 for i in range(self._taken):
                     self._chunks[i] = None
+                if self._writer is not None:
+                    self._writer.drop_carried()
             while not self._keep and len(self._chunks) - self._taken >= READ_AHEAD and not self._closed:
                 self._cond.wait()
             if self._closed:
@@ -342,6 +356,51 @@ def writer_options(schema: pa.Schema) -> dict:
     return {"compression": COMPRESSION, "use_dictionary": scalar, "write_statistics": scalar}
 
 
+def output_schema(schema: pa.Schema, with_is_weights: bool) -> pa.Schema:
+    """Input columns in their order (rewritten masks as int8 lists), then the added columns (CONTRACT §3)."""
+    added = computed_columns(with_is_weights)
+    fields = [pa.field(f.name, added.pop(f.name)) if f.name in added else f for f in schema]
+    return pa.schema(fields + [pa.field(name, t) for name, t in added.items()], metadata=schema.metadata)
+
+
+def computed_columns(with_is_weights: bool) -> dict[str, pa.DataType]:
+    """The output columns rladv computes, with their types; every other output column is an input column
+    carried over unchanged."""
+    f32, i8 = pa.list_(pa.float32()), pa.list_(pa.int8())
+    added = {"token_level_rewards": f32, "response_mask": i8, "loss_mask": i8, "advantages": f32, "returns": f32}
+    return {**added, "rollout_is_weights": f32} if with_is_weights else added
+
+
+class _Carried:
+    """One row group's carried columns, encoded by a background encoder (``early``) or, when the row group is
+    written before that one is done, by the row group's own task (``part``), which never waits for it: the
+    background encoders run at the lowest CPU priority, and waiting for one could take as long as the run."""
+
+    def __init__(self, table: pa.Table, encode: Callable[[pa.Table], pa.Buffer]):
+        self.table, self.num_rows, self._encode = table, table.num_rows, encode
+        self._part: pa.Buffer | None = None
+        self._claimed = threading.Lock()
+
+    def early(self) -> None:
+        table = self.table  # None once dropped
+        if table is not None and self._claimed.acquire(blocking=False):
+            self._part = self._encode(table)
+
+    def part(self) -> pa.Buffer:
+        if self._claimed.acquire(blocking=False):  # not started: encode it here
+            self._part = self._encode(self.table)
+        return self._part if self._part is not None else self._encode(self.table)
+
+
+def _lowest_priority() -> None:
+    """Run this thread at nice 19 (Linux priorities are per thread), so that it takes only CPU time that
+    nothing else wants."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):  # no per-thread priorities here: run as the others do
+        pass
+
+
 class AtomicParquetWriter:
     """Writes to a temporary file beside ``path`` and renames it over ``path`` only on ``commit()``.
 
@@ -353,21 +412,67 @@ class AtomicParquetWriter:
     row groups are in flight; an encoder's error is raised by a later ``write`` or by ``commit``. ``abort()``
     (or leaving the context with an exception) removes the temporary file and leaves any existing ``path``
     untouched.
+
+    The ``carried`` columns (input columns the output holds unchanged) may arrive early, from row 0 on, through
+    ``carry``: they are encoded as soon as a row group's worth is there (``compute_file`` hands them over as
+    the input is decoded, while torch imports), and ``write`` then encodes only the other columns of that
+    row group; ``append_columns`` puts the pages of both together, the same bytes again.
     """
 
-    def __init__(self, path: str, schema: pa.Schema):
+    def __init__(self, path: str, schema: pa.Schema, carried: Sequence[str] = ()):
         self.path = path
         self.schema = schema
         self._options = writer_options(schema)
         self._file, self._tmp = _temp_file(os.path.dirname(os.path.abspath(path)), ".parquet.tmp", "wb")
-        self._joiner = RowGroupJoiner(self._file)
+        self._encoders = ThreadPoolExecutor(ENCODERS, thread_name_prefix="rladv-encode")
+        self._early = ThreadPoolExecutor(ENCODERS, thread_name_prefix="rladv-carry", initializer=_lowest_priority)
+        try:
+            self._joiner = RowGroupJoiner(self._file, split_file(self._encode(None))[1])
+        except BaseException:
+            self.abort()
+            raise
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
-        self._encoders = ThreadPoolExecutor(ENCODERS, thread_name_prefix="rladv-encode")
         self._in_flight: collections.deque[Future] = collections.deque()
         self._turn = threading.Event()  # set once the row groups before the next one are in the file
         self._turn.set()
         self._failed = False
+        self._groups = 0  # row groups handed to the encoders by ``write``
+        self._carried_names = [n for n in schema.names if n in set(carried)]
+        self._computed_names = [n for n in schema.names if n not in set(carried)]
+        self._carried: dict[int, _Carried] = {}  # by row group
+        self._carry_pending: list[pa.Table] = []
+        self._carry_rows = 0
+        self._carry_groups = 0
+        self._carrying = True
+
+    def carry(self, table: pa.Table | None) -> None:
+        """The next rows of the input (any columns, the carried ones among them); ``None`` after the last
+        row. A row group is encoded once all its rows are here; rows never followed by ``None`` or by a whole
+        row group's worth are written the usual way. Nothing is carried after ``drop_carried``."""
+        if not self._carrying:
+            return
+        if table is not None:
+            self._carry_pending.append(table.select(self._carried_names))
+            self._carry_rows += table.num_rows
+        while self._carry_rows >= ROW_GROUP_ROWS or (table is None and self._carry_rows):
+            rows = min(self._carry_rows, ROW_GROUP_ROWS)
+            buffered = pa.concat_tables(self._carry_pending)
+            carried = _Carried(buffered.slice(0, rows), self._encode)
+            self._carried[self._carry_groups] = carried
+            self._carry_groups += 1
+            self._early.submit(carried.early)
+            rest = buffered.slice(rows)
+            self._carry_pending = [rest] if rest.num_rows else []
+            self._carry_rows = rest.num_rows
+
+    def drop_carried(self) -> None:
+        """Forget every carried row group (their encodings not started are skipped); all are encoded whole."""
+        for carried in self._carried.values():
+            carried.table = None
+        self._carried.clear()
+        self._carry_pending, self._carry_rows = [], 0
+        self._carrying = False  # rows carried later would not line up with the rows written
 
     def write(self, table: pa.Table) -> None:
         if not table.schema.equals(self.schema):
@@ -380,7 +485,9 @@ class AtomicParquetWriter:
     def _submit(self, rows: int) -> None:
         buffered = pa.concat_tables(self._pending)
         turn, self._turn = self._turn, threading.Event()
-        task = self._encoders.submit(self._encode_and_append, buffered.slice(0, rows), turn, self._turn)
+        carried = self._carried.pop(self._groups, None)
+        self._groups += 1
+        task = self._encoders.submit(self._encode_and_append, buffered.slice(0, rows), carried, turn, self._turn)
         self._in_flight.append(task)
         rest = buffered.slice(rows)
         self._pending = [rest] if rest.num_rows else []
@@ -388,14 +495,25 @@ class AtomicParquetWriter:
         while len(self._in_flight) > ENCODERS:
             self._in_flight.popleft().result()
 
-    def _encode_and_append(self, rows: pa.Table, turn: threading.Event, next_turn: threading.Event) -> None:
-        """Encode a row group, wait for the ones before it, append it. Tasks start in order, so the one
-        awaited is running or done; the thread that encoded a part also frees it."""
+    def _encode_and_append(self, rows: pa.Table, carried: _Carried | None, turn: threading.Event,
+                           next_turn: threading.Event) -> None:
+        """Encode a row group (the columns not carried, when the carried ones are encoded apart), wait for
+        the ones before it, append it. Tasks start in order, so the one awaited is running or done; the
+        thread that encoded a part also frees it."""
         try:
-            part = self._encode(rows)
+            if carried is None:
+                part = self._encode(rows)
+            else:
+                if carried.num_rows != rows.num_rows:
+                    raise RuntimeError(f"row group of {rows.num_rows} rows, carried columns of {carried.num_rows}")
+                parts = [carried.part(), self._encode(rows.select(self._computed_names))]
             turn.wait()
-            if not self._failed:
+            if self._failed:
+                return
+            if carried is None:
                 self._joiner.append(part)
+            else:
+                self._joiner.append_columns(parts, self.schema.names)
         except BaseException:
             self._failed = True
             raise
@@ -405,7 +523,7 @@ class AtomicParquetWriter:
     def _encode(self, rows: pa.Table | None) -> pa.Buffer:
         """One row group (none for ``None``) as a whole Parquet file in memory."""
         sink = pa.BufferOutputStream()
-        with pq.ParquetWriter(sink, self.schema, **self._options) as writer:
+        with pq.ParquetWriter(sink, self.schema if rows is None else rows.schema, **self._options) as writer:
             if rows is not None:
                 writer.write_table(rows.combine_chunks(), row_group_size=rows.num_rows)
         return sink.getvalue()
@@ -415,16 +533,16 @@ class AtomicParquetWriter:
             self._submit(self._pending_rows)
         while self._in_flight:
             self._in_flight.popleft().result()
-        if self._joiner.footer is None:  # no rows: the footer of a file without row groups
-            self._joiner.append(self._encode(None))
         self._joiner.finish()
         self._encoders.shutdown()
+        self._early.shutdown(wait=False, cancel_futures=True)
         self._file.close()
         os.replace(self._tmp, self.path)
 
     def abort(self) -> None:
         try:
             self._failed = True
+            self._early.shutdown(wait=False, cancel_futures=True)
             self._encoders.shutdown(cancel_futures=True)
             self._file.close()
         finally:

@@ -22,11 +22,14 @@ MAGIC = b"PAR1"
 _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(1, 13)
 _INTEGERS = (_I16, _I32, _I64)
 
-# Field ids (parquet.thrift) of the absolute file offsets, by struct.
+# Field ids (parquet.thrift) of the absolute file offsets, by struct, and of the sizes a row group sums.
 _FILE_NUM_ROWS, _FILE_ROW_GROUPS = 3, 4
-_ROW_GROUP_COLUMNS, _ROW_GROUP_FILE_OFFSET = 1, 5
+_ROW_GROUP_COLUMNS, _ROW_GROUP_BYTES, _ROW_GROUP_FILE_OFFSET, _ROW_GROUP_COMPRESSED = 1, 2, 5, 6
 _CHUNK_OFFSETS = (2, 4, 6)          # file_offset, offset_index_offset, column_index_offset
 _CHUNK_META_DATA = 3
+_CHUNK_OUTSIDE = (4, 6)             # page indexes: written after the row groups, not inside a column chunk
+_META_PATH, _META_COMPRESSED = 3, 7
+_META_DATA_PAGE, _META_DICTIONARY_PAGE, _META_BLOOM_FILTER = 9, 11, 14
 _META_OFFSETS = (9, 10, 11, 14)     # data, index and dictionary page offsets, bloom_filter_offset
 
 # A struct is a list of [field id, type code, value]; a list or set is (element type, [values]); a map is
@@ -188,14 +191,16 @@ def _shift(fields: Struct, field_ids: tuple[int, ...], by: int) -> None:
 class RowGroupJoiner:
     """Appends whole Parquet files (same schema and writer settings) to ``sink`` as the row groups of one file.
 
-    ``append`` each part in row order, then ``finish`` writes the footer: the first part's, with the row
-    groups of all parts and the total row count. At least one part (it may have no row groups) is needed."""
+    ``append`` each part in row order, or build a row group from the columns of several parts with
+    ``append_columns``, then ``finish`` writes the footer: ``footer`` (that of any file of the whole schema,
+    e.g. one without rows) or else the first part's, with the row groups of all parts and the total row count.
+    At least one part (it may have no row groups) or a ``footer`` is needed."""
 
-    def __init__(self, sink: BinaryIO):
+    def __init__(self, sink: BinaryIO, footer: Struct | None = None):
         self.sink = sink
         self.sink.write(MAGIC)
         self.position = len(MAGIC)
-        self.footer: Struct | None = None
+        self.footer = footer
         self.row_groups: list[bytes] = []  # encoded
         self.num_rows = 0
 
@@ -206,15 +211,52 @@ class RowGroupJoiner:
         for row_group in groups[2][1] if groups else []:
             _shift(row_group, (_ROW_GROUP_FILE_OFFSET,), by)
             for chunk in _field(row_group, _ROW_GROUP_COLUMNS)[2][1]:
-                _shift(chunk, _CHUNK_OFFSETS, by)
-                meta = _field(chunk, _CHUNK_META_DATA)
-                if meta is not None:
-                    _shift(meta[2], _META_OFFSETS, by)
+                _shift_chunk(chunk, by)
             self.row_groups.append(encode_footer(row_group))  # bytes: a parsed one is ~50x larger
         self.num_rows += _field(footer, _FILE_NUM_ROWS)[2]
         self.footer = self.footer or footer
         self.sink.write(body)
         self.position += len(body)
+
+    def append_columns(self, parts: list, names: list[str]) -> None:
+        """One row group whose columns come from ``parts``, one-row-group files of the same rows written with
+        the same settings, each holding some of the columns: the top-level columns ``names``, in that order.
+        A column chunk's pages are one run of bytes (dictionary page first), copied as they are, so the row
+        group is the one a single writer writes for all the columns."""
+        pieces: dict[str, list] = {}
+        totals = {_ROW_GROUP_BYTES: 0, _ROW_GROUP_COMPRESSED: 0}
+        for part in parts:
+            body, footer = split_file(part)
+            (row_group,) = _field(footer, _FILE_ROW_GROUPS)[2][1]
+            for field_id in totals:
+                totals[field_id] += _field(row_group, field_id)[2]
+            for chunk in _field(row_group, _ROW_GROUP_COLUMNS)[2][1]:
+                meta = _field(chunk, _CHUNK_META_DATA)[2]
+                if any(_field(chunk, f) for f in _CHUNK_OUTSIDE) or _field(meta, _META_BLOOM_FILTER):
+                    raise ValueError("append_columns: page indexes and bloom filters are not supported")
+                dictionary = _field(meta, _META_DICTIONARY_PAGE)
+                start = dictionary[2] if dictionary and dictionary[2] > 0 else _field(meta, _META_DATA_PAGE)[2]
+                end = start + _field(meta, _META_COMPRESSED)[2]
+                name = _field(meta, _META_PATH)[2][1][0].decode()
+                pieces.setdefault(name, []).append((chunk, body[start - len(MAGIC):end - len(MAGIC)], start))
+        missing, extra = [n for n in names if n not in pieces], sorted(set(pieces) - set(names))
+        if missing or extra:
+            raise ValueError(f"append_columns: no part holds columns {missing}" if missing else
+                             f"append_columns: columns {extra} are not among the names given")
+        first = self.position
+        columns = []
+        for name in names:
+            for chunk, pages, start in pieces[name]:
+                _shift_chunk(chunk, self.position - start)
+                columns.append(chunk)
+                self.sink.write(pages)
+                self.position += len(pages)
+        _field(row_group, _ROW_GROUP_COLUMNS)[2] = (_STRUCT, columns)
+        _field(row_group, _ROW_GROUP_FILE_OFFSET)[2] = first
+        for field_id, total in totals.items():
+            _field(row_group, field_id)[2] = total
+        self.row_groups.append(encode_footer(row_group))
+        self.num_rows += _field(footer, _FILE_NUM_ROWS)[2]
 
     def finish(self) -> None:
         if self.footer is None:
@@ -225,3 +267,11 @@ class RowGroupJoiner:
             groups[2] = (_STRUCT, self.row_groups)
         footer = encode_footer(self.footer)
         self.sink.write(footer + struct.pack("<I", len(footer)) + MAGIC)
+
+
+def _shift_chunk(chunk: Struct, by: int) -> None:
+    """Move a column chunk's offsets (its own and its metadata's) by ``by`` bytes."""
+    _shift(chunk, _CHUNK_OFFSETS, by)
+    meta = _field(chunk, _CHUNK_META_DATA)
+    if meta is not None:
+        _shift(meta[2], _META_OFFSETS, by)

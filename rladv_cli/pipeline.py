@@ -43,7 +43,7 @@ from .diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions
                           token_stats)
 from .errors import ComputeError, ConfigError, InputError
 from .estimators import ESTIMATORS
-from .io import Chunk, Shard
+from .io import Chunk, Shard, output_schema
 from .labels import Labels, uid_merges
 from .report import KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens, row_stats
 from .shaping import KLController, apply_kl, kl_penalty, overlong_penalty
@@ -58,16 +58,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: torch sees no CUDA device here; use --device cpu or auto")
     return torch.device(name)
-
-
-def output_schema(schema: pa.Schema, with_is_weights: bool) -> pa.Schema:
-    """Input columns in their order (rewritten masks as int8 lists), then the added columns (CONTRACT §3)."""
-    f32, i8 = pa.list_(pa.float32()), pa.list_(pa.int8())
-    added = {"token_level_rewards": f32, "response_mask": i8, "loss_mask": i8, "advantages": f32, "returns": f32}
-    if with_is_weights:
-        added["rollout_is_weights"] = f32
-    fields = [pa.field(f.name, added.pop(f.name)) if f.name in added else f for f in schema]
-    return pa.schema(fields + [pa.field(name, t) for name, t in added.items()], metadata=schema.metadata)
 
 
 @dataclass

@@ -443,3 +443,76 @@ def test_token_lists_carry_no_statistics_and_labels_do(tmp_path):
     chunk = pq.ParquetFile(out).metadata.row_group(0)
     stats = {chunk.column(i).path_in_schema: chunk.column(i).is_stats_set for i in range(chunk.num_columns)}
     assert stats == {"uid": True, "advantages.list.element": False}
+
+
+class _Early:
+    """Stands in for the writer's background encoders: runs each early encoding at once (``now``), never
+    (``never``), or claims it without finishing it (``stuck``: an encoder starved at the lowest priority)."""
+
+    def __init__(self, mode: str):
+        self.mode = mode
+
+    def submit(self, early):
+        if self.mode == "now":
+            early()
+        elif self.mode == "stuck":
+            early.__self__._claimed.acquire()
+
+    def shutdown(self, **_):
+        pass
+
+
+def _carried_table(rows: int) -> pa.Table:
+    rng = np.random.default_rng(rows)
+    lengths = rng.integers(1, 20, rows)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    n = int(lengths.sum())
+    return pa.table({"uid": pa.array([f"u{i // 3}" for i in range(rows)]),
+                     "responses": pa.ListArray.from_arrays(offsets, pa.array(rng.integers(0, 1000, n).astype(np.int32))),
+                     "advantages": pa.ListArray.from_arrays(offsets, pa.array(rng.normal(size=n).astype(np.float32))),
+                     "score": pa.array(rng.normal(size=rows))})
+
+
+def _write_with_carry(path, table, mode: str, carried_rows: int, chunk: int = 37, end: bool = True):
+    from rladv_cli.io import AtomicParquetWriter
+
+    with AtomicParquetWriter(str(path), table.schema, carried=["uid", "responses", "score"]) as sink:
+        if mode != "threads":
+            sink._early.shutdown()
+            sink._early = _Early(mode)
+        for start in range(0, carried_rows, chunk):
+            sink.carry(table.slice(start, min(chunk, carried_rows - start)))
+        if end:
+            sink.carry(None)
+        for start in range(0, table.num_rows, chunk):
+            sink.write(table.slice(start, chunk))
+        sink.commit()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("mode", ["threads", "now", "never", "stuck"])
+@pytest.mark.parametrize("carried_rows, end", [(300, True), (150, False), (0, True)])
+def test_carried_columns_encoded_apart_give_the_bytes_of_one_writer(tmp_path, monkeypatch, mode, carried_rows, end):
+    """The input columns the output holds unchanged may be encoded early, as the input is read; whether their
+    encoding finished early, never started, or is stuck on a starved thread, and whether every row group or
+    only the first ones were carried, the file is the one a single writer writes."""
+    from rladv_cli import io as rio
+
+    monkeypatch.setattr(rio, "ROW_GROUP_ROWS", 64)
+    table = _carried_table(300)
+    got = _write_with_carry(tmp_path / "carried.parquet", table, mode, carried_rows, end=end)
+    one = tmp_path / "one.parquet"
+    with pq.ParquetWriter(one, table.schema, **rio.writer_options(table.schema)) as writer:
+        for start in range(0, 300, 64):
+            writer.write_table(table.slice(start, 64), row_group_size=64)
+    assert got == one.read_bytes()
+
+
+def test_carried_rows_that_do_not_line_up_with_the_written_ones_leave_nothing(tmp_path, monkeypatch):
+    from rladv_cli import io as rio
+
+    monkeypatch.setattr(rio, "ROW_GROUP_ROWS", 64)
+    table = _carried_table(300)
+    with pytest.raises(RuntimeError, match="row group of 64 rows, carried columns of 36"):
+        _write_with_carry(tmp_path / "out.parquet", table, "now", carried_rows=100)
+    assert list(tmp_path.iterdir()) == []

@@ -120,3 +120,58 @@ def test_the_joiner_keeps_about_a_kibibyte_per_row_group(tmp_path):
         joiner.finish()
     assert kept / 500 < 4096, kept / 500
     assert pq.ParquetFile(tmp_path / "joined.parquet").metadata.num_row_groups == 501
+
+
+def _nested(rows: int, seed: int) -> pa.Table:
+    """``_table`` and a struct column of two leaves."""
+    rng = np.random.default_rng(seed + 1)
+    meta = pa.StructArray.from_arrays([pa.array(rng.integers(0, 5, rows)), pa.array([f"t{i % 3}" for i in range(rows)])],
+                                      ["turn", "tool"])
+    return _table(rows, seed).append_column("meta", meta)
+
+
+def _part(table: pa.Table, **options) -> pa.Buffer:
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, table.schema, **options) as writer:
+        writer.write_table(table, row_group_size=max(table.num_rows, 1))
+    return sink.getvalue()
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=list(OPTIONS))
+@settings(max_examples=8, deadline=None)
+@given(rows=st.integers(1, 300), group=st.sampled_from([1, 7, 64, 512]), seed=st.integers(0, 2**16),
+       split=st.lists(st.integers(0, 2), min_size=5, max_size=5))
+def test_row_groups_put_together_from_the_columns_of_several_parts_are_the_bytes_of_one_writer(
+        options, rows, group, seed, split):
+    """Each column (a struct's two leaves among them) is written by one of up to three writers; the row group
+    built from their column chunks is the one a single writer writes for all of them."""
+    table = _nested(rows, seed)
+    kwargs = OPTIONS[options](table.schema)
+    _, footer = split_file(_part(table.slice(0, 0), **kwargs))
+    out = io.BytesIO()
+    joiner = RowGroupJoiner(out, footer)
+    for start in range(0, rows, group):
+        piece = table.slice(start, group)
+        parts = [_part(piece.select([n for n, k in zip(table.column_names, split) if k == i]), **kwargs)
+                 for i in sorted(set(split))]
+        joiner.append_columns(parts, table.column_names)
+    joiner.finish()
+    assert out.getvalue() == _one_writer(table, group, **kwargs)
+    assert pq.read_table(pa.BufferReader(out.getvalue())).equals(table)
+
+
+def test_columns_missing_from_the_parts_or_from_the_names_are_refused():
+    table = _table(10)
+    first, second = _part(table.select(["uid", "score"])), _part(table.select(["response_mask", "advantages"]))
+    with pytest.raises(ValueError, match=r"no part holds columns \['response_mask', 'advantages'\]"):
+        RowGroupJoiner(io.BytesIO()).append_columns([first], table.column_names)
+    with pytest.raises(ValueError, match=r"columns \['advantages'\] are not among the names"):
+        RowGroupJoiner(io.BytesIO()).append_columns([first, second], ["uid", "score", "response_mask"])
+
+
+def test_page_indexes_are_refused_when_putting_columns_together():
+    """A page index lies after the row groups, outside the column chunk's bytes: it cannot be copied along."""
+    table = _table(10)
+    part = _part(table, write_page_index=True)
+    with pytest.raises(ValueError, match="page indexes"):
+        RowGroupJoiner(io.BytesIO()).append_columns([part], table.column_names)

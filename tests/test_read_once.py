@@ -68,15 +68,35 @@ def test_a_dataset_that_fits_is_read_once_and_gives_the_same_bytes(tmp_path, rea
     assert reads[str(paths[0])] > 40 * 2  # each pass reads again
 
 
+@pytest.mark.parametrize("estimator", ["grpo", "gae"])
+def test_carried_columns_are_encoded_as_the_input_is_read_and_give_the_same_bytes(tmp_path, monkeypatch, estimator):
+    """While the input is decoded (and torch imports), the input columns the output holds unchanged are
+    encoded, row group by row group, across file boundaries; the write pass encodes only rladv's columns."""
+    monkeypatch.setattr(rio, "ROW_GROUP_ROWS", 16)
+    used = []
+    monkeypatch.setattr(rio._Carried, "part", lambda self, part=rio._Carried.part: (used.append(self.num_rows), part(self))[1])
+    paths = files(tmp_path, rollouts(40, 0, prompt=20), rollouts(33, 2, prompt=20))
+    kept = run(paths, tmp_path / "kept.parquet", estimator, cache_mib=64)
+    assert used == [16, 16, 16, 16, 9]
+    used.clear()
+    streamed = run(paths, tmp_path / "streamed.parquet", estimator, cache_mib=0)
+    assert used == [] and kept == streamed
+
+
 def test_a_dataset_larger_than_its_footer_says_falls_back_to_streaming(tmp_path, reads, monkeypatch):
     """Long dictionary-encoded strings look small on disk; once the decoded chunks pass the budget they are
     dropped, the first pass goes on from the thread, and later passes read the file."""
     paths = files(tmp_path, rollouts(64, 3, prompt=40_000))
     assert rio._decoded_bytes(rio.open_parquet(str(paths[0]))) < 1 << 20
-    states = []
+    states, carried, used = [], [], []
     monkeypatch.setattr(rio.ReadOnce, "close", lambda self, close=rio.ReadOnce.close: (states.append(self.kept), close(self)))
+    # the writer drops the row groups it took before the fall-back: memory is short
+    monkeypatch.setattr(rio, "ROW_GROUP_ROWS", 4)
+    monkeypatch.setattr(rio._Carried, "__init__", lambda self, *a, init=rio._Carried.__init__: (carried.append(1), init(self, *a))[1])
+    monkeypatch.setattr(rio._Carried, "part", lambda self, part=rio._Carried.part: (used.append(1), part(self))[1])
     fallback = run(paths, tmp_path / "a.parquet", "grpo", cache_mib=1)
     assert states == [False] and reads[str(paths[0])] > 64 * 2
+    assert carried and not used
     assert fallback == run(paths, tmp_path / "b.parquet", "grpo", cache_mib=0)
 
 
