@@ -6,6 +6,7 @@ import dataclasses
 import glob
 import itertools
 import os
+import sys
 import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -393,12 +394,13 @@ class _Carried:
 
 
 def _lowest_priority() -> None:
-    """Run this thread at nice 19 (Linux priorities are per thread), so that it takes only CPU time that
-    nothing else wants."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):  # no per-thread priorities here: run as the others do
-        pass
+    """Run this thread at nice 19 (on Linux a priority is per thread), so that it takes only CPU time that
+    nothing else wants. Elsewhere the thread keeps the process's priority."""
+    if sys.platform.startswith("linux"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except OSError:  # not allowed here (a seccomp profile): run as the others do
+            pass
 
 
 class AtomicParquetWriter:

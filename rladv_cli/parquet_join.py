@@ -10,6 +10,11 @@ outside encrypted files; a test compares the bytes).
 
 The Thrift codec is generic (field order, integer widths and list headers survive a decode/encode round
 trip byte for byte); only the offset fields named below are interpreted.
+
+``append_columns`` puts one row group together from several such files, each holding some of the columns of
+the same rows (``io.AtomicParquetWriter`` encodes the input columns the output carries unchanged while the
+input is read, and rladv's own columns later): a column chunk is one run of pages, so its bytes are copied and
+only its offsets move.
 """
 from __future__ import annotations
 

@@ -516,3 +516,23 @@ def test_carried_rows_that_do_not_line_up_with_the_written_ones_leave_nothing(tm
     with pytest.raises(RuntimeError, match="row group of 64 rows, carried columns of 36"):
         _write_with_carry(tmp_path / "out.parquet", table, "now", carried_rows=100)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priorities are Linux's")
+def test_the_early_encoders_run_at_the_lowest_priority():
+    """They take only CPU time the torch import and the reading leave idle (nice 19, this thread only)."""
+    import threading
+
+    from rladv_cli.io import _lowest_priority
+
+    seen = []
+
+    def probe():
+        _lowest_priority()
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    worker = threading.Thread(target=probe)
+    worker.start()
+    worker.join()
+    assert seen == [19]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) != 19
