@@ -123,6 +123,10 @@ class Dataset:
         self.schema = self._files[0].schema_arrow
         for path, f in zip(self.paths[1:], self._files[1:]):
             self._check_same_schema(path, f.schema_arrow)
+        # the files agree on types; a column that may hold nulls in any of them may in the dataset
+        nullable = {field.name for f in self._files for field in f.schema_arrow if field.nullable}
+        self.schema = pa.schema([field.with_nullable(True) if field.name in nullable else field for field in self.schema],
+                                metadata=self.schema.metadata)
         self.file_rows = [f.metadata.num_rows for f in self._files]
         self.num_rows = sum(self.file_rows)
         starts = [0, *itertools.accumulate(self.file_rows)]
@@ -441,6 +445,7 @@ class AtomicParquetWriter:
         self._failed = False
         self._groups = 0  # row groups handed to the encoders by ``write``
         self._carried_names = [n for n in schema.names if n in set(carried)]
+        self._carried_schema = pa.schema([schema.field(n) for n in self._carried_names], metadata=schema.metadata)
         self._computed_names = [n for n in schema.names if n not in set(carried)]
         self._carried: dict[int, _Carried] = {}  # by row group
         self._carry_pending: list[pa.Table] = []
@@ -454,8 +459,9 @@ class AtomicParquetWriter:
         row group's worth are written the usual way. Nothing is carried after ``drop_carried``."""
         if not self._carrying:
             return
-        if table is not None:
-            self._carry_pending.append(table.select(self._carried_names))
+        if table is not None:  # labelled with the output's fields, as ``write``'s tables are (files may differ)
+            self._carry_pending.append(pa.Table.from_arrays([table[n] for n in self._carried_names],
+                                                            schema=self._carried_schema))
             self._carry_rows += table.num_rows
         while self._carry_rows >= ROW_GROUP_ROWS or (table is None and self._carry_rows):
             rows = min(self._carry_rows, ROW_GROUP_ROWS)

@@ -83,6 +83,25 @@ def test_carried_columns_are_encoded_as_the_input_is_read_and_give_the_same_byte
     assert used == [] and kept == streamed
 
 
+@pytest.mark.parametrize("with_nulls", [False, True])
+def test_files_that_differ_in_nullability_give_a_nullable_column(tmp_path, monkeypatch, with_nulls):
+    """A dataset's files must agree on column types, not on nullability: a column that may hold nulls in one
+    file may in the output, whether the write pass or the early encoding writes it (a row group here spans
+    both files). Before, the carried column took one file's fields and failed to join the other's, and with
+    nulls the output's non-nullable column failed in the writer, with a traceback."""
+    monkeypatch.setattr(rio, "ROW_GROUP_ROWS", 16)
+    first, second = rollouts(40, 0), rollouts(33, 2)
+    tags = [None if with_nulls and i % 5 == 0 else i for i in range(33)]
+    first = first.append_column(pa.field("tag", pa.int64(), nullable=False), pa.array(np.arange(40)))
+    second = second.append_column(pa.field("tag", pa.int64()), pa.array(tags, pa.int64()))
+    paths = files(tmp_path, first, second)
+    kept = run(paths, tmp_path / "kept.parquet", "grpo", cache_mib=64)
+    assert kept == run(paths, tmp_path / "streamed.parquet", "grpo", cache_mib=0)
+    out = pq.read_table(tmp_path / "kept.parquet")
+    assert out.schema.field("tag").nullable
+    assert out.column("tag").to_pylist() == list(range(40)) + tags
+
+
 def test_a_dataset_larger_than_its_footer_says_falls_back_to_streaming(tmp_path, reads, monkeypatch):
     """Long dictionary-encoded strings look small on disk; once the decoded chunks pass the budget they are
     dropped, the first pass goes on from the thread, and later passes read the file."""
