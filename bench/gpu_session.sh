@@ -5,7 +5,8 @@
 #
 # 1. installs the wheels in .whl/ (if any) into /tmp/site, for packages that machine lacks (pydantic);
 # 2. builds the C loops in place (the CPU side of the parity checks and timings);
-# 3. bench/gpu_check.py: CPU/GPU parity, kernels in tokens/s, end to end (OUTDIR/gpu_check.json);
+# 3. bench/gpu_check.py: CPU/GPU parity, kernels in tokens/s, end to end (OUTDIR/gpu_check.json), then
+#    bench/timeline.py on one run of gae and grpo per device (OUTDIR/timeline.log: where a run waits);
 # 4. the CUDA tests (hypothesis CPU/GPU parity on random batches, the pipeline's cuda == cpu);
 # 5. the whole test suite, where `--device auto` now means the GPU (pytest-xdist when present), cut off
 #    after RLADV_SUITE_S seconds (default 180).
@@ -25,6 +26,14 @@ python3 -c "import rladv_cli, torch; assert torch.cuda.is_available(), 'torch se
 
 python3 bench/gpu_check.py --out "$out" 2>&1 | tee "$out/gpu_check.log"
 check=${PIPESTATUS[0]}
+
+echo "== timelines of one run each, 20M tokens (bench/timeline.py)"
+data=${RLADV_BENCH_DATA:-bench/data}/bench_20000000.parquet
+for est in gae grpo; do for dev in cuda cpu; do
+    echo "-- $est --device $dev" | tee -a "$out/timeline.log"
+    python3 bench/timeline.py compute --estimator $est "$data" -o /tmp/rladv_timeline.parquet -q --device $dev \
+        2>&1 | tee -a "$out/timeline.log"
+done; done
 
 echo "== CUDA tests"
 python3 -m pytest -q -p no:cacheprovider tests/test_properties.py tests/test_pipeline.py -k cuda >"$out/pytest_cuda.log" 2>&1

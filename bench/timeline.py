@@ -1,0 +1,117 @@
+"""One ``rladv compute`` run as a timeline: when each phase begins and ends, in seconds from the start of this
+process (stderr).
+
+    python bench/timeline.py compute --estimator gae DATA.parquet -o OUT.parquet [any rladv compute option]
+
+The command runs in this process as the ``rladv`` executable runs it (``cli.main``, exit included), with hooks
+on rladv's own functions that note the time:
+  import torch      begun and done (``api._pipeline_imported``)
+  reading           the thread that decodes and checks the whole input (``io.ReadOnce``), begun and done
+  carried columns   their early encoding (``io._Carried``): the first begun, the last done, and how many row
+                    groups were encoded on the background threads and how many by their row group's own task
+  passes            each pass over the data, begun and done (``pipeline.Pipeline._map``)
+  committed         the output in place (``io.AtomicParquetWriter.commit``)
+  exit              the exit handlers run; the process ends right after
+So where a run waits (a GPU host's slow ``import torch``, a pass that cannot begin before the reading ends)
+shows without a profiler. A hook whose function is gone fails at once, not silently.
+"""
+from __future__ import annotations
+
+import atexit
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+START = time.perf_counter()
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rladv_cli import api, cli, io  # noqa: E402
+
+events: list[tuple[float, str]] = []
+carried = {"background": 0, "own task": 0}
+lock = threading.Lock()
+
+
+def note(what: str) -> None:
+    with lock:
+        events.append((time.perf_counter() - START, what))
+
+
+def wrap(owner, name: str, before: str | None, after: str | None) -> None:
+    original = getattr(owner, name)  # AttributeError: the hook's function is gone
+
+    def hooked(*args, **kwargs):
+        if before:
+            note(before)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            if after:
+                note(after)
+
+    setattr(owner, name, hooked)
+
+
+def hook_import() -> None:
+    imported = api._pipeline_imported
+
+    @contextmanager
+    def timed():
+        note("import torch begins")
+        with imported() as pipeline:
+            note("import torch done")
+            stage_of = pipeline.Pipeline._map
+
+            def mapped(self, map_shards, stage, names):
+                note(f"{stage} pass begins")
+                try:
+                    return stage_of(self, map_shards, stage, names)
+                finally:
+                    note(f"{stage} pass done")
+
+            pipeline.Pipeline._map = mapped
+            yield pipeline
+
+    api._pipeline_imported = timed
+
+
+def hook_carried() -> None:
+    init = io._Carried.__init__
+
+    def counted_init(self, table, encode):
+        def encoded(rows):
+            background = threading.current_thread().name.startswith("rladv-carry")
+            with lock:
+                carried["background" if background else "own task"] += 1
+                first = sum(carried.values()) == 1
+            if first:
+                note("carried columns: first row group begins")
+            part = encode(rows)
+            note("carried columns: a row group done")
+            return part
+
+        init(self, table, encoded)
+
+    io._Carried.__init__ = counted_init
+
+
+def report() -> None:
+    note("exit")
+    done = [t for t, what in events if what == "carried columns: a row group done"]
+    lines = [(t, what) for t, what in events if what != "carried columns: a row group done"]
+    if done:
+        lines.append((max(done), f"carried columns: last row group done ({carried['background']} on the background "
+                                 f"threads, {carried['own task']} by their row group's task)"))
+    for t, what in sorted(lines):
+        print(f"{t:7.3f} s  {what}", file=sys.stderr)
+
+
+hook_import()
+hook_carried()
+wrap(io.ReadOnce, "_read", "reading begins", "reading done")
+wrap(io.AtomicParquetWriter, "commit", None, "output committed")
+atexit.register(report)
+sys.argv = ["rladv", *sys.argv[1:]]
+cli.main()
