@@ -230,9 +230,11 @@ class RowGroupJoiner:
         group is the one a single writer writes for all the columns."""
         pieces: dict[str, list] = {}
         totals = {_ROW_GROUP_BYTES: 0, _ROW_GROUP_COMPRESSED: 0}
+        rows = set()
         for part in parts:
             body, footer = split_file(part)
             (row_group,) = _field(footer, _FILE_ROW_GROUPS)[2][1]
+            rows.add(_field(footer, _FILE_NUM_ROWS)[2])
             for field_id in totals:
                 totals[field_id] += _field(row_group, field_id)[2]
             for chunk in _field(row_group, _ROW_GROUP_COLUMNS)[2][1]:
@@ -244,6 +246,8 @@ class RowGroupJoiner:
                 end = start + _field(meta, _META_COMPRESSED)[2]
                 name = _field(meta, _META_PATH)[2][1][0].decode()
                 pieces.setdefault(name, []).append((chunk, body[start - len(MAGIC):end - len(MAGIC)], start))
+        if len(rows) != 1:
+            raise ValueError(f"append_columns: the parts hold different numbers of rows ({sorted(rows)})")
         missing, extra = [n for n in names if n not in pieces], sorted(set(pieces) - set(names))
         if missing or extra:
             raise ValueError(f"append_columns: no part holds columns {missing}" if missing else

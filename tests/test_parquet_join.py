@@ -167,6 +167,9 @@ def test_columns_missing_from_the_parts_or_from_the_names_are_refused():
         RowGroupJoiner(io.BytesIO()).append_columns([first], table.column_names)
     with pytest.raises(ValueError, match=r"columns \['advantages'\] are not among the names"):
         RowGroupJoiner(io.BytesIO()).append_columns([first, second], ["uid", "score", "response_mask"])
+    shorter = _part(table.slice(0, 9).select(["response_mask", "advantages"]))
+    with pytest.raises(ValueError, match=r"different numbers of rows \(\[9, 10\]\)"):
+        RowGroupJoiner(io.BytesIO()).append_columns([first, shorter], table.column_names)
 
 
 def test_page_indexes_are_refused_when_putting_columns_together():
