@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -72,7 +72,6 @@ class Batch:
     session_active: Optional[Tensor] = None
     overlong_penalty: Optional[Tensor] = None
     known_reward_total: Optional[Tensor] = None
-    _row_ids: Optional[Tensor] = field(default=None, repr=False)
 
     @property
     def num_rows(self) -> int:
@@ -81,12 +80,6 @@ class Batch:
     @property
     def num_tokens(self) -> int:
         return self.response_mask.numel()
-
-    @property
-    def row_ids(self) -> Tensor:
-        if self._row_ids is None:
-            self._row_ids = kernels.row_ids(self.row_offsets)
-        return self._row_ids
 
     def row_total(self, x: Tensor) -> Tensor:
         """``R_i = Σ_t x[i,t]`` over every position, float32, rounded exactly as verl sums the row padded
@@ -107,7 +100,7 @@ class Batch:
 
     def per_token(self, per_row: Tensor) -> Tensor:
         """Broadcast ``(B,)`` to the row's tokens ``(N,)``."""
-        return per_row[self.row_ids]
+        return kernels.broadcast_rows(per_row, self.row_offsets)
 
 
 

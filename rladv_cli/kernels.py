@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -130,7 +131,10 @@ def segment_min(x: Tensor, row_offsets: Tensor, empty: float = 0.0) -> Tensor:
 
 
 def broadcast_rows(per_row: Tensor, row_offsets: Tensor) -> Tensor:
-    """Repeat a per-row value over the row's tokens: ``(B,) -> (N,)``."""
+    """Repeat a per-row value over the row's tokens: ``(B,) -> (N,)``. On the CPU through ``numpy.repeat``:
+    no index array, and several times faster than ``torch.repeat_interleave`` there."""
+    if per_row.device.type == "cpu" and not per_row.requires_grad:
+        return torch.from_numpy(np.repeat(per_row.numpy(), row_lengths(row_offsets).cpu().numpy()))
     return torch.repeat_interleave(per_row, row_lengths(row_offsets), output_size=int(row_offsets[-1]))
 
 

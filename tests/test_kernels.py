@@ -138,6 +138,21 @@ def test_padded_row_sum_is_torch_sum_of_the_zero_padded_rows(sparse):
         assert torch.equal(got, want) and torch.equal(torch.signbit(got), torch.signbit(want))
 
 
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(0, 9), min_size=1, max_size=30), seed=st.integers(0, 2**16),
+       dtype=st.sampled_from([torch.float32, torch.float64, torch.int64, torch.bool]))
+def test_broadcast_rows_on_the_cpu_is_repeat_interleave(lengths, seed, dtype):
+    """The CPU path (``numpy.repeat``) gives torch's ``repeat_interleave``, dtype and rows of length 0
+    included, and a tensor that owns its memory."""
+    off = offsets_of(lengths)
+    per_row = torch.from_numpy(np.random.default_rng(seed).normal(size=len(lengths)) * 4).to(dtype)
+    before = per_row.clone()
+    got = kernels.broadcast_rows(per_row, off)
+    assert got.dtype == dtype and torch.equal(got, torch.repeat_interleave(per_row, torch.tensor(lengths)))
+    got.zero_()
+    assert torch.equal(per_row, before)
+
+
 def test_segment_ops_and_shift():
     off = offsets_of([2, 3])
     x = torch.tensor([1.0, -2.0, 3.0, 4.0, -5.0])
