@@ -376,6 +376,33 @@ def computed_columns(with_is_weights: bool) -> dict[str, pa.DataType]:
     return {**added, "rollout_is_weights": f32} if with_is_weights else added
 
 
+class _RowGroups:
+    """Tables of consecutive rows in, tables of ``ROW_GROUP_ROWS`` rows out (and the rest, when flushed), so
+    the row groups depend only on the rows, not on how they arrived."""
+
+    def __init__(self) -> None:
+        self._pending: list[pa.Table] = []
+        self._rows = 0
+        self.count = 0  # row groups handed out so far
+
+    def add(self, table: pa.Table) -> None:
+        self._pending.append(table)
+        self._rows += table.num_rows
+
+    def take(self, flush: bool = False) -> Iterator[pa.Table]:
+        """Every whole row group held, then (``flush``) the rows left."""
+        while self._rows >= ROW_GROUP_ROWS or (flush and self._rows):
+            buffered = pa.concat_tables(self._pending)
+            rows = min(self._rows, ROW_GROUP_ROWS)
+            rest = buffered.slice(rows)
+            self._pending, self._rows = ([rest] if rest.num_rows else []), rest.num_rows
+            self.count += 1
+            yield buffered.slice(0, rows)
+
+    def clear(self) -> None:
+        self._pending, self._rows = [], 0
+
+
 class _Carried:
     """One row group's carried columns, encoded by a background encoder (``early``) or, when the row group is
     written before that one is done, by the row group's own task (``part``), which never waits for it: the
@@ -437,20 +464,16 @@ class AtomicParquetWriter:
         except BaseException:
             self.abort()
             raise
-        self._pending: list[pa.Table] = []
-        self._pending_rows = 0
+        self._written = _RowGroups()
         self._in_flight: collections.deque[Future] = collections.deque()
         self._turn = threading.Event()  # set once the row groups before the next one are in the file
         self._turn.set()
         self._failed = False
-        self._groups = 0  # row groups handed to the encoders by ``write``
         self._carried_names = [n for n in schema.names if n in set(carried)]
         self._carried_schema = pa.schema([schema.field(n) for n in self._carried_names], metadata=schema.metadata)
         self._computed_names = [n for n in schema.names if n not in set(carried)]
         self._carried: dict[int, _Carried] = {}  # by row group
-        self._carry_pending: list[pa.Table] = []
-        self._carry_rows = 0
-        self._carry_groups = 0
+        self._carry = _RowGroups()
         self._carrying = True
 
     def carry(self, table: pa.Table | None) -> None:
@@ -460,46 +483,31 @@ class AtomicParquetWriter:
         if not self._carrying:
             return
         if table is not None:  # labelled with the output's fields, as ``write``'s tables are (files may differ)
-            self._carry_pending.append(pa.Table.from_arrays([table[n] for n in self._carried_names],
-                                                            schema=self._carried_schema))
-            self._carry_rows += table.num_rows
-        while self._carry_rows >= ROW_GROUP_ROWS or (table is None and self._carry_rows):
-            rows = min(self._carry_rows, ROW_GROUP_ROWS)
-            buffered = pa.concat_tables(self._carry_pending)
-            carried = _Carried(buffered.slice(0, rows), self._encode)
-            self._carried[self._carry_groups] = carried
-            self._carry_groups += 1
+            self._carry.add(pa.Table.from_arrays([table[n] for n in self._carried_names], schema=self._carried_schema))
+        for rows in self._carry.take(flush=table is None):
+            carried = _Carried(rows, self._encode)
+            self._carried[self._carry.count - 1] = carried
             self._early.submit(carried.early)
-            rest = buffered.slice(rows)
-            self._carry_pending = [rest] if rest.num_rows else []
-            self._carry_rows = rest.num_rows
 
     def drop_carried(self) -> None:
         """Forget every carried row group (their encodings not started are skipped); all are encoded whole."""
         for carried in self._carried.values():
             carried.table = None
         self._carried.clear()
-        self._carry_pending, self._carry_rows = [], 0
+        self._carry.clear()
         self._carrying = False  # rows carried later would not line up with the rows written
 
     def write(self, table: pa.Table) -> None:
         if not table.schema.equals(self.schema):
             raise ValueError(f"table schema does not match the output's: {table.schema} vs {self.schema}")
-        self._pending.append(table)
-        self._pending_rows += table.num_rows
-        while self._pending_rows >= ROW_GROUP_ROWS:
-            self._submit(ROW_GROUP_ROWS)
+        self._written.add(table)
+        for rows in self._written.take():
+            self._submit(rows)
 
-    def _submit(self, rows: int) -> None:
-        buffered = pa.concat_tables(self._pending)
+    def _submit(self, rows: pa.Table) -> None:
         turn, self._turn = self._turn, threading.Event()
-        carried = self._carried.pop(self._groups, None)
-        self._groups += 1
-        task = self._encoders.submit(self._encode_and_append, buffered.slice(0, rows), carried, turn, self._turn)
-        self._in_flight.append(task)
-        rest = buffered.slice(rows)
-        self._pending = [rest] if rest.num_rows else []
-        self._pending_rows = rest.num_rows
+        carried = self._carried.pop(self._written.count - 1, None)
+        self._in_flight.append(self._encoders.submit(self._encode_and_append, rows, carried, turn, self._turn))
         while len(self._in_flight) > ENCODERS:
             self._in_flight.popleft().result()
 
@@ -537,8 +545,8 @@ class AtomicParquetWriter:
         return sink.getvalue()
 
     def commit(self) -> None:
-        if self._pending_rows:
-            self._submit(self._pending_rows)
+        for rows in self._written.take(flush=True):
+            self._submit(rows)
         while self._in_flight:
             self._in_flight.popleft().result()
         self._joiner.finish()
