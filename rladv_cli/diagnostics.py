@@ -29,6 +29,11 @@ class RowTable:
             self._parts[name].append(values.detach().cpu())
             self._whole.pop(name, None)
 
+    def replace(self, name: str, values: Tensor) -> None:
+        """Put ``values`` (every row) in place of the column ``name``."""
+        self._parts[name] = [values.detach().cpu()]
+        self._whole.pop(name, None)
+
     def __contains__(self, name: str) -> bool:
         return name in self._parts
 
@@ -98,16 +103,17 @@ OUTCOME_BASES = {
 LENGTH_LABELS = 64  # a row's sketch label is outcome * LENGTH_LABELS + floor(log2(valid tokens))
 
 
-def row_outcomes(reward_total: Tensor, group_id: Optional[Tensor] = None, size: Optional[Tensor] = None) -> tuple[str, Tensor]:
-    """Each row's part of ``OUTCOME_BASES[basis]`` as ``(basis, (B,) int64)``: with groups (``group_id (B,)``,
-    the groups' ``size (G,)``), the row's total ``R_i`` against its group's float64 mean, or the group's flag;
-    without, the sign of ``R_i``."""
-    r = reward_total.double()
+def row_outcomes(total: Tensor, group_id: Optional[Tensor] = None,
+                 flags: Optional[dict[str, Tensor]] = None) -> tuple[str, Tensor]:
+    """Each row's part of ``OUTCOME_BASES[basis]`` as ``(basis, (B,) int64)``: with groups (``group_id (B,)``
+    and the groups' ``flags``, ``group_flags``), the row's ``total (B,)`` against its group's float64 mean, or
+    the group's flag; without, the sign of ``total``."""
+    r = total.double()
     if group_id is None:
         return "reward sign", torch.where(r > 0, 0, torch.where(r == 0, 1, 2))
-    flags = group_flags(reward_total, group_id, size)
-    members = torch.bincount(group_id, minlength=size.numel()).double()
-    mean = (torch.bincount(group_id, weights=r, minlength=size.numel()) / members.clamp_min(1))[group_id]
+    n_groups = flags["singleton_group"].numel()
+    members = torch.bincount(group_id, minlength=n_groups).double()
+    mean = (torch.bincount(group_id, weights=r, minlength=n_groups) / members.clamp_min(1))[group_id]
     part = torch.where(r > mean, 0, torch.where(r == mean, 1, 2))
     part = torch.where(flags["all_equal_group"][group_id], 3, part)
     return "group", torch.where(flags["singleton_group"][group_id], 4, part)

@@ -1,10 +1,17 @@
 """Histograms for the report's plots, from whole per-row arrays or from sketches fed chunk by chunk (numpy only).
 
+Every histogram counts exactly what its edges say: bin ``i`` is ``[edges[i], edges[i+1])``, the last one closed
+at the max (as ``np.histogram``); values are put in bins with ``np.searchsorted`` on the edges themselves.
+
 A ``Sketch`` counts float32 values in fixed buckets (sign, exponent and the top ``MANTISSA_BITS`` mantissa bits,
-so a bucket spans about 0.1% of its value; fewer bits when there are too many distinct buckets to keep), each
-under a small integer label or paired with a second value's bucket. The counts are exact integers and the
-buckets do not depend on the order of the values, so any split of them into chunks gives the same sketch;
-histograms are binned from it over the exact ``[min, max]`` at the end.
+so a bucket spans about 0.1% of its value; fewer bits, at a higher ``level``, when there are too many distinct
+buckets to keep), each under a small integer label or paired with a second value's bucket. The counts are exact
+integers and the buckets do not depend on the order of the values, so any split of them into chunks gives the
+same sketch. Its histograms span the exact ``[min, max]``; the interior edges are the linear ones snapped to
+bucket boundaries at the sketch's final level (``snap_edges``: within a bucket, about 0.1% of the value, of the
+linear spacing at level 0), so that every bucket lies wholly in one bin and the counts are exact for the edges
+given. A positive bucket is ``[a, b)``; a negative one, bucketed by magnitude, is ``(-b, -a]`` and ``-0.0``
+counts as ``0.0``, so a negative-side edge sits one float32 step toward zero from ``-a``.
 """
 from __future__ import annotations
 
@@ -51,22 +58,55 @@ def edges_for(lo: float, hi: float, n: int, integer: bool = False, bins: Optiona
         width = max(1, math.ceil((hi - lo + 1) / nb))
         nb = max(1, math.ceil((hi - lo + 1) / width))
         return lo - 0.5 + width * np.arange(nb + 1, dtype=np.float64)
-    if hi == lo:
-        return np.array([lo - 0.5, lo + 0.5])
-    return np.linspace(lo, hi, nb + 1)
+    if hi == lo:  # (a value so large that 0.5 is lost in it gets the float64 spacing at it instead)
+        half = max(0.5, float(np.spacing(abs(lo))))
+        return np.array([lo - half, lo + half])
+    return np.unique(np.linspace(lo, hi, nb + 1))  # unique: a span of a few subnormals has fewer distinct edges
 
 
 def bin_index(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """The bin of each value among the linear ``edges`` (values outside go to the end bins); int64."""
-    nb = edges.size - 1
-    idx = np.floor((values - edges[0]) / (edges[-1] - edges[0]) * nb)
-    return np.clip(idx, 0, nb - 1).astype(np.int64)
+    """The bin of each value among the increasing ``edges``: ``i`` where ``edges[i] <= v < edges[i+1]``, the
+    last bin closed (values outside go to the end bins); int64. ``np.searchsorted`` on the edges themselves, so
+    a value equal to an edge lands in the bin that starts there, as in ``np.histogram``."""
+    idx = np.searchsorted(edges, np.asarray(values, dtype=np.float64), side="right") - 1
+    return np.clip(idx, 0, edges.size - 2).astype(np.int64)
 
 
 def bin_counts(values: np.ndarray, weights: np.ndarray, edges: np.ndarray) -> list[int]:
-    """``weights`` summed per bin of ``edges``; integer counts."""
+    """``weights`` (integer counts) summed per bin of ``edges``."""
     counts = np.bincount(bin_index(values, edges), weights=weights, minlength=edges.size - 1)
     return [int(c) for c in counts.round()]
+
+
+def _magnitude(keys: np.ndarray, level: int) -> np.ndarray:
+    """The float32 magnitude at which each magnitude key (no sign bit) begins at ``level``, inf past the
+    largest finite one; float64."""
+    bits = np.asarray(keys, dtype=np.int64) << (_SHIFT + level)
+    finite = bits < 0x7F800000
+    low = np.where(finite, bits, 0).astype(np.uint32).view(np.float32).astype(np.float64)
+    return np.where(finite, low, np.inf)
+
+
+def snap_edges(edges: np.ndarray, level: int) -> np.ndarray:
+    """``edges`` with the outer two kept and the interior ones moved to bucket boundaries at ``level``, so that
+    every bucket's float32 values fall in one bin ``[edges[i], edges[i+1])``: on the positive side, to the
+    nearest boundary ``a`` (buckets are ``[a, b)``); on the negative side, to the float32 just above ``-a`` for
+    the nearest boundary ``a`` of the magnitude (buckets are ``(-b, -a]``), or to 0 (``-0.0`` counts as 0, so
+    the negative bucket next to 0 is ``(-b, 0)``). Interior edges that leave ``(edges[0], edges[-1])`` or
+    meet another are dropped: strictly increasing, possibly fewer bins."""
+    lo, hi = float(edges[0]), float(edges[-1])
+    inner = np.asarray(edges[1:-1], dtype=np.float64)
+    if inner.size == 0:
+        return np.asarray(edges, dtype=np.float64)
+    mag = np.abs(inner)
+    key = (mag.astype(np.float32).view(np.uint32) >> np.uint32(_SHIFT + level)).astype(np.int64)
+    below, above = _magnitude(key, level), _magnitude(key + 1, level)
+    # the float32 rounding of |edge| is within half an ulp of it: the nearest boundary is one of these two
+    a = np.where(above - mag < mag - below, above, below)
+    step_in = np.nextafter(a.astype(np.float32), np.float32(0)).astype(np.float64)  # 0 stays 0
+    snapped = np.where(inner < 0, -step_in, a) + 0.0  # + 0.0: no -0.0 edge
+    inside = snapped[(snapped > lo) & (snapped < hi)]
+    return np.concatenate([[lo], np.unique(inside), [hi]])
 
 
 def histogram(values: np.ndarray, integer: bool = False) -> Optional[Histogram]:
@@ -188,43 +228,55 @@ class Sketch:
         self.keys, self.counts = _reduce(((high >> 1 if self.paired else high) << BUCKET_BITS) | low, self.counts,
                                          ordered=not self.paired)
 
-    def _parts(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(high, x midpoint)`` of every key, the midpoint clipped to ``[min, max]`` of ``x``."""
-        mid = np.clip(bucket_mid(self.keys & _LOW, self.level), self.lo[0], self.hi[0])
-        return self.keys >> BUCKET_BITS, mid
+    def _inside(self, keys: np.ndarray) -> np.ndarray:
+        """A float32 value inside each bucket (its bits with the lowest one set: never a boundary nor 0), which
+        ``bin_index`` puts in the bin that holds the whole bucket when the edges are ``snap_edges``'s; float64."""
+        bits = (np.asarray(keys, dtype=np.int64) << (_SHIFT + self.level)) | 1
+        return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+    def _edges(self, axis: int, bins: Optional[int] = None) -> np.ndarray:
+        """The bins of ``x`` (axis 0) or ``y`` (1): linear over the exact ``[min, max]`` (``edges_for``), the
+        interior edges snapped to bucket boundaries at the final level."""
+        lo, hi = self.lo[axis] + 0.0, self.hi[axis] + 0.0  # + 0.0: -0.0 as 0.0, whichever of the two came first
+        return snap_edges(edges_for(lo, hi, self.count, bins=bins), self.level)
 
     def edges(self) -> Optional[np.ndarray]:
-        """Linear bins over ``[min, max]`` of ``x``; None when nothing was counted."""
-        return edges_for(self.lo[0], self.hi[0], self.count) if self.count else None
+        """The bins of ``x``: over its exact ``[min, max]``, the interior edges on bucket boundaries (within a
+        bucket of a linear spacing), so that each bucket's count belongs to one bin; None when nothing was
+        counted."""
+        return self._edges(0) if self.count else None
 
     def histogram(self) -> Optional[Histogram]:
-        """All of ``x``: each bucket's count goes to the bin of the bucket's midpoint."""
+        """All of ``x`` over ``edges()``: exact counts (each bucket lies in one bin)."""
         edges = self.edges()
         if edges is None:
             return None
-        _, mid = self._parts()
-        return Histogram(edges=edges.tolist(), counts=bin_counts(mid, self.counts.astype(np.float64), edges))
+        return Histogram(edges=edges.tolist(), counts=self.label_counts(edges, lambda high: np.ones(high.size, bool)))
 
     def label_counts(self, edges: np.ndarray, select) -> list[int]:
-        """Counts per bin of ``edges`` of the keys whose label satisfies ``select(labels) -> bool array``."""
-        high, mid = self._parts()
-        keep = select(high)
-        return bin_counts(mid[keep], self.counts[keep].astype(np.float64), edges)
+        """Counts per bin of ``edges`` (this sketch's ``edges()``, for exact counts) of the keys whose label
+        satisfies ``select(labels) -> bool array``."""
+        keep = select(self.keys >> BUCKET_BITS)
+        return bin_counts(self._inside(self.keys[keep] & _LOW), self.counts[keep].astype(np.float64), edges)
 
     def pairs(self) -> tuple[np.ndarray, np.ndarray, list[list[int]], list[Optional[float]]]:
-        """A paired sketch as ``(y_edges, x_edges, counts[y bin][x bin], mean x per y bin)``; the means are
-        weighted by the bucket midpoints, None for an empty bin. About 2·n^(1/4) bins per axis (at most
-        ``MAX_PAIR_BINS``), so the cells of a 2-D histogram fill about as well as a 1-D histogram's bins."""
+        """A paired sketch as ``(y_edges, x_edges, counts[y bin][x bin], mean x per y bin)``. Both axes' interior
+        edges sit on bucket boundaries at the final level (``y``'s buckets coarsen with it too), so the counts are
+        exact for these edges. The means are approximate: each bucket counts at its midpoint (clipped to
+        ``[min, max]`` of ``x``), within a bucket's width of its values; None for an empty bin. About
+        2·n^(1/4) bins per axis (at most ``MAX_PAIR_BINS``), so the cells of a 2-D histogram fill about as well
+        as a 1-D histogram's bins."""
         bins = min(MAX_PAIR_BINS, math.ceil(2 * self.count ** 0.25))
-        y_edges = edges_for(self.lo[1], self.hi[1], self.count, bins=bins)
-        x_edges = edges_for(self.lo[0], self.hi[0], self.count, bins=bins)
-        high, x_mid = self._parts()
-        y_bin = bin_index(np.clip(bucket_mid(high, self.level), self.lo[1], self.hi[1]), y_edges)
+        y_edges, x_edges = self._edges(1, bins), self._edges(0, bins)
+        high, low = self.keys >> BUCKET_BITS, self.keys & _LOW
+        y_bin = bin_index(self._inside(high), y_edges)
+        x_in = self._inside(low)
+        x_mid = np.clip(bucket_mid(low, self.level), self.lo[0], self.hi[0])
         n = self.counts.astype(np.float64)
         counts, means = [], []
         for b in range(y_edges.size - 1):
             sel = y_bin == b
-            counts.append(bin_counts(x_mid[sel], n[sel], x_edges))
+            counts.append(bin_counts(x_in[sel], n[sel], x_edges))
             total = float(n[sel].sum())
             means.append(math.fsum((x_mid[sel] * n[sel]).tolist()) / total if total else None)
         return y_edges, x_edges, counts, means

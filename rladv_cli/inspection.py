@@ -6,8 +6,18 @@ and per group it keeps a few scalars, never tokens) and returns an ``Inspection`
 ``advantages`` and ``dead_signal``. ``row_view`` / ``group_view`` show one trajectory token by token / one
 uid group member by member, computing advantages with torch through ``rladv_cli.compute``.
 
+Rows: ``rows`` are 0-based within their file, ``where`` gives file:row and ``dataset_rows`` the same rows 0-based
+across all files in the order they are read, the numbering ``--row`` (``row_view``) takes.
+
+Actor tokens are the mask as read before rollout rejection, as ``rladv compute`` calls them (its m0): ``loss_mask``
+when the file has one (an rladv output's original mask; its ``response_mask`` is the mask after rejection),
+else ``response_mask``. ``tokens`` counts them as compute's report does (``rejected``: ``loss_mask`` 1,
+``response_mask`` 0; ``used``: ``response_mask`` 1), and the layout, KL shaping, ``score_on_masked_position``
+and ``row_without_actor_tokens`` use them, as compute does; advantages and ``credit_reset_at_mask`` use
+``response_mask``, the mask the estimator saw. So on an rladv output inspect gives compute's numbers.
+
 Checks, in the chapter's §13 order (``step``); every check is listed with ``pass`` when the data allows
-checking it, ``rows`` are the first five rows (0-based within their file; ``where`` gives file:row):
+checking it, ``rows`` are the first five rows:
 
   0 invalid_rows      fail  rows breaking the data contract (validation error, or a null / wrong-length /
                             non-finite ``token_level_rewards``, ``advantages``, null ``session_id``); each
@@ -15,31 +25,40 @@ checking it, ``rows`` are the first five rows (0-based within their file; ``wher
     invalid_columns   fail  a contract column whose Arrow type is wrong; it is ignored
     missing_columns   fail  no ``rm_scores``/``score``; a column ``estimator`` needs; log-probs for ``kl_coef``
   1 non_terminal_score warn (``rm_scores`` only) a non-zero score before the row's last non-padding position
-  2 kl_raises_reward  warn  (``kl_coef`` != 0 with ``old_log_probs`` and ``ref_log_prob``) ``β·kld < 0`` on a token
+  2 kl_raises_reward  warn  (``kl_coef`` != 0 with ``old_log_probs`` and ``ref_log_prob``) ``β·kld < 0`` on an
+                            actor token (``kld`` masked with the actor tokens, as KL shaping runs before rejection)
     kl_flips_sign     warn  same; ``sign(score total) != 0`` and the shaped total has another sign
-  3 score_on_masked_position warn  a non-zero score on a position with ``response_mask`` 0
-    row_without_actor_tokens warn  no position with ``response_mask`` 1
+  3 score_on_masked_position warn  a non-zero score on a position that is not an actor token
+    row_without_actor_tokens warn  no actor token
+    row_fully_rejected warn (``loss_mask`` present) actor tokens, but no position with ``response_mask`` 1
     loss_mask_differs warn  (``loss_mask`` present) ``loss_mask != response_mask`` somewhere in the row
-  4 group_size_mismatch warn (``uid``) a group whose size differs from ``expected_n`` (or, without it, from
-                            the most common size; ties -> the larger). With ``session_id`` and ``grpo`` the
-                            size is the number of distinct sessions (verl folds each session to one row)
+  4 group_size_mismatch warn (``uid``) the batch has a group whose size differs from ``expected_n`` (or, without
+                            it, group sizes differ). ``count`` is batches, as in compute's report (inspect reads
+                            the dataset as one batch: 0 or 1); ``rows`` are the first rows of the groups off
+                            ``expected_n`` or the most common size (ties -> the larger), ``groups.size_mismatch``
+                            their number. With ``session_id`` and ``grpo`` the size is the number of distinct
+                            sessions (verl folds each session to one row)
     singleton_group   warn  a uid group of one row
     uid_merge_grpo_vectorized warn  distinct string uids that parse to one integer (verl's ``as_torch_index``)
   5 all_equal_group   warn  a group of 2+ rows whose total rewards are all equal (see "reward basis")
   6 advantage_on_masked_position fail  (``advantages`` present) a non-zero advantage where ``response_mask`` is 0
-  7 credit_reset_at_mask warn  a non-zero reward at or after a ``response_mask`` 0 position that has an actor
-                            token before it in its row: ``reinforce_plus_plus`` in reset mode cuts that reward
-                            off from the earlier tokens (equal to the pipeline's check for γ > 0, up to exact
-                            cancellations of rewards)
+                            (the dead signal's causes are compute's: ``rejected``, ``all_equal_group``,
+                            ``singleton``, ``other``)
+  7 credit_reset_at_mask warn  a non-zero reward at or after a ``response_mask`` 0 position that has a
+                            ``response_mask`` 1 token before it in its row: ``reinforce_plus_plus`` in reset
+                            mode cuts that reward off from the earlier tokens (equal to the pipeline's check
+                            for γ > 0, up to exact cancellations of rewards)
 
 When ``estimator`` is given, a check whose condition cannot affect it (group checks for an estimator without
 groups, ``uid_merge_grpo_vectorized`` for anything but ``grpo_vectorized``, ``credit_reset_at_mask`` for
 anything but ``reinforce_plus_plus``) keeps its ``count`` but has status ``pass`` and says why.
 
 Reward basis (``groups.basis``): the KL-shaped reward ``s − β·kld`` when ``kl_coef`` != 0 and both log-prob
-columns exist (computed here in numpy, SEMANTICS §4); else ``token_level_rewards`` when the file has it (a
-``rladv compute`` output); else the scores. Row totals are float64 sums of the float32 values, so an
-all-equal decision can differ from ``rladv compute``'s float32 totals in rounding edge cases only.
+columns exist (computed here in numpy from the scores, SEMANTICS §4, ``kld`` on the actor tokens; on an rladv
+output made with the same coefficient this is its ``token_level_rewards``, and another coefficient asks
+"what if"); else ``token_level_rewards`` when the file has it (a ``rladv compute`` output); else the scores.
+Row totals are float64 sums of the float32 values, so an all-equal decision can differ from ``rladv compute``'s
+float32 totals in rounding edge cases only.
 
 A dataset that cannot be opened raises ``InputError`` (so does one without a usable ``response_mask``);
 bad rows never stop ``inspect``.
@@ -73,7 +92,7 @@ Status = Literal["pass", "warn", "fail"]
 
 # Columns inspect reads beyond the contract's: list<number> aligned with response_mask, and session ids.
 EXTRA_LISTS = ("token_level_rewards", "advantages")
-CAUSES = ("all_equal_group", "singleton", "masked", "no_actor_tokens", "other")
+CAUSES = ("rejected", "all_equal_group", "singleton", "other")  # rladv compute's dead_signal causes, in its order
 
 
 # ==================================================================================== models
@@ -90,14 +109,21 @@ class Check(_Model):
     count: int
     rows: list[int] = Field(description="first few rows flagged (0-based within their file)")
     where: list[str] = Field(default_factory=list, description="the same rows as file:row")
+    dataset_rows: list[int] = Field(default_factory=list, description="the same rows 0-based across all files, "
+                                    "in the order they are read: what --row takes")
     step: int = Field(description="step of the chapter's §13 debugging order this check belongs to")
 
 
 class TokenCounts(_Model):
+    """As ``rladv compute``'s report counts them: actor tokens are the mask as read before rollout rejection
+    (``loss_mask`` when the file has it, e.g. an rladv output; else ``response_mask``)."""
+
     total: int
-    actor: int = Field(description="positions with response_mask 1")
-    observation: int = Field(description="response_mask 0 and not padding")
+    actor: int = Field(description="positions with loss_mask 1 when present, else response_mask 1")
+    observation: int = Field(description="total - actor - padding: tool observations")
     padding: int = Field(description="attention_mask 0")
+    rejected: int = Field(description="actor tokens with response_mask 0: removed by rollout rejection (0 without loss_mask)")
+    used: int = Field(description="positions with response_mask 1: the tokens an estimator trains on")
 
 
 class Groups(_Model):
@@ -107,6 +133,8 @@ class Groups(_Model):
     all_equal: int = Field(description="groups of 2+ rows whose total rewards (reward basis) are all equal")
     expected_n: Optional[int] = None
     all_equal_scores: int = Field(0, description="groups of 2+ rows whose score totals (before shaping) are equal")
+    size_mismatch: int = Field(0, description="groups whose size differs from expected_n, or without it from the most "
+                               "common size (sessions for an estimator that folds them)")
     basis: str = Field("score", description="what all_equal compares: score, kl_shaped or token_level_rewards")
     session_sizes: Optional[dict[str, int]] = Field(
         None, description="with a session_id column: distinct sessions per uid -> number of groups")
@@ -121,10 +149,12 @@ class Dist(_Model):
 
 
 class Layout(_Model):
+    """Rows as read, before rollout rejection: actor tokens are ``loss_mask`` 1 when present, else ``response_mask`` 1."""
+
     length: Dist = Field(description="positions per row")
-    turns: Dist = Field(description="assistant turns per row: spans of response_mask 1")
-    observation_spans: Dist = Field(description="tool-observation spans per row (response_mask 0, not padding)")
-    rows_ending_in_observation: int = Field(description="rows whose last non-padding position has response_mask 0")
+    turns: Dist = Field(description="assistant turns per row: spans of actor tokens")
+    observation_spans: Dist = Field(description="tool-observation spans per row (not actor tokens, not padding)")
+    rows_ending_in_observation: int = Field(description="rows whose last non-padding position is not an actor token")
     rows_with_padding: int
 
 
@@ -142,7 +172,7 @@ class Scores(_Model):
 class LossVsResponse(_Model):
     rows: int = Field(description="rows where loss_mask and response_mask differ")
     loss_only_tokens: int = Field(description="loss_mask 1, response_mask 0 (rejected by rollout correction?)")
-    response_only_tokens: int = Field(description="loss_mask 0, response_mask 1 (actor token outside the loss)")
+    response_only_tokens: int = Field(description="loss_mask 0, response_mask 1 (a trained token outside the loss mask)")
 
 
 class Masks(_Model):
@@ -151,13 +181,15 @@ class Masks(_Model):
     loss_vs_response: Optional[LossVsResponse]
     padding_tokens: int
     loss_on_padding_tokens: int = Field(0, description="loss_mask 1 where attention_mask is 0")
-    rows_without_actor_tokens: int
+    rows_without_actor_tokens: int = Field(description="rows without an actor token (loss_mask 1 when present, else response_mask 1)")
+    rows_fully_rejected: int = Field(0, description="rows with actor tokens but no response_mask 1: all rejected")
 
 
 class KLSummary(_Model):
     penalty: str
     coef: float
-    mean: Optional[float] = Field(description="verl's actor/reward_kl_penalty: mean over rows of the row-mean estimate")
+    mean: Optional[float] = Field(description="verl's actor/reward_kl_penalty: mean over rows of the row-mean estimate "
+                                  "over the actor tokens (the mask before rejection, as KL shaping uses)")
     rows_raises_reward: int
     rows_flips_sign: int
 
@@ -179,14 +211,15 @@ class DeadSignal(_Model):
     actor_tokens: int
     zero_tokens: int = Field(description="actor tokens whose advantage is exactly 0")
     share: float
-    by_cause: dict[str, Cause]
+    by_cause: dict[str, Cause] = Field(description="rladv compute's causes: rejected (response_mask 0), then the "
+                                       "used tokens in all-equal groups, in singleton groups, and the other ones")
 
 
 class RowDistributions(_Model):
     """Per-row histograms for ``inspect --html`` (None when no valid row has the value)."""
 
     length: Optional[Histogram] = Field(description="rows by positions")
-    actor_tokens: Optional[Histogram] = Field(description="rows by positions with response_mask 1")
+    actor_tokens: Optional[Histogram] = Field(description="rows by actor tokens (loss_mask 1 when present, else response_mask 1)")
     turns: Optional[Histogram] = Field(description="rows by assistant turns")
     score_total: Optional[Histogram] = Field(description="rows by total score")
     reward_total: Optional[Histogram] = Field(description="rows by total reward on the reward basis; None when it is the score")
@@ -364,22 +397,23 @@ def _scan_chunk(t: pa.Table, plan: _Plan, beta: float, kl_mode: str) -> dict[str
     pos = np.arange(N) - off[:-1][row_of]
     m = flat_values(t, "response_mask", np.int8).astype(bool)
     pad = flat_values(t, "attention_mask", np.int8) == 0 if plan.attention else np.zeros(N, dtype=bool)
+    # m0: the mask as read before rollout rejection (an rladv output's loss_mask), as rladv compute's m0
+    m0 = flat_values(t, "loss_mask", np.int8).astype(bool) if plan.loss else m
     first = pos == 0
-    actor = _seg_sum(m, off)
-    obs = ~m & ~pad
-    prev_m = np.concatenate([[False], m[:-1]]) & ~first
+    actor = _seg_sum(m0, off)
+    obs = ~m0 & ~pad
+    prev_m0 = np.concatenate([[False], m0[:-1]]) & ~first
     prev_obs = np.concatenate([[False], obs[:-1]]) & ~first
     last = score_positions(off, (~pad).astype(np.int8) if plan.attention else None)[0] - off[:-1]
+    used = _seg_sum(m, off) if plan.loss else actor
     out: dict[str, np.ndarray] = dict(
-        length=lengths, actor=actor, padding=_seg_sum(pad, off),
-        turns=_seg_sum(m & ~prev_m, off), observation_spans=_seg_sum(obs & ~prev_obs, off),
-        ends_in_observation=~m[off[:-1] + last],
+        length=lengths, actor=actor, used=used, padding=_seg_sum(pad, off),
+        turns=_seg_sum(m0 & ~prev_m0, off), observation_spans=_seg_sum(obs & ~prev_obs, off),
+        ends_in_observation=~m0[off[:-1] + last],
     )
     if plan.loss:
-        loss = flat_values(t, "loss_mask", np.int8).astype(bool)
-        out.update(loss_only=_seg_sum(loss & ~m, off), response_only=_seg_sum(~loss & m, off),
-                   loss_on_padding=_seg_sum(loss & pad, off))
-    base = loss if plan.loss else m
+        out.update(loss_only=_seg_sum(m0 & ~m, off), response_only=_seg_sum(~m0 & m, off),
+                   loss_on_padding=_seg_sum(m0 & pad, off))
     r = None
     if plan.score is not None:
         s = assemble_scores(t, off, off[:-1] + last)
@@ -391,7 +425,7 @@ def _scan_chunk(t: pa.Table, plan: _Plan, beta: float, kl_mode: str) -> dict[str
         r = s
         if plan.kl:
             kld = kl_estimate(flat_values(t, "old_log_probs", np.float32), flat_values(t, "ref_log_prob", np.float32), kl_mode)
-            kld = kld * m.astype(np.float32)
+            kld = kld * m0.astype(np.float32)  # KL shaping runs before rejection (SEMANTICS §4.2, §10)
             penalty = np.float32(beta) * kld
             r = s - penalty
             out.update(kl_row=_seg_sum(kld.astype(np.float64), off) / (actor + 1e-8),
@@ -412,15 +446,15 @@ def _scan_chunk(t: pa.Table, plan: _Plan, beta: float, kl_mode: str) -> dict[str
         a = flat_values(t, "advantages", np.float32).astype(np.float64)
         am = np.where(m, a, 0.0)
         total = _seg_sum(am, off)
-        mean = np.divide(total, actor, out=np.zeros(B), where=actor > 0)
+        mean = np.divide(total, used, out=np.zeros(B), where=used > 0)
         out.update(
-            adv_count=actor, adv_sum=total, adv_m2=_seg_sum(np.where(m, (a - mean[row_of]) ** 2, 0.0), off),
+            adv_count=used, adv_sum=total, adv_m2=_seg_sum(np.where(m, (a - mean[row_of]) ** 2, 0.0), off),
             adv_min=np.minimum.reduceat(np.where(m, a, np.inf), off[:-1]) if B else np.zeros(0),
             adv_max=np.maximum.reduceat(np.where(m, a, -np.inf), off[:-1]) if B else np.zeros(0),
             adv_pos=_seg_sum(m & (a > 0), off), adv_neg=_seg_sum(m & (a < 0), off),
             adv_masked_nonzero=_seg_sum(~m & (a != 0), off),
-            dead_base=_seg_sum(base, off), dead_actor=_seg_sum(base & m & (a == 0), off),
-            dead_masked=_seg_sum(base & ~m & (a == 0), off),
+            dead_base=actor, dead_used=_seg_sum(m0 & m & (a == 0), off),
+            dead_rejected=_seg_sum(m0 & ~m & (a == 0), off),
         )
     return out
 
@@ -552,7 +586,7 @@ class _Checks:
         else:
             status, message = "pass", f"{bad} ({irrelevant})"
         self.items.append(Check(code=code, status=status, message=message, count=int(count), rows=[w[1] for w in where],
-                                where=[f"{p}:{r}" for p, r in where], step=step))
+                                where=[f"{p}:{r}" for p, r in where], dataset_rows=first, step=step))
 
 
 def _flagged(rows: _Rows, name: str) -> np.ndarray:
@@ -582,8 +616,10 @@ def _summarise(ds: Dataset, plan: _Plan, est: Optional[Estimator], rows: _Rows, 
     checks.add("missing_columns", 0, len(missing), [], "every column the checks" + (f" and {name}" if name else "") + " need is present",
                "missing: " + "; ".join(missing), severity="fail")
 
-    length, actor, padding = rows["length"], rows["actor"], rows["padding"]
+    length, actor, used, padding = rows["length"], rows["actor"], rows["used"], rows["padding"]
     total_tokens, actor_tokens, pad_tokens = int(length.sum()), int(actor.sum()), int(padding.sum())
+    used_tokens = int(used.sum())
+    rejected_tokens = int(rows["loss_only"].sum()) if plan.loss else 0
     scored = plan.score is not None
     # ---- step 1: are the score totals what you expect?
     if plan.score == "rm_scores":
@@ -605,22 +641,29 @@ def _summarise(ds: Dataset, plan: _Plan, est: Optional[Estimator], rows: _Rows, 
         kl = KLSummary(penalty=kl_penalty, coef=kl_coef, mean=float(math.fsum(kl_row) / kl_row.size) if kl_row.size else None,
                        rows_raises_reward=int(raises.size), rows_flips_sign=int(flips.size))
     # ---- step 3: masks
+    # actor tokens: the mask before rollout rejection (an rladv output's loss_mask), as compute's checks use
+    actor_mask = "loss_mask" if plan.loss else "response_mask"
     if scored:
         fl = rows["drow"][(rows["score_on_observation"] + rows["score_on_padding"]) > 0]
-        checks.add("score_on_masked_position", 3, fl.size, fl, "every non-zero score sits on a response_mask 1 position",
-                   f"{fl.size} row(s) carry a non-zero score on a response_mask 0 position (a tool observation or "
+        checks.add("score_on_masked_position", 3, fl.size, fl, f"every non-zero score sits on a {actor_mask} 1 position",
+                   f"{fl.size} row(s) carry a non-zero score on a {actor_mask} 0 position (a tool observation or "
                    "padding): outcome estimators still count it, GAE/REINFORCE++/REMAX drop it")
     without = rows["drow"][actor == 0]
-    checks.add("row_without_actor_tokens", 3, without.size, without, "every row has a token with response_mask 1",
-               f"{without.size} row(s) have no position with response_mask 1: they get no advantage (and still enter "
+    checks.add("row_without_actor_tokens", 3, without.size, without, f"every row has a token with {actor_mask} 1",
+               f"{without.size} row(s) have no position with {actor_mask} 1: they get no advantage (and still enter "
                "their group's baseline)")
+    fully_rejected = rows["drow"][(actor > 0) & (used == 0)]
     if plan.loss:
+        checks.add("row_fully_rejected", 3, fully_rejected.size, fully_rejected,
+                   "every row with loss_mask 1 somewhere keeps a response_mask 1 token",
+                   f"{fully_rejected.size} row(s) lost every actor token to rollout rejection (loss_mask 1 but "
+                   "response_mask 0 everywhere): they get no advantage and still enter their group's baseline")
         differ = (rows["loss_only"] + rows["response_only"]) > 0
         fl = rows["drow"][differ]
         checks.add("loss_mask_differs", 3, fl.size, fl, "loss_mask equals response_mask everywhere",
                    f"{fl.size} row(s) where loss_mask and response_mask disagree: {int(rows['loss_only'].sum())} token(s) "
                    f"in the loss mask only (rollout-rejected tokens in an rladv/verl output), "
-                   f"{int(rows['response_only'].sum())} actor token(s) outside the loss mask")
+                   f"{int(rows['response_only'].sum())} response_mask 1 token(s) outside the loss mask")
     # ---- steps 4-5: groups
     groups = Groups(count=0, sizes={}, singletons=0, all_equal=0, expected_n=expected_n, basis=plan.basis)
     group_flags: dict[str, np.ndarray] = {}
@@ -634,10 +677,10 @@ def _summarise(ds: Dataset, plan: _Plan, est: Optional[Estimator], rows: _Rows, 
     if scored:
         fl = _flagged(rows, "credit_cut")
         checks.add("credit_reset_at_mask", 7, fl.size, fl,
-                   "no reward sits at or after a mask-0 position that follows an actor token",
-                   f"{fl.size} row(s) have a reward at or after a response_mask 0 position that follows an actor "
-                   "token: reinforce_plus_plus in reset mode (the default) cuts it off from the earlier tokens "
-                   "(--rpp-mask-mode carry passes it through)",
+                   "no reward sits at or after a mask-0 position that follows a response_mask 1 token",
+                   f"{fl.size} row(s) have a reward at or after a response_mask 0 position that follows a "
+                   "response_mask 1 token: reinforce_plus_plus in reset mode (the default) cuts it off from the "
+                   "earlier tokens (--rpp-mask-mode carry passes it through)",
                    relevant=name in (None, "reinforce_plus_plus"), irrelevant=f"only reinforce_plus_plus resets; {name} is unaffected")
 
     scores = None
@@ -657,7 +700,7 @@ def _summarise(ds: Dataset, plan: _Plan, est: Optional[Estimator], rows: _Rows, 
             loss_only_tokens=int(rows["loss_only"].sum()), response_only_tokens=int(rows["response_only"].sum()),
         ) if plan.loss else None,
         padding_tokens=pad_tokens, loss_on_padding_tokens=int(rows["loss_on_padding"].sum()) if plan.loss else 0,
-        rows_without_actor_tokens=int(without.size),
+        rows_without_actor_tokens=int(without.size), rows_fully_rejected=int(fully_rejected.size),
     )
     layout = Layout(length=_dist(length), turns=_dist(rows["turns"]), observation_spans=_dist(rows["observation_spans"]),
                     rows_ending_in_observation=int(rows["ends_in_observation"].astype(bool).sum()),
@@ -666,7 +709,7 @@ def _summarise(ds: Dataset, plan: _Plan, est: Optional[Estimator], rows: _Rows, 
     return Inspection(
         rows=ds.num_rows,
         tokens=TokenCounts(total=total_tokens, actor=actor_tokens, observation=total_tokens - actor_tokens - pad_tokens,
-                           padding=pad_tokens),
+                           padding=pad_tokens, rejected=rejected_tokens, used=used_tokens),
         groups=groups, columns={f.name: str(f.type) for f in ds.schema}, checks=checks.items, paths=list(ds.paths),
         estimator=name, invalid_rows=len(bad_rows), layout=layout, scores=scores,
         masks=masks, kl=kl, advantages=adv, dead_signal=dead,
@@ -696,7 +739,7 @@ def _group_checks(checks: _Checks, plan: _Plan, est: Optional[Estimator], rows: 
     if plan.session:
         per_group = np.bincount(np.array([g for g, _ in sessions], dtype=np.int64), minlength=G)
         session_sizes = {str(k): int(v) for k, v in sorted(Counter(per_group[present].tolist()).items())}
-        if est is not None and est.name == "grpo":
+        if est is not None and est.folds_sessions:
             size_for_n = per_group
     counts = Counter(size_for_n[present].tolist())
     reference = expected_n if expected_n is not None else (
@@ -704,12 +747,16 @@ def _group_checks(checks: _Checks, plan: _Plan, est: Optional[Estimator], rows: 
     mismatch = present & (size_for_n != reference)
     what = "sessions" if size_for_n is not size else "rows"
     hist = ", ".join(f"{k} {what} x{v}" for k, v in sorted(counts.items()))
-    fl = np.sort(first[mismatch])
-    checks.add("group_size_mismatch", 4, int(mismatch.sum()), fl,
+    off = int(mismatch.sum())
+    # count: batches whose group sizes differ, as rladv compute's report counts; inspect has no --batch-key, so
+    # the dataset is one batch. The rows point at the groups off the reference size.
+    checks.add("group_size_mismatch", 4, 1 if off else 0, np.sort(first[mismatch]),
                f"every uid group has {reference} {what}" + (" (--expected-n)" if expected_n is not None else ""),
-               f"{int(mismatch.sum())} group(s) do not have {reference} {what}"
+               ("group sizes differ from --expected-n" if expected_n is not None else "group sizes differ")
+               + f" in the batch (count: batches, as in rladv compute's report; inspect reads the dataset as one "
+               f"batch): {off} of {int(present.sum())} uid group(s) do not have {reference} {what}"
                + (" (--expected-n)" if expected_n is not None else " (the most common size)")
-               + f"; sizes: {hist}. Check that every prompt got rollout.n samples"
+               + f", their first rows shown; sizes: {hist}. Check that every prompt got rollout.n samples"
                + ("; with multi-output sessions grpo counts sessions, other estimators count output rows"
                   if plan.session else ""),
                relevant=uses_groups, irrelevant=no_groups)
@@ -725,9 +772,9 @@ def _group_checks(checks: _Checks, plan: _Plan, est: Optional[Estimator], rows: 
     shown = "; ".join("/".join(repr(u) for u in m) for m in merges[:3])
     checks.add("uid_merge_grpo_vectorized", 4, len(merges), np.sort(first[merged_gids]) if merged_gids else [],
                "no two uids would be merged by verl's grpo_vectorized",
-               f"{len(merges)} set(s) of uids that verl's grpo_vectorized would merge into one group ({shown}); "
-               "rladv keeps them apart",
-               relevant=est is None or est.name == "grpo_vectorized",
+               f"{len(merges)} set(s) of uids that verl's grpo_vectorized converts to one integer and merges into "
+               f"one group ({shown}); rladv compute merges them too for grpo_vectorized",
+               relevant=est is None or est.int_uids,
                irrelevant=f"only grpo_vectorized merges; {est.name if est else ''} keeps them apart")
 
     flags: dict[str, np.ndarray] = {"singleton": single}
@@ -755,7 +802,7 @@ def _group_checks(checks: _Checks, plan: _Plan, est: Optional[Estimator], rows: 
     groups = Groups(
         count=int(present.sum()), sizes={str(k): int(v) for k, v in sorted(Counter(size[present].tolist()).items())},
         singletons=int(single.sum()), all_equal=int(all_equal.sum()), expected_n=expected_n,
-        all_equal_scores=all_equal_scores, basis=plan.basis, session_sizes=session_sizes,
+        all_equal_scores=all_equal_scores, size_mismatch=off, basis=plan.basis, session_sizes=session_sizes,
     )
     flags["gid"] = gid
     return groups, flags
@@ -786,13 +833,9 @@ def _advantage_summary(checks: _Checks, plan: _Plan, rows: _Rows,
             min=float(rows["adv_min"][count > 0].min()), max=float(rows["adv_max"][count > 0].max()),
             fraction_positive=pos / n, fraction_negative=neg / n, fraction_zero=(n - pos - neg) / n, **off_mask,
         )
-    base, zero_actor, zero_masked = rows["dead_base"], rows["dead_actor"], rows["dead_masked"]
-    no_actor = rows["actor"] == 0
+    base, live = rows["dead_base"], rows["dead_used"]
     by = dict.fromkeys(CAUSES, 0)
-    by["no_actor_tokens"] = int((zero_actor + zero_masked)[no_actor].sum())
-    by["masked"] = int(zero_masked[~no_actor].sum())
-    live = zero_actor.copy()
-    live[no_actor] = 0
+    by["rejected"] = int(rows["dead_rejected"].sum())
     if group_flags:
         gid = group_flags["gid"]
         eq = group_flags["all_equal_group"][gid]
@@ -837,7 +880,8 @@ def render_inspection(ins: Inspection, console) -> None:
     )
     t = Table(title="layout", show_header=False, box=None, pad_edge=False)
     tk = ins.tokens
-    t.add_row("tokens actor / observation / padding", f"{tk.actor} / {tk.observation} / {tk.padding} (of {tk.total})")
+    t.add_row("tokens actor / observation / padding", f"{tk.actor} / {tk.observation} / {tk.padding} (of {tk.total})"
+              + (f"; {tk.rejected} actor token(s) rejected, {tk.used} used" if tk.rejected else ""))
     lay = ins.layout
     t.add_row("length per row mean / max", f"{_fmt(lay.length.mean)} / {_fmt(lay.length.max)}")
     t.add_row("assistant turns per row mean / max", f"{_fmt(lay.turns.mean)} / {_fmt(lay.turns.max)}")
@@ -888,7 +932,8 @@ def render_inspection(ins: Inspection, console) -> None:
         if item.step != step:
             step = item.step
             c.add_row("", f"[bold]{step}. {STEP_TITLES.get(step, '')}[/bold]", "", "", "")
-        rows = ", ".join(str(r) for r in item.rows) if one_file else ", ".join(item.where[:3])
+        rows = ", ".join(str(r) for r in item.rows) if one_file else ", ".join(
+            f"{w} (row {d})" for w, d in zip(item.where[:3], item.dataset_rows))
         c.add_row(_STATUS_STYLE[item.status], item.code, str(item.count), rows, item.message)
     console.print(c)
 
@@ -905,7 +950,7 @@ class RowView(_Model):
 
     path: str
     row: int = Field(description="0-based within its file")
-    dataset_row: int
+    dataset_row: int = Field(description="0-based across all files in the order they are read: what --row takes")
     uid: Optional[str]
     estimator: Optional[str]
     source: str = Field(description="where rewards/advantages come from: 'file' or 'compute (scope)'")
@@ -933,8 +978,8 @@ class Reason(_Model):
 
 class GroupMember(_Model):
     path: str
-    row: int
-    dataset_row: int
+    row: int = Field(description="0-based within its file")
+    dataset_row: int = Field(description="0-based across all files: what --row takes")
     batch: Optional[str]
     length: int
     actor_tokens: int
@@ -1076,7 +1121,9 @@ def _row_scores(table: pa.Table, i: int) -> Optional[list[float]]:
 
 def row_view(inputs: Sequence[PathLike] | PathLike, row: int, *, estimator: Optional[str] = None,
              **settings) -> RowView:
-    """Row ``row`` (dataset-wide, 0-based; the row within the file for a single file) token by token.
+    """Row ``row`` token by token: 0-based across all the files of ``inputs`` in the order they are read (files
+    as given, a folder's or glob's sorted), so for a single file its row within the file. The view carries
+    both numbers: ``dataset_row`` (``row`` here) and ``path``/``row`` (within that file).
 
     Without ``estimator`` rewards/advantages/returns are the file's own columns (an ``rladv compute`` output has
     them). With one, ``rladv_cli.compute`` runs with ``settings`` (``Config`` fields) on the rows that estimator
@@ -1088,7 +1135,8 @@ def row_view(inputs: Sequence[PathLike] | PathLike, row: int, *, estimator: Opti
     est = _estimator(estimator)
     ds = Dataset(_paths(inputs))
     if not 0 <= row < ds.num_rows:
-        raise ConfigError(f"--row {row}: the dataset has {ds.num_rows} rows (0-based)")
+        across = f" across its {len(ds.paths)} files" if len(ds.paths) > 1 else ""
+        raise ConfigError(f"--row {row}: the dataset has {ds.num_rows} rows{across} (0-based)")
     table = _read_row(ds, row)
     path, file_row = ds.locate(row)
     validation.check_chunk(table, path, file_row)
@@ -1164,7 +1212,9 @@ def render_row(view: RowView, console, *, max_tokens: int = 200) -> None:
     v = view
     spans = ", ".join(f"{s.kind} {s.start}-{s.end - 1}" for s in v.spans[:12])
     spans += f" ({len(v.spans) - 12} more spans)" if len(v.spans) > 12 else ""
-    console.print(f"[bold]{v.path}:{v.row}[/bold]" + (f"  uid {v.uid}" if v.uid is not None else "")
+    # --row N counts across all files; where that differs from the row within its file, show both
+    where = f"{v.path}:{v.row}" if v.dataset_row == v.row else f"row {v.dataset_row} of the dataset = {v.path}:{v.row}"
+    console.print(f"[bold]{where}[/bold]" + (f"  uid {v.uid}" if v.uid is not None else "")
                   + f"  {v.length} positions: {spans}")
     console.print(f"score total {_fmt(v.score_total)}, reward total {_fmt(v.reward_total)}; values from {v.source}"
                   + (f" ({v.estimator})" if v.estimator else ""))
@@ -1332,6 +1382,7 @@ def render_group(view: GroupView, console) -> None:
         console.print(f"[bold red]compute failed:[/bold red] {v.error}")
     paths = {mb.path for mb in v.members}
     batches = any(mb.batch for mb in v.members)
+    shifted = any(mb.dataset_row != mb.row for mb in v.members)  # not the dataset's first file: --row N differs
     t = Table(header_style="bold", title=f"rows of {next(iter(paths))}" if len(paths) == 1 else None)
     cols = ["row"] + (["batch"] if batches else []) + ["actor", "rejected", "score total", "reward total", "advantage",
                                                        "adv min..max"]
@@ -1341,7 +1392,8 @@ def render_group(view: GroupView, console) -> None:
         span = "" if mb.advantage_min is None else (
             f"{mb.advantage_min:.6g}" if mb.advantage_min == mb.advantage_max else f"{mb.advantage_min:.6g}..{mb.advantage_max:.6g}")
         style = "red" if mb.advantage is None else "green" if mb.advantage > 0 else "yellow" if mb.advantage < 0 else "dim"
-        cells = [str(mb.row) if len(paths) == 1 else f"{mb.path}:{mb.row}"] + ([mb.batch or ""] if batches else [])
+        cells = [(str(mb.row) if len(paths) == 1 else f"{mb.path}:{mb.row}")
+                 + (f" (row {mb.dataset_row})" if shifted else "")] + ([mb.batch or ""] if batches else [])
         cells += [str(mb.actor_tokens), str(mb.rejected_tokens), _fmt(mb.score_total), _fmt(mb.reward_total),
                   _fmt(mb.advantage), span]
         t.add_row(*cells, style=style)

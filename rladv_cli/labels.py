@@ -45,6 +45,10 @@ class Labels:
         if col.null_count:
             bad = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
             raise InputError(path, f"is null; {why}", row=start + bad, column=column)
+        if pa.types.is_floating(t):
+            nan = pc.is_nan(col).to_numpy(zero_copy_only=False)
+            if nan.any():
+                raise InputError(path, f"is NaN; {why}", row=start + int(np.flatnonzero(nan)[0]), column=column)
 
     def batch_ids(self, table: pa.Table, path: str, start: int) -> np.ndarray:
         """Dense batch id ``(B,) int64`` of each row of a chunk (all 0 without ``--batch-key``)."""
@@ -97,26 +101,47 @@ class Labels:
     def uids_of_batch(self, batch_id: int) -> list:
         return [uid for (b, uid) in self.groups if b == batch_id]
 
+    @property
+    def group_count(self) -> int:
+        """Number of groups (after ``merge_as_verl_index`` several uids may share one)."""
+        return len(set(self.groups.values()))
+
+    def merge_as_verl_index(self) -> np.ndarray:
+        """Merge the groups of each batch whose uids verl's ``grpo_vectorized`` merges (``verl_index_keys``);
+        returns each old group id's new id ``(G,) int64``, still numbered by first appearance."""
+        by_batch: dict[int, list[tuple[int, object]]] = defaultdict(list)
+        for (b, uid), g in self.groups.items():
+            by_batch[b].append((g, uid))
+        key_of = {}
+        for b, items in by_batch.items():
+            for (g, _), key in zip(items, verl_index_keys([uid for _, uid in items])):
+                key_of[g] = (b, key)
+        new: dict[tuple, int] = {}
+        renumber = np.array([new.setdefault(key_of[g], len(new)) for g in range(len(self.groups))], dtype=np.int64)
+        self.groups = {pair: int(renumber[g]) for pair, g in self.groups.items()}
+        return renumber
+
     def session_ids(self, table: pa.Table, group_ids: np.ndarray, path: str, start: int) -> np.ndarray:
         """Dense id ``(B,) int64`` of each row's agent session ``(batch, uid, session_id)``."""
         self._check_not_null(table, "session_id", path, start, "every output needs its session")
         return self._pair_ids(group_ids, table["session_id"], self.sessions)
 
 
-def uid_merges(uids: list) -> list[tuple[str, ...]]:
-    """Sets of distinct string uids that verl's ``as_torch_index`` would merge (they parse to one integer).
+def verl_index_keys(uids: list) -> list:
+    """The group key verl's ``as_torch_index`` (``grpo_vectorized``) gives each uid of one batch.
 
-    It parses labels as integers only when every label of the batch parses; then ``"01"`` and ``"1"``
-    become one group in ``grpo_vectorized``.
+    verl's uids are an object array, which it converts with ``int()`` when every uid of the batch converts to
+    an int64: then ``"01"``, ``" 1"`` and ``"+1"`` are all 1. Otherwise every uid is its own key.
     """
-    strings = [u for u in uids if isinstance(u, str)]
-    if len(strings) != len(uids) or not strings:
-        return []
     try:
-        as_int = np.array(strings).astype(np.int64)
-    except (ValueError, OverflowError):
-        return []
-    merged: dict[int, list[str]] = defaultdict(list)
-    for s, i in zip(strings, as_int.tolist()):
-        merged[i].append(s)
+        return np.array(uids, dtype=object).astype(np.int64).tolist()
+    except (ValueError, OverflowError, TypeError):
+        return list(uids)
+
+
+def uid_merges(uids: list) -> list[tuple]:
+    """Sets of distinct uids of one batch that verl's ``as_torch_index`` merges into one group."""
+    merged: dict[object, list] = defaultdict(list)
+    for uid, key in zip(uids, verl_index_keys(uids)):
+        merged[key].append(uid)
     return [tuple(v) for v in merged.values() if len(v) > 1]

@@ -23,6 +23,7 @@ compute the same numbers. Groups and batches may span shards.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -44,11 +45,13 @@ from .diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions
 from .errors import ComputeError, ConfigError, InputError
 from .estimators import ESTIMATORS
 from .io import Chunk, Shard, output_schema
-from .labels import Labels, uid_merges
+from .labels import Labels
 from .report import KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens, row_stats
 from .shaping import KLController, apply_kl, kl_penalty, overlong_penalty
 
 Progress = Callable[[str, int, int], None]
+# whitening warns when one float32 ulp of the batch mean moves advantages by this much (10 ulps: the 1e-5 tolerance)
+ILL_CONDITIONED_SHIFT = 1e-6
 
 
 def resolve_device(name: str) -> torch.device:
@@ -469,9 +472,13 @@ class Pipeline:
         self.rows = RowTable()
         self.seconds: dict[str, float] = defaultdict(float)
         self.whitening: list[dict] = []
+        self.ill_conditioned: list[tuple[int, float]] = []
         self.sketches = TokenSketches(with_values="values" in self.est.columns)
         self.outcome_basis = ""
         self.groups = None
+        self.group_basis: Optional[Tensor] = None  # per-row value groups are judged on (R_i; gdpo: weighted components)
+        self.group_flags: dict[str, Tensor] = {}
+        self.uid_merges: tuple[list[tuple], Tensor] = ([], torch.zeros(0, dtype=torch.long))
         self.correction_stats: dict[int, object] = {}
 
     def _scan_columns(self) -> list[str]:
@@ -499,6 +506,8 @@ class Pipeline:
         t0 = time.perf_counter()
         self._merge_layout(self._map(map_shards, "layout", ()))
         self._merge_scan(self._map(map_shards, "scan", ("batch_id",)))
+        if self.est.int_uids and self.has_uid:
+            self._merge_int_uids()
         self._check_correction_batches()
         self._group_pass()
         per_row = ("batch_id", "group_id", "reward_total")
@@ -506,8 +515,10 @@ class Pipeline:
             self._merge_group_statistics(self._map(map_shards, "group_statistics", per_row))
         if self.est.whiten:
             self._whitening()
-        grouping = (self.rows["group_id"], self.groups.size) if self.est.groups and self.groups else ()
-        self.outcome_basis, outcome = row_outcomes(self.rows["reward_total"], *grouping)
+        if self.est.groups and self.groups:
+            self.outcome_basis, outcome = row_outcomes(self.group_basis, self.rows["group_id"], self.group_flags)
+        else:
+            self.outcome_basis, outcome = row_outcomes(self.rows["reward_total"])
         self.rows.add(outcome=outcome)
         for result in self._map(map_shards, "write", per_row + ("outcome",)):
             self.rows.add(**result.rows)
@@ -572,6 +583,21 @@ class Pipeline:
             self.work.is_norm_factor = torch.tensor(
                 [self.correction_stats[b].norm_factor() for b in range(len(self.labels.batches))], dtype=torch.float32)
 
+    def _merge_int_uids(self) -> None:
+        """Groups whose uids verl's ``as_torch_index`` converts to one integer become one group, as in verl
+        (``Estimator.int_uids``); the sets of uids merged and the first row of each uid are kept for the report."""
+        old = self.rows["group_id"]
+        old_uids = [uid for (_, uid) in self.labels.groups]
+        renumber = torch.from_numpy(self.labels.merge_as_verl_index())
+        members = torch.bincount(renumber)[renumber] > 1
+        sets = defaultdict(list)
+        for g in torch.nonzero(members).flatten().tolist():
+            sets[int(renumber[g])].append(old_uids[g])
+        first_row = torch.full((renumber.numel(),), old.numel(), dtype=torch.long).scatter_reduce(
+            0, old, torch.arange(old.numel()), "amin")
+        self.uid_merges = ([tuple(m) for m in sets.values()], torch.sort(first_row[members]).values)
+        self.rows.replace("group_id", renumber[old])
+
     def _merge_group_statistics(self, results: list[ShardResult]) -> None:
         """Whitening moments per row; the per-(group, position) sums added shard after shard in float64,
         rounded to float32 once."""
@@ -582,7 +608,7 @@ class Pipeline:
             if result.position_sums is not None:
                 slots, values = result.position_sums
                 for name, v in values.items():
-                    sums.setdefault(name, torch.zeros(len(self.labels.groups) * width, dtype=torch.float64)).index_add_(0, slots, v)
+                    sums.setdefault(name, torch.zeros(self.labels.group_count * width, dtype=torch.float64)).index_add_(0, slots, v)
         if self.est.accumulate:
             self.work.position_sums = PositionSums(width, {k: v.float().to(self.device) for k, v in sums.items()})
 
@@ -596,22 +622,26 @@ class Pipeline:
                                                  minlength=n_batches).long()
         if not self.has_uid:
             return
-        n_groups, gid, used = len(self.labels.groups), self.rows["group_id"], self.rows["used"]
+        n_groups, gid, used = self.labels.group_count, self.rows["group_id"], self.rows["used"]
         if self.fold:
             self.fold_source = _final_outputs(self.rows["session"], self.rows["output_index"])
             final = torch.unique(self.fold_source)
             self.groups = kernels.group_stats(self.rows["reward_total"][final], gid[final], n_groups, used[final])
         else:
             self.groups = kernels.group_stats(self.rows["reward_total"], gid, n_groups, used)
+        self.group_basis, self.group_flags = self.rows["reward_total"], group_flags(self.rows["reward_total"], gid, self.groups.size)
         if self.cfg.reward_components:
-            self.work.component_groups = [
-                kernels.group_stats(self.rows[f"component_{k}"], gid, n_groups, used).to(self.device)
-                for k in range(len(self.cfg.reward_components))
-            ]
+            components = [self.rows[f"component_{k}"] for k in range(len(self.cfg.reward_components))]
+            self.work.component_groups = [kernels.group_stats(c, gid, n_groups, used).to(self.device) for c in components]
+            # gdpo's groups are judged on its components: a group is all-equal when every component is
+            weights = self.cfg.reward_weights or (1.0,) * len(components)
+            self.group_basis = sum(w * c.double() for w, c in zip(weights, components))
+            per_component = [group_flags(c, gid, self.groups.size)["all_equal_group"] for c in components]
+            self.group_flags["all_equal_group"] = torch.stack(per_component).all(0)
         self.work.groups = self.groups.to(self.device)
         small = torch.nonzero(self.groups.size < self.est.min_group_size).flatten()
         if self.est.groups and small.numel():
-            (batch, uid), = [key for key, gid in self.labels.groups.items() if gid == int(small[0])]
+            batch, uid = next(key for key, gid in self.labels.groups.items() if gid == int(small[0]))
             where = self.labels.batch_name(batch)
             raise ComputeError(
                 f"{self.cfg.estimator} requires at least {self.est.min_group_size} samples per group. Got "
@@ -634,9 +664,23 @@ class Pipeline:
                     f"{self.cfg.estimator}: {'batch ' + where if where else 'the dataset'} has {int(n)} valid token(s) "
                     "after masking; whitening needs at least 2 (verl raises ValueError here)"
                 )
+            with np.errstate(over="ignore"):
+                overflow = not np.isfinite(np.float32(m2 / (n - 1)))
+            if overflow:
+                where = self.labels.batch_name(b)
+                raise ComputeError(
+                    f"{self.cfg.estimator}: the variance of the values to whiten in "
+                    f"{'batch ' + where if where else 'the dataset'} overflows float32 ({m2 / (n - 1):.3g}); verl "
+                    "would give every advantage 0 (check the scores and values for huge entries)"
+                )
             mean[b], var[b] = mu, m2 / (n - 1)
             self.whitening.append({"batch": self.labels.batch_name(b), "tokens": int(n), "mean": float(np.float32(mu)),
                                    "var": float(np.float32(m2 / (n - 1)))})
+            # one float32 step of the mean, at the values' magnitude, over the divisor: what verl's float32 sum
+            # (whose order rladv cannot follow) moves every advantage by, per ulp it is off
+            ulp_shift = float(np.spacing(np.float32(math.sqrt(mu * mu + m2 / n)))) / math.sqrt(float(np.float32(m2 / (n - 1))) + 1e-8)
+            if ulp_shift >= ILL_CONDITIONED_SHIFT:
+                self.ill_conditioned.append((b, ulp_shift))
         self.work.whiten_mean, self.work.whiten_var = mean.float().to(self.device), var.float().to(self.device)
 
     def _check_correction_batches(self) -> None:
@@ -661,7 +705,8 @@ class Pipeline:
         groups = self._groups_report(warn)
         warn.add_rows("score_on_masked_position",
                       "{n} row(s) carry a non-zero score on a position whose response_mask is 0 (a tool observation or padding): "
-                      "outcome estimators still count it, GAE/REINFORCE++ drop it", rows["score_on_masked_position"])
+                      "outcome estimators (R_i sums every position) still count it; gae, reinforce_plus_plus, remax and "
+                      "the optimal-token baselines drop it", rows["score_on_masked_position"])
         warn.add_rows("row_without_actor_tokens", "{n} row(s) have no position with response_mask 1: they get no advantage",
                       rows["actor"] == 0)
         if "credit_reset_at_mask" in rows:
@@ -676,6 +721,15 @@ class Pipeline:
                 warn.add_rows("rejected_in_group_baseline",
                               "{n} row(s) with rejected tokens still contribute their full reward to their group's baseline",
                               rejected > 0)
+        if self.ill_conditioned:
+            batch_of_row = rows["batch_id"]
+            first = [int(torch.nonzero(batch_of_row == b)[0]) for b, _ in self.ill_conditioned]
+            worst = max(shift for _, shift in self.ill_conditioned)
+            warn.add("whitening_ill_conditioned",
+                     f"{len(first)} batch(es) whiten values whose spread is tiny next to their size: one float32 ulp "
+                     f"of the batch mean moves every advantage by up to {worst:.1e}. verl sums the mean in float32 in an "
+                     "order rladv cannot follow (rladv: float64), so its advantages differ from rladv's by a few such "
+                     "steps; all values equal gives rladv 0 and verl float32 noise", len(first), sorted(first))
         kl = self._kl_report(warn)
         correction = {}
         if self.correction_stats:
@@ -723,10 +777,9 @@ class Pipeline:
         zero = rows["adv_zero"]
         rejected = rows["actor"] - rows["used"]
         causes = {"rejected": float(rejected.sum())}
-        if self.groups is not None:
-            flags = group_flags(rows["reward_total"], rows["group_id"], self.groups.size)
+        if self.groups is not None and self.est.groups:
             gid = rows["group_id"]
-            all_equal, single = flags["all_equal_group"][gid], flags["singleton_group"][gid]
+            all_equal, single = self.group_flags["all_equal_group"][gid], self.group_flags["singleton_group"][gid]
             causes["all_equal_group"] = float(zero[all_equal].sum())
             causes["singleton"] = float(zero[single & ~all_equal].sum())
             causes["other"] = float(zero[~all_equal & ~single].sum())
@@ -770,14 +823,17 @@ class Pipeline:
             return Groups(count=0, sizes={}, singletons=0, all_equal=0, batches=n_batches)
         gid = self.rows["group_id"]
         size = self.groups.size
-        flags = group_flags(self.rows["reward_total"], gid, size)
+        flags = self.group_flags
         first_row = torch.full((size.numel(),), gid.numel(), dtype=torch.long).scatter_reduce(
             0, gid, torch.arange(gid.numel()), "amin")
-        singleton_text = self.est.singleton or "no group fallback (this estimator does not use groups)"
+        unused = "this estimator does not use groups"
+        singleton_text = self.est.singleton or f"no group fallback ({unused})"
+        equal = "equal reward components" if self.cfg.reward_components else "equal total rewards"
+        equal_text = ("no learning signal from them (float32 rounding can leave tiny non-zero advantages, as in verl)"
+                      if self.est.groups else f"{unused}, so their advantages do not depend on it")
         for code, text in (
             ("singleton_group", f"{{n}} uid group(s) have one row; {self.cfg.estimator}: {singleton_text}"),
-            ("all_equal_group", "{n} group(s) of 2+ rows have equal total rewards: no learning signal from them "
-                                "(float32 rounding can leave tiny non-zero advantages, as in verl)"),
+            ("all_equal_group", f"{{n}} group(s) of 2+ rows have {equal}: {equal_text}"),
         ):
             hit = torch.nonzero(flags[code]).flatten()
             warn.add(code, text.format(n=hit.numel()), hit.numel(), torch.sort(first_row[hit]).values)
@@ -788,14 +844,12 @@ class Pipeline:
                      f"group sizes differ within {len(mismatched)} batch(es) ({', '.join(str(s) for s in torch.unique(size).tolist())} rows): "
                      "check that every prompt got rollout.n samples", len(mismatched),
                      [int(first_row[group_batch == b].min()) for b in mismatched])
-        merges = [m for b in range(n_batches) for m in uid_merges(self.labels.uids_of_batch(b))]
+        merges, merged_rows = self.uid_merges
         if merges:
             shown = "; ".join("/".join(repr(u) for u in m) for m in merges[:3])
-            merged_uids = {u for m in merges for u in m}
-            rows = [int(first_row[gi]) for (bb, u), gi in self.labels.groups.items() if u in merged_uids]
             warn.add("uid_merge_grpo_vectorized",
-                     f"{len(merges)} set(s) of uids that verl's grpo_vectorized would merge into one group ({shown}); "
-                     "rladv keeps them apart", len(merges), sorted(rows))
+                     f"{len(merges)} set(s) of distinct uids that verl's grpo_vectorized converts to one integer and "
+                     f"merges into one group ({shown}); rladv merges them too, as verl does", len(merges), merged_rows)
         hist = torch.bincount(size)
         return Groups(
             count=size.numel(), sizes={str(k): int(v) for k, v in enumerate(hist.tolist()) if v},

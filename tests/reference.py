@@ -258,13 +258,24 @@ def grpo(rewards, masks, uids, norm_adv_by_std=True, epsilon=1e-6):
     return _broadcast(a, masks)
 
 
+def _as_torch_index_keys(uids):
+    """verl's ``as_torch_index`` on the object array of a batch's uids (SEMANTICS §2.3): ``int(uid)`` for every
+    uid when all of them convert to int64 ("01", " 1" and "1" are one group), else the uids themselves."""
+    try:
+        keys = [int(u) for u in uids]
+    except (ValueError, TypeError):
+        return list(uids)
+    return keys if all(-2 ** 63 <= k < 2 ** 63 for k in keys) else list(uids)
+
+
 def grpo_vectorized(rewards, masks, uids):
     """grpo_vectorized [P] (SEMANTICS §7.3, §2.2): two-pass group_mean_std with eps = 0 (no floor),
-    always divided by σ + 1e-6 (the dispatcher never passes the std flag).
+    always divided by σ + 1e-6 (the dispatcher never passes the std flag); groups of ``as_torch_index``.
 
     μ = s1/c, var = Σ(x − μ)²/max(c − 1, 1), σ = sqrt(max(var, 0)); groups with c ≤ 1: μ = 0, σ = 1.
     """
     R = _outcome(rewards)
+    uids = _as_torch_index_keys(uids)
     stats = {}
     for uid, idx in _groups(uids).items():
         c = len(idx)

@@ -102,6 +102,41 @@ def test_grpo_vectorized_all_equal_group_shows_verls_ulp_noise():
     assert sorted(abs(round(a[0], 4)) for a in adv) == [0.0555, 0.0555, 0.0555]
 
 
+# §2.3: grpo_vectorized forms groups with verl's as_torch_index, which converts the uids of a batch with int()
+# when all of them convert; verl 0.9.1 gives [0.7071058, -0.7071058, 0.7071047, -0.7071047] here
+NUMERIC_UIDS = table([[1.0], [0.0], [0.5], [0.0]], [[1]] * 4, ["1", "01", "2", "2"])
+
+
+def merge_warning(report):
+    return next((w for w in report.warnings if w.code == "uid_merge_grpo_vectorized"), None)
+
+
+def test_grpo_vectorized_merges_uids_that_convert_to_one_integer_as_verl():
+    adv, _, report = run(NUMERIC_UIDS, "grpo_vectorized")
+    close(adv, [[0.7071058], [-0.7071058], [0.7071047], [-0.7071047]])
+    assert report.groups.count == 2 and report.groups.singletons == 0
+    w = merge_warning(report)
+    assert w.count == 1 and w.rows == [0, 1] and "'1'/'01'" in w.message
+
+
+def test_other_estimators_and_batches_with_a_non_integer_uid_keep_them_apart():
+    adv, _, report = run(NUMERIC_UIDS, "grpo")
+    close(adv, [[0.999999], [0.0], [0.7071047], [-0.7071047]])
+    assert report.groups.count == 3 and merge_warning(report) is None
+    t = table([[1.0], [0.0], [0.5], [0.0]], [[1]] * 4, ["1", "01", "x", "x"])  # "x" does not convert
+    adv, _, report = run(t, "grpo_vectorized")
+    close(adv, [[0.999999], [0.0], [0.7071047], [-0.7071047]])
+    assert merge_warning(report) is None
+
+
+def test_grpo_vectorized_merges_within_each_batch_only():
+    t = NUMERIC_UIDS.append_column("step", pa.array([0, 0, 1, 1])).set_column(
+        2, "uid", pa.array(["1", "01", "1", "x"]))
+    adv, _, report = run(t, "grpo_vectorized", batch_key="step")
+    close(adv, [[0.7071058], [-0.7071058], [0.5 / (1 + 1e-6)], [0.0]])
+    assert report.groups.count == 3 and merge_warning(report).count == 1
+
+
 # --- §7.5 / §7.6 RLOO -----------------------------------------------------------------------------------
 def test_rloo_examples():
     close(run(ONE_GROUP, "rloo")[0], [[0.75], [-0.75], [0.0]])
@@ -112,9 +147,24 @@ def test_rloo_examples():
 
 # --- §7.7 REINFORCE++ -----------------------------------------------------------------------------------
 def test_reinforce_plus_plus_full_mask_is_all_zero():
-    adv, ret, _ = run(table([[0, 0, 1]], [[1, 1, 1]]), "reinforce_plus_plus")
+    adv, ret, report = run(table([[0, 0, 1]], [[1, 1, 1]]), "reinforce_plus_plus")
     close(adv, [[0, 0, 0]])
     close(ret, [[1, 1, 1]])
+    # all valid values equal: verl's float32 mean leaves noise here (±2.98e-4 for 0.3 over 7 tokens); said so
+    assert "whitening_ill_conditioned" in report.warning_codes()
+
+
+def test_whitening_of_nearly_constant_values_is_flagged_per_batch():
+    """Returns 0.90006 with a std of 5.1e-5: one float32 ulp of the mean (6e-8) over that std moves every
+    advantage by 5.3e-4 (on such data verl's float32 sum left advantages 9.8e-4 away from rladv's)."""
+    near = [[0, 0, 0, 0.9], [0, 0, 0, 0.90012], [0, 0, 0, 0.90005]]
+    spread = [[0, 0, 1.0], [0, 0, 0.0], [0, 0, 0.5]]
+    t = table(near + spread, [[1] * 4] * 3 + [[1] * 3] * 3).append_column("step", pa.array([0, 0, 0, 1, 1, 1]))
+    _, _, report = run(t, "reinforce_plus_plus", batch_key="step")
+    w = next(w for w in report.warnings if w.code == "whitening_ill_conditioned")
+    assert w.count == 1 and w.rows == [0] and "by up to 5.3e-04" in w.message
+    _, _, report = run(t.slice(3), "reinforce_plus_plus")
+    assert "whitening_ill_conditioned" not in report.warning_codes()
 
 
 def test_reinforce_plus_plus_reset_and_carry_one_row():
@@ -131,8 +181,9 @@ def test_reinforce_plus_plus_reset_and_carry_one_row():
 
 def test_reinforce_plus_plus_two_rows():
     t = table([[0, 0, 1], [0, 0, 0]], [[1, 0, 1], [1, 1, 1]])
-    adv, _, _ = run(t, "reinforce_plus_plus")
+    adv, _, report = run(t, "reinforce_plus_plus")
     close(adv, [[-0.4472136, 0, 1.7888542], [-0.4472136] * 3])
+    assert "whitening_ill_conditioned" not in report.warning_codes()
     adv, _, _ = run(t, "reinforce_plus_plus", rpp_mask_mode="carry")
     close(adv[:1], [[1.0954452, 0, 1.0954452]])
 
@@ -291,6 +342,36 @@ def test_gdpo_weighted_components_without_a_score_column():
     mu, sd = flat.mean(), flat.std(ddof=1)
     close(out["advantages"].to_pylist(), [[(v - mu) / sd for v in r] for r in a_sum], atol=2e-6)
     assert out["token_level_rewards"].to_pylist() == [[0, 0], [0], [0], [0, 0]]
+
+
+def test_gdpo_groups_are_judged_on_their_components():
+    """Group a has equal scores but different components (non-zero advantages); group b has equal components
+    (each component's group-normalised advantage is 0): b is the all-equal group, and the outcome split ranks
+    rows by the weighted component sum."""
+    t = pa.table({"uid": ["a", "a", "a", "b", "b", "b"],
+                  "response_mask": pa.array([[1, 1, 1]] * 6, pa.list_(pa.int8())),
+                  "score": pa.array([1, 1, 1, 0, 1, 0.5], pa.float32()),
+                  "acc": pa.array([1, 0, 0.5, 1, 1, 1], pa.float32()),
+                  "fmt": pa.array([0, 1, 0, 1, 1, 1], pa.float32())})
+    out, report = rladv_cli.compute(t, estimator="gdpo", reward_components=["acc", "fmt"], device="cpu")
+    assert report.groups.all_equal == 1
+    w = next(w for w in report.warnings if w.code == "all_equal_group")
+    assert w.rows == [3] and "equal reward components" in w.message
+    close(out["advantages"].to_pylist()[3:], [[0] * 3] * 3)  # 0 before whitening; whitening shifts by ~1e-7
+    parts = {p.label: p.rows for p in report.distributions.advantage_splits.by_outcome}
+    assert parts == {"above group mean": 2, "below group mean": 1, "all-equal group": 3}  # acc+fmt: 1, 1, .5
+
+
+@pytest.mark.parametrize("estimator", ["gae", "remax", "reinforce_plus_plus"])
+def test_estimators_without_groups_do_not_blame_groups(estimator):
+    """Equal totals in a uid group mean nothing to an estimator that does not use groups."""
+    t = table([[0, 0, 1.0], [0, 0, 1.0], [0, 1.0, 0]], [[1, 1, 1]] * 3, ["a", "a", "b"],
+              values=[[0.1, 0.5, 0.2], [0.3, 0.1, 0.9], [0.2, 0.2, 0.2]])
+    t = t.append_column("reward_baselines", pa.array([0.5, 0.2, 0.1], pa.float32()))
+    _, report = rladv_cli.compute(t, estimator=estimator, device="cpu")
+    w = next(w for w in report.warnings if w.code == "all_equal_group")
+    assert "does not use groups" in w.message and "no learning signal" not in w.message
+    assert set(report.dead_signal["causes"]) == {"rejected", "other"}
 
 
 # --- §3 DAPO overlong shaping ---------------------------------------------------------------------------

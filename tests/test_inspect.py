@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -94,7 +95,7 @@ def test_json_has_contract_section5_keys(with_advantages):
     assert list(doc)[:5] == ["rows", "tokens", "groups", "columns", "checks"]
     assert set(doc) == {"rows", "tokens", "groups", "columns", "checks", "paths", "estimator", "invalid_rows",
                         "layout", "scores", "masks", "kl", "advantages", "dead_signal", "distributions"}
-    assert {"actor", "observation", "padding"} <= set(doc["tokens"])
+    assert {"actor", "observation", "padding", "rejected"} <= set(doc["tokens"])
     assert {"count", "sizes", "singletons", "all_equal"} <= set(doc["groups"])
     assert doc["groups"]["sizes"] == {"1": 1, "2": 4}
     assert doc["columns"] == {"uid": "string", "response_mask": "list<element: int8>",
@@ -104,7 +105,7 @@ def test_json_has_contract_section5_keys(with_advantages):
         assert {"code", "status", "message", "count", "rows"} <= set(check)
         assert check["status"] in ("pass", "warn", "fail")
     assert doc["rows"] == 9
-    assert doc["tokens"] == {"total": 16, "actor": 12, "observation": 4, "padding": 0}
+    assert doc["tokens"] == {"total": 16, "actor": 15, "observation": 1, "padding": 0, "rejected": 3, "used": 12}
 
 
 def test_every_contract_code_the_data_allows_is_checked(tmp_path):
@@ -130,19 +131,19 @@ def test_group_and_mask_checks_exact(faults):
     ins = inspect(faults)
     expect(ins, "score_on_masked_position", "warn", 2, [0, 2])   # ends in an observation / no actor token
     expect(ins, "row_without_actor_tokens", "warn", 1, [2])
-    expect(ins, "group_size_mismatch", "warn", 2, [2, 5])        # sizes 1,1 vs 2,2: a tie goes to the larger
+    expect(ins, "group_size_mismatch", "warn", 1, [2, 5])        # one batch; sizes 1,1 vs 2,2: a tie goes to the larger
     expect(ins, "singleton_group", "warn", 2, [2, 5])
     expect(ins, "all_equal_group", "warn", 1, [3])
     expect(ins, "credit_reset_at_mask", "warn", 1, [0])          # the score sits on the observation after turn 1
     expect(ins, "uid_merge_grpo_vectorized", "pass", 0, [])
     assert ins.groups.model_dump() == {
         "count": 4, "sizes": {"1": 2, "2": 2}, "singletons": 2, "all_equal": 1, "expected_n": None,
-        "all_equal_scores": 1, "basis": "score", "session_sizes": None,
+        "all_equal_scores": 1, "size_mismatch": 2, "basis": "score", "session_sizes": None,
     }
     assert ins.status == "warn"
     assert ins.layout.rows_ending_in_observation == 2 and ins.layout.turns.max == 1
     assert ins.scores.score_total.mean == pytest.approx(3.5 / 6)
-    expect(inspect(faults, expected_n=3), "group_size_mismatch", "warn", 4, [0, 2, 3, 5])
+    expect(inspect(faults, expected_n=3), "group_size_mismatch", "warn", 1, [0, 2, 3, 5])
     assert inspect(faults, expected_n=3).groups.expected_n == 3
 
 
@@ -235,8 +236,9 @@ def test_loss_mask_and_advantages_and_dead_signal(with_advantages):
     ins = inspect(with_advantages)
     expect(ins, "loss_mask_differs", "warn", 2, [3, 5])
     expect(ins, "advantage_on_masked_position", "fail", 1, [7])
-    expect(ins, "score_on_masked_position", "warn", 2, [5, 7])
-    expect(ins, "row_without_actor_tokens", "warn", 1, [5])
+    expect(ins, "score_on_masked_position", "warn", 1, [7])      # row 5's score sits on a rejected actor token
+    expect(ins, "row_without_actor_tokens", "pass", 0, [])
+    expect(ins, "row_fully_rejected", "warn", 1, [5])
     expect(ins, "credit_reset_at_mask", "warn", 2, [3, 7])
     expect(ins, "group_size_mismatch", "warn", 1, [2])
     expect(ins, "all_equal_group", "warn", 1, [0])
@@ -252,7 +254,7 @@ def test_loss_mask_and_advantages_and_dead_signal(with_advantages):
     d = ins.dead_signal
     assert (d.base, d.actor_tokens, d.zero_tokens) == ("loss_mask", 15, 9)
     assert {k: c.tokens for k, c in d.by_cause.items()} == {
-        "all_equal_group": 3, "singleton": 2, "masked": 1, "no_actor_tokens": 2, "other": 1,
+        "rejected": 3, "all_equal_group": 3, "singleton": 2, "other": 1,
     }
     assert d.share == pytest.approx(9 / 15)
 
@@ -485,3 +487,137 @@ def test_a_clean_dataset_has_no_warn_or_fail(tmp_path):
     })
     for ins in (inspect(path, expected_n=2), inspect(path, expected_n=2, kl_coef=0.01, estimator="reinforce_plus_plus")):
         assert [c.code for c in ins.checks if c.status != "pass"] == []
+
+
+# ------------------------------------------------------------------------------------------- rladv outputs
+@pytest.fixture
+def semantics_output(tmp_path) -> Path:
+    """SEMANTICS §11 as an rladv output: KL shaping (kl, β 0.1) on the original mask m0 = loss_mask, then
+    rejection of row 0's token 1 (response_mask [1, 0, 1]); token_level_rewards and grpo's advantages as written."""
+    return write(tmp_path / "semantics.adv.parquet", {
+        "uid": ["a", "a"],
+        "response_mask": [[1, 0, 1], [1, 1, 0]],
+        "loss_mask": [[1, 1, 1], [1, 1, 0]],
+        "rm_scores": [[0, 0, 1], [0, 0, 0]],
+        "old_log_probs": [[-1, -2, -0.5], [-1, -1, -1]],
+        "ref_log_prob": [[-1.5, -1, -0.5], [-1, -1.2, -1]],
+        "token_level_rewards": [[-0.05, 0.1, 1.0], [0, -0.02, 0]],
+        "advantages": [[0.7071058, 0, 0.7071058], [-0.7071058, -0.7071058, 0]],
+    })
+
+
+def test_kl_on_an_output_uses_the_original_mask(semantics_output, tmp_path):
+    """KL shaping runs on the mask before rejection (SEMANTICS §4.2/§10): current_kl = mean(−1/6, 0.2/2) and
+    R = [1.05, −0.02], the rejected token's +0.1 included; the same numbers as on the input file."""
+    ins = inspect(semantics_output, kl_coef=0.1)
+    assert ins.kl.mean == pytest.approx((-1 / 6 + 0.1) / 2, rel=1e-6)
+    assert (ins.scores.reward_total.min, ins.scores.reward_total.max) == (pytest.approx(-0.02, abs=1e-7),
+                                                                          pytest.approx(1.05, abs=1e-7))
+    expect(ins, "kl_raises_reward", "warn", 1, [0])            # the −1 estimate sits on the rejected token
+    source = write(tmp_path / "semantics.parquet", {
+        k: v for k, v in pq.read_table(semantics_output).to_pydict().items()
+        if k not in ("loss_mask", "token_level_rewards", "advantages")} | {"response_mask": [[1, 1, 1], [1, 1, 0]]})
+    raw = inspect(source, kl_coef=0.1)
+    assert (raw.kl, raw.scores, raw.layout) == (ins.kl, ins.scores, ins.layout)
+
+
+def test_tokens_dead_signal_and_masks_on_an_output(semantics_output, with_advantages):
+    """Rejected tokens (loss_mask 1, response_mask 0) are actor tokens, counted apart as ``rejected``, as in
+    rladv compute's report; a row whose actor tokens were all rejected is ``row_fully_rejected``."""
+    ins = inspect(with_advantages)
+    assert ins.tokens.model_dump() == {"total": 16, "actor": 15, "observation": 1, "padding": 0, "rejected": 3,
+                                       "used": 12}
+    assert list(ins.dead_signal.by_cause) == ["rejected", "all_equal_group", "singleton", "other"]  # compute's causes
+    assert (ins.masks.rows_without_actor_tokens, ins.masks.rows_fully_rejected) == (0, 1)
+    assert ins.layout.turns.max == 1 and ins.layout.rows_ending_in_observation == 1
+    out = inspect(semantics_output)
+    assert out.tokens.model_dump() == {"total": 6, "actor": 5, "observation": 1, "padding": 0, "rejected": 1, "used": 4}
+    # an input without loss_mask: nothing rejected, every actor token used
+    plain = inspect(SAMPLES / "multiturn.parquet").tokens
+    assert plain.rejected == 0 and plain.used == plain.actor
+
+
+@pytest.fixture(scope="module")
+def rejected_output(tmp_path_factory):
+    """sample_data/multiturn.parquet through grpo with KL in the reward and token_k1 rejection: (output, report)."""
+    import rladv_cli
+
+    out = tmp_path_factory.mktemp("rej") / "multiturn.adv.parquet"
+    report = rladv_cli.compute_file([SAMPLES / "multiturn.parquet"], output=out, estimator="grpo", kl_coef=0.05,
+                                    rollout_rs="token_k1", rollout_rs_threshold="1.5", device="cpu")
+    assert report.tokens.rejected > 0
+    return out, report
+
+
+def test_inspect_of_an_output_agrees_with_the_compute_report(rejected_output):
+    out, report = rejected_output
+    ins = inspect(out, kl_coef=0.05)
+    assert ins.kl.mean == pytest.approx(report.kl.mean, rel=1e-5)
+    r, want = ins.scores.reward_total, report.scores.reward_total
+    assert (r.count, r.fraction_positive, r.fraction_negative) == (want.count, want.fraction_positive, want.fraction_negative)
+    assert (r.mean, r.min, r.max) == (pytest.approx(want.mean, abs=1e-6), pytest.approx(want.min, abs=1e-6),
+                                      pytest.approx(want.max, abs=1e-6))
+    tlr = pq.read_table(out, columns=["token_level_rewards"])["token_level_rewards"].to_pylist()
+    assert r.mean == pytest.approx(np.mean([math.fsum(np.float32(x).tolist()) for x in tlr]), abs=1e-7)
+    assert ins.tokens.model_dump() == report.tokens.model_dump()
+    assert {k: c.tokens for k, c in ins.dead_signal.by_cause.items()} == report.dead_signal["causes"]
+    assert ins.dead_signal.zero_tokens == report.dead_signal["zero_advantage_tokens"]
+    warned = {w.code: w for w in report.warnings}
+    for code in ("score_on_masked_position", "kl_raises_reward", "kl_flips_sign", "row_without_actor_tokens",
+                 "row_fully_rejected", "group_size_mismatch", "singleton_group", "all_equal_group"):
+        c = by_code(ins)[code]
+        assert (c.count, c.rows) == ((warned[code].count, warned[code].rows) if code in warned else (0, [])), code
+    # the raw input gives the same totals, KL and layout
+    raw = inspect(SAMPLES / "multiturn.parquet", kl_coef=0.05)
+    assert (raw.kl, raw.scores, raw.layout) == (ins.kl, ins.scores, ins.layout)
+
+
+def test_group_size_mismatch_counts_batches_as_compute_does(faults, tmp_path):
+    """rladv compute's report counts the batches whose group sizes differ (inspect has one batch); the rows are
+    the first rows of the groups off the most common size (or --expected-n), groups.size_mismatch their number."""
+    from rladv_cli.api import compute
+
+    ins = inspect(faults)
+    expect(ins, "group_size_mismatch", "warn", 1, [2, 5])
+    assert ins.groups.size_mismatch == 2 and "2 of 4 uid group(s)" in by_code(ins)["group_size_mismatch"].message
+    _, report = compute(pq.read_table(faults), estimator="grpo")
+    (w,) = [w for w in report.warnings if w.code == "group_size_mismatch"]
+    assert w.count == 1
+    n3 = inspect(faults, expected_n=3)
+    expect(n3, "group_size_mismatch", "warn", 1, [0, 2, 3, 5])
+    assert n3.groups.size_mismatch == 4
+    same = write(tmp_path / "same.parquet", {"uid": ["a", "a", "b", "b"], "response_mask": [[1]] * 4,
+                                             "score": [1.0, 0.0, 1.0, 0.0]})
+    expect(inspect(same), "group_size_mismatch", "pass", 0, [])
+    expect(inspect(same, expected_n=3), "group_size_mismatch", "warn", 1, [0, 2])
+
+
+def test_row_is_dataset_wide_and_shown_as_such(tmp_path):
+    """--row N counts across all files; a row is shown as ``row N`` (dataset-wide) and ``file:row`` (within it)."""
+    from typer.testing import CliRunner
+
+    from rladv_cli.cli import app
+
+    a = write(tmp_path / "a.parquet", {"uid": ["x", "x"], "response_mask": [[1], [1]], "score": [1.0, 1.0]})
+    b = write(tmp_path / "b.parquet", {"uid": ["y", "z", "z"], "response_mask": [[1], [0], [1]], "score": [1.0, 0.0, 1.0]})
+    v = row_view([a, b], 3)
+    assert (v.path, v.row, v.dataset_row) == (str(b), 1, 3)
+    c = console()
+    render_row(v, c)
+    assert f"row 3 of the dataset = {b}:1" in c.file.getvalue().replace("\n", "")
+    ins = inspect([a, b])
+    check = by_code(ins)["row_without_actor_tokens"]
+    assert (check.rows, check.where, check.dataset_rows) == ([1], [f"{b}:1"], [3])
+    c = console()
+    render_inspection(ins, Console(file=c.file, width=400, color_system=None))
+    assert f"{b}:1 (row 3)" in c.file.getvalue()
+    result = CliRunner().invoke(app, ["inspect", str(a), str(b), "--row", "3", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert (doc["path"], doc["row"], doc["dataset_row"], doc["response_mask"]) == (str(b), 1, 3, [0])
+    wide = CliRunner().invoke(app, ["inspect", str(a), str(b), "--row", "3"], env={"COLUMNS": "200"})
+    assert f"row 3 of the dataset = {b}:1" in wide.output
+    g = console()
+    render_group(group_view([a, b], "z"), Console(file=g.file, width=400, color_system=None))
+    assert "│ 1 (row 3) │" in g.file.getvalue()   # the rows of b.parquet, and what --row takes
+    assert [(m.row, m.dataset_row) for m in group_view([a, b], "z").members] == [(1, 3), (2, 4)]

@@ -122,6 +122,28 @@ def test_non_finite_results_stop_the_run_naming_the_row(tmp_path):
         rladv_cli.compute(t, estimator="remax", device="cpu")
 
 
+def test_whitening_that_overflows_float32_stops_the_run():
+    # finite values whose variance is not a float32: verl's rsqrt(inf) would zero every advantage
+    t = pa.table({
+        "response_mask": pa.array([[1, 1], [1, 1]], pa.list_(pa.int8())),
+        "rm_scores": pa.array([[0.0, 1.0], [0.0, 0.0]], pa.list_(pa.float32())),
+        "values": pa.array([[-3e38, 0.0], [0.0, 0.0]], pa.list_(pa.float32())),
+    })
+    with pytest.raises(rladv_cli.ComputeError, match="gae: the variance of the values to whiten in the dataset overflows"):
+        rladv_cli.compute(t, estimator="gae", device="cpu")
+
+
+def test_a_nan_batch_key_is_an_input_error_naming_the_row():
+    t = pa.table({
+        "step": pa.array([1.0, float("nan"), 1.0]),
+        "uid": ["a", "a", "b"],
+        "response_mask": pa.array([[1]] * 3, pa.list_(pa.int8())),
+        "score": pa.array([1.0, 0.0, 0.0], pa.float32()),
+    })
+    with pytest.raises(rladv_cli.InputError, match="row 1, column step: is NaN"):
+        rladv_cli.compute(t, estimator="grpo", device="cpu", batch_key="step")
+
+
 @pytest.mark.parametrize("estimator", ["gae", "grpo", "rloo", "reinforce_plus_plus", "opo"])
 def test_compute_reads_the_callers_table_without_writing_to_it(estimator):
     """Token columns become tensors over the Arrow buffers themselves (no copies): no stage may write to

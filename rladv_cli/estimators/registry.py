@@ -25,6 +25,8 @@ class Estimator:
     folds_sessions: with ``session_id``/``output_index`` columns, only each session's final output enters the
                group statistics and its advantage is broadcast to the session's rows (verl 0.9.1, grpo only)
     singleton: what the reference does with a one-row group (None when groups are not used)
+    int_uids: groups are formed as verl's ``as_torch_index`` forms them: when every uid of a batch converts
+               with ``int()``, uids that convert to the same integer (``"01"``, ``"1"``) are one group
     """
 
     name: str
@@ -41,6 +43,7 @@ class Estimator:
     accumulate: str | None = None
     folds_sessions: bool = False
     batch_wide: bool = False
+    int_uids: bool = False
     row_checks: tuple[tuple[str, str], ...] = ()
 
     def accumulator(self) -> Callable | None:
@@ -80,7 +83,7 @@ ESTIMATORS: dict[str, Estimator] = {
             folds_sessions=True,
         ),
         Estimator(
-            "grpo_vectorized", "grpo:grpo_vectorized", (), groups=True, whiten=False,
+            "grpo_vectorized", "grpo:grpo_vectorized", (), groups=True, whiten=False, int_uids=True,
             baseline="group mean / group std (always; verl ignores the std flag here)",
             observation_credit=_GROUP_CREDIT, singleton="advantage R/(1+eps): the raw score, not 0",
             summary="grpo through verl's group_mean_std; always divides by std",
