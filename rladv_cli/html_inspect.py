@@ -36,19 +36,21 @@ def _section_checks(ins: Inspection) -> str:
 
 def _section_tokens(ins: Inspection) -> str:
     t, lay, d = ins.tokens, ins.layout, ins.distributions
+    actor_mask = "loss_mask 1" if ins.masks.has_loss_mask else "response_mask 1"
+    parts = [("actor, used", t.used, 0), ("actor, rejected", t.rejected, 3)] if t.rejected else [("actor", t.actor, 0)]
     anatomy = figure("Token anatomy", plots.stack(
-        [("actor", t.actor, 0), ("tool observation", t.observation, 1), ("padding", t.padding, 5)],
+        parts + [("tool observation", t.observation, 1), ("padding", t.padding, 5)],
         "tokens (all positions of all valid rows)", "anatomy"))
     facts = table(("per row", "mean", "min", "max"), align="ln", rows=[
         ("positions", lay.length.mean, lay.length.min, lay.length.max),
-        ("assistant turns (spans of response_mask 1)", lay.turns.mean, lay.turns.min, lay.turns.max),
+        (f"assistant turns (spans of {actor_mask})", lay.turns.mean, lay.turns.min, lay.turns.max),
         ("tool-observation spans", lay.observation_spans.mean, lay.observation_spans.min, lay.observation_spans.max),
     ]) + kv([("rows ending in an observation", lay.rows_ending_in_observation),
              ("rows with padding", lay.rows_with_padding)])
     hists = [figure(caption, plots.histogram(h, xlabel, "rows", name, color))
              for caption, h, xlabel, name, color in (
                  ("Positions per row", d.length, "positions per row (tokens)", "length", 0),
-                 ("Actor tokens per row", d.actor_tokens, "actor tokens per row (response_mask 1)", "actor-tokens", 0),
+                 ("Actor tokens per row", d.actor_tokens, f"actor tokens per row ({actor_mask})", "actor-tokens", 0),
                  ("Assistant turns per row", d.turns, "assistant turns per row", "turns", 1),
              ) if h is not None]
     return charts(anatomy, f"<div>{facts}</div>", *hists)

@@ -1440,15 +1440,25 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
         batch_key=settings.get("batch_key"), reward_components=settings.get("reward_components") or ()))
     needed |= {c for c in ("uid", "attention_mask", "loss_mask", "responses", "old_log_probs", "rollout_log_probs",
                            "session_id", "output_index") if c in ds.columns}
-    data = os.path.join(folder, "group.parquet")
+    data, script = os.path.join(folder, "group.parquet"), os.path.join(folder, "command.txt")
+    for target in (data, script):
+        check_output_path(target, ds, option="--export")
+    import tempfile
+
     import pyarrow.parquet as pq
 
-    pq.write_table(table.select([c for c in ds.columns if c in needed]), data, compression="zstd")
+    fd, tmp = tempfile.mkstemp(prefix=".rladv-", suffix=".parquet.tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pq.write_table(table.select([c for c in ds.columns if c in needed]), f, compression="zstd")
+        os.replace(tmp, data)
+    except BaseException:
+        os.unlink(tmp)
+        raise
     command = ["rladv", "compute", data, *_flags(estimator, settings), "-o", os.path.join(folder, "group.adv.parquet")]
     text = " ".join(shlex.quote(part) for part in command) + "\n"
     if _scope(ESTIMATORS[estimator]) == "dataset":
         text += (f"# note: {estimator} also depends on rows outside this group (batch whitening or batch-wide "
                  "scale); on this file alone the numbers differ from the full dataset's\n")
-    script = os.path.join(folder, "command.txt")
     write_json_atomic(script, text)
     return [data, script]

@@ -478,6 +478,19 @@ def test_inspect_html_through_the_cli(tmp_path):
     assert data.read_bytes() == before and not (tmp_path / "x.html").exists()
 
 
+def test_inspect_html_of_an_output_names_the_mask_before_rejection(tmp_path):
+    out = tmp_path / "o.parquet"
+    rladv_cli.compute_file([SAMPLES / "multiturn.parquet"], output=out, estimator="grpo", kl_coef=0.05,
+                           rollout_rs="token_k1", rollout_rs_threshold="1.5")
+    ins = inspect(str(out), html_path=tmp_path / "o.html")
+    plain = Page((tmp_path / "o.html").read_text()).plain
+    assert ins.tokens.rejected == 9
+    assert "actor, rejected: 9" in plain and "actor tokens per row (loss_mask 1)" in plain
+    inspect(str(SAMPLES / "multiturn.parquet"), html_path=tmp_path / "i.html")
+    plain = Page((tmp_path / "i.html").read_text()).plain
+    assert "actor, rejected" not in plain and "actor tokens per row (response_mask 1)" in plain
+
+
 def test_inspect_html_without_scores_or_groups(tmp_path):
     data = tmp_path / "bare.parquet"
     pq.write_table(pa.table({"response_mask": [[1, 1, 0], [1]]}), data)

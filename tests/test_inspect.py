@@ -621,3 +621,25 @@ def test_row_is_dataset_wide_and_shown_as_such(tmp_path):
     render_group(group_view([a, b], "z"), Console(file=g.file, width=400, color_system=None))
     assert "│ 1 (row 3) │" in g.file.getvalue()   # the rows of b.parquet, and what --row takes
     assert [(m.row, m.dataset_row) for m in group_view([a, b], "z").members] == [(1, 3), (2, 4)]
+
+
+def test_export_never_writes_onto_an_input(tmp_path):
+    """--export DIR writes DIR/group.parquet and DIR/command.txt: refused when either is an input, which is
+    left as it was (exit 2, one line); elsewhere the reproducer is written."""
+    from typer.testing import CliRunner
+
+    from rladv_cli.cli import app
+
+    data = write(tmp_path / "group.parquet", {"uid": ["x", "x", "y"], "response_mask": [[1], [1], [1]],
+                                              "score": [1.0, 0.0, 1.0]})
+    before = data.read_bytes()
+    result = CliRunner().invoke(app, ["inspect", str(data), "--uid", "x", "--export", str(tmp_path)])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert "is one of the inputs" in result.output
+    assert data.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["group.parquet"]
+    out = tmp_path / "repro"
+    out.mkdir()
+    result = CliRunner().invoke(app, ["inspect", str(data), "--uid", "x", "--export", str(out)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["command.txt", "group.parquet"]
+    assert pq.read_table(out / "group.parquet")["uid"].to_pylist() == ["x", "x"]
