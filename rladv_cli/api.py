@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import validation
-from .config import Config
+from .config import Config, setting_notes
 from .errors import InputError, OutputError
-from .io import (AtomicParquetWriter, Dataset, TableSource, check_output_path, computed_columns, default_output,
-                 output_schema, write_json_atomic)
+from .io import (AtomicParquetWriter, Dataset, SideFiles, TableSource, check_output_path, computed_columns,
+                 default_output, output_schema, signals_deferred)
 from .report import Report
 
 PathLike = str | os.PathLike
@@ -74,8 +74,11 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
                  progress: Optional[Callable] = None, config_source: Optional[dict] = None,
                  html_path: Optional[PathLike] = None, **settings) -> Report:
     """Read a dataset (file, files or folder), write ``output`` (default ``DATASET.adv.parquet``) atomically,
-    and optionally the JSON report and the self-contained HTML report. Nothing is left behind when it fails.
-    ``config_source`` (what a verl YAML contributed) is recorded in the report's ``config``."""
+    and optionally the JSON report and the self-contained HTML report. Nothing is left behind when it fails:
+    the report and the page are written to temporary files beside their targets and renamed right after the
+    output, all three renames shielded from SIGINT/SIGTERM/SIGHUP (``signals_deferred``), so the three files
+    appear together or not at all. ``config_source`` (what a verl YAML contributed) is recorded in the
+    report's ``config``."""
     cfg = _config(config, settings)
     paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     dataset = Dataset(paths)
@@ -96,14 +99,18 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
     try:
         schema = output_schema(dataset.schema, with_is_weights=bool(cfg.rollout_is))
         carried = [name for name in dataset.columns if name not in computed_columns(bool(cfg.rollout_is))]
-        with AtomicParquetWriter(out, schema, carried) as sink:
+        with AtomicParquetWriter(out, schema, carried) as sink, SideFiles() as side:
             # while torch imports: the input is decoded and checked, and its carried columns encoded
             once = dataset.read_once(cfg.chunk_rows, cfg.cache_mib << 20, validation.check_chunk, sink)
             try:
                 with _pipeline_imported() as stages:
                     pipeline = stages.Pipeline(dataset, cfg, progress)
-                    report = finish_report(pipeline.run(sink.write), out, config_source, report_path, html_path)
-                    sink.commit()
+                    report = finish_report(pipeline.run(sink.write), out, config_source, report_path, html_path,
+                                           side)
+                    sink.finish()
+                    with signals_deferred():
+                        sink.commit()
+                        side.commit()
             finally:
                 if once is not None:
                     once.close()
@@ -113,16 +120,25 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
 
 
 def finish_report(report: Report, output: str, config_source: Optional[dict],
-                  report_path: Optional[PathLike], html_path: Optional[PathLike]) -> Report:
-    """``report`` with its output and what a verl YAML contributed, written as JSON and HTML where asked."""
-    config = {**report.config, **({"verl_config": config_source} if config_source else {})}
+                  report_path: Optional[PathLike], html_path: Optional[PathLike],
+                  side: Optional[SideFiles] = None) -> Report:
+    """``report`` with its output, the settings' notes (``Config.notes``) and what a verl YAML contributed,
+    written as JSON and HTML where asked: staged in ``side`` (renamed by its ``commit``), else at once."""
+    notes = setting_notes(report.config)
+    config = {**report.config, **({"notes": notes} if notes else {}),
+              **({"verl_config": config_source} if config_source else {})}
     report = report.model_copy(update={"output": output, "config": config})
-    if report_path is not None:
-        write_json_atomic(str(report_path), report.to_json())
-    if html_path is not None:
-        from .html_report import write_html
+    if report_path is None and html_path is None:
+        return report
+    with SideFiles() as own:
+        files = side if side is not None else own
+        if report_path is not None:
+            files.write(report_path, report.to_json())
+        if html_path is not None:
+            from .html_report import render_html
 
-        write_html(html_path, report)
+            files.write(html_path, render_html(report))
+        own.commit()
     return report
 
 

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import atexit
 import json
+import math
 import os
+import signal
 import sys
 from enum import Enum
 from pathlib import Path
@@ -12,7 +14,7 @@ from typing import Annotated, Callable, Optional
 import typer
 import typer.core
 
-from .errors import RladvError
+from .errors import Interrupted, RladvError, one_line, shown
 from .estimators.registry import ESTIMATORS
 
 class _OneLineErrors(typer.core.TyperGroup):
@@ -32,7 +34,7 @@ class _OneLineErrors(typer.core.TyperGroup):
                 raise
             message = " ".join(err.format_message().replace("Value error, ", "").split())
             if message:  # empty when the help text was the answer (no arguments given)
-                typer.echo(f"Error: {message}", err=True)
+                typer.echo(f"Error: {one_line(message)}", err=True)
             sys.exit(err.exit_code)
         sys.exit(code if isinstance(code, int) else 0)
 
@@ -75,7 +77,8 @@ class ISLevel(str, Enum):
 
 
 def _fail(message: str) -> None:
-    typer.echo(f"Error: {message}", err=True)
+    """``Error: message`` on one line (control characters escaped), exit code 2."""
+    typer.echo(f"Error: {one_line(message)}", err=True)
     raise typer.Exit(code=2)
 
 
@@ -86,10 +89,20 @@ def _run(action: Callable[[], object]) -> object:
     except RladvError as err:
         _fail(str(err))
     except OSError as err:
-        _fail(f"{err.filename or ''}: {err.strerror or err}".lstrip(": "))
+        where = f"{shown(err.filename)}: " if err.filename is not None else ""
+        _fail(f"{where}{err.strerror or err}")
 
 
-Datasets = Annotated[list[Path], typer.Argument(help="Parquet file(s) or folder(s) of *.parquet, read as one dataset.")]
+def _path(value: str) -> Path:
+    """A path option's or argument's value; an empty one is refused (``Path("")`` is the current folder)."""
+    if isinstance(value, Path):
+        return value
+    if not value:
+        raise typer.BadParameter("an empty path names no file")
+    return Path(value)
+
+
+Datasets = Annotated[list[Path], typer.Argument(parser=_path, help="Parquet file(s) or folder(s) of *.parquet, read as one dataset.")]
 
 
 @app.command()
@@ -97,10 +110,10 @@ def compute(
     ctx: typer.Context,
     dataset: Datasets,
     estimator: Annotated[Optional[EstimatorName], typer.Option(help="Advantage estimator, by verl's name (or from --config).")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", help="A verl trainer YAML (or its algorithm: section); flags given here win.")] = None,
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Output Parquet (default DATASET.adv.parquet); with --engine ray, the output folder (default DATASET.adv).")] = None,
-    report: Annotated[Optional[Path], typer.Option(help="Also write the report as JSON here.")] = None,
-    html: Annotated[Optional[Path], typer.Option(help="Also write a self-contained HTML report (plots inline) here.")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", parser=_path, help="A verl trainer YAML (or its algorithm: section); flags given here win.")] = None,
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", parser=_path, help="Output Parquet (default DATASET.adv.parquet); with --engine ray, the output folder (default DATASET.adv).")] = None,
+    report: Annotated[Optional[Path], typer.Option(parser=_path, help="Also write the report as JSON here.")] = None,
+    html: Annotated[Optional[Path], typer.Option(parser=_path, help="Also write a self-contained HTML report (plots inline) here.")] = None,
     gamma: Annotated[float, typer.Option(help="Discount factor.")] = 1.0,
     lam: Annotated[float, typer.Option(help="GAE lambda.")] = 1.0,
     norm_adv_by_std: Annotated[bool, typer.Option("--norm-adv-by-std/--no-norm-adv-by-std", help="grpo: divide by the group std.")] = True,
@@ -149,7 +162,11 @@ def compute(
         batch_key=batch_key, chunk_rows=chunk_rows, cache_mib=cache_mib, device=device.value, threads=threads,
     )
     settings, source = _merge_verl_config(ctx, config, flags)
+    if settings.get("estimator") is None:
+        given = f"{shown(config)} sets no algorithm.adv_estimator and " if config is not None else ""
+        _fail(f"--estimator is required: {given}no --estimator was given (rladv estimators lists them)")
     cfg = _run(lambda: Config.build(**settings))
+    _refuse_inert(ctx, cfg, engine)
     err = Console(stderr=True)
     paths = [str(p) for p in dataset]
     with _progress(err, enabled=not quiet and err.is_terminal) as progress:
@@ -162,6 +179,8 @@ def compute(
         else:
             result = _run(lambda: compute_file(paths, cfg, output=output, report_path=report, progress=progress,
                                                config_source=source, html_path=html))
+    for note in cfg.notes:  # after the run: an error stays the only line a failed run prints
+        err.print(f"Note: {one_line(note)}", markup=False, highlight=False, soft_wrap=True)
     if not quiet:
         if source and (source["ignored"] or source["notes"]):
             for note in source["notes"]:
@@ -186,6 +205,31 @@ def _merge_verl_config(ctx: typer.Context, path: Optional[Path], flags: dict) ->
     source = {"path": str(path), "settings": from_file.settings, "overridden_by_flags": sorted(set(typed) & set(from_file.settings)),
               "ignored": from_file.ignored, "notes": from_file.notes}
     return merged, source
+
+
+def _refuse_inert(ctx: typer.Context, cfg, engine: "Engine") -> None:
+    """Options typed on the command line that the other settings (flags, or the --config file) leave without
+    effect are errors, as --rollout-rs-threshold without --rollout-rs is. Only what was typed is judged: a verl
+    YAML writes verl's defaults for keys its author never thought about."""
+    typed = lambda *names: [f"--{n.replace('_', '-')}" for n in names if _typed(ctx, n)]  # noqa: E731
+    inert = []
+    if cfg.rollout_is is None:
+        inert += [(flag, "--rollout-is token|sequence") for flag in typed("rollout_is_threshold")]
+        if cfg.rollout_is_batch_normalize:
+            inert += [(flag, "--rollout-is token|sequence") for flag in typed("rollout_is_batch_normalize")]
+    if cfg.overlong_buffer_len is None:
+        inert += [(flag, "--overlong-buffer-len") for flag in typed("overlong_penalty_factor", "max_resp_len")]
+    if not cfg.use_kl:
+        if _typed(ctx, "kl_ctrl") and cfg.kl_ctrl == "adaptive":
+            inert.append(("--kl-ctrl adaptive", "--kl-coef (KL reward shaping is off)"))
+        inert += [(flag, "--kl-coef (KL reward shaping is off)") for flag in typed("kl_target", "kl_horizon")]
+    elif cfg.kl_ctrl != "adaptive":
+        inert += [(flag, "--kl-ctrl adaptive") for flag in typed("kl_target", "kl_horizon")]
+    if engine is not Engine.ray:
+        inert += [(flag, "--engine ray") for flag in typed("ray_address", "ray_workers")]
+    if inert:
+        flag, needs = inert[0]
+        _fail(f"{flag} has no effect without {needs}")
 
 
 def _typed(ctx: typer.Context, name: str) -> bool:
@@ -242,7 +286,7 @@ def validate(
     typer.echo(f"Error: {bad} of {summary.rows} rows break the data contract ({len(summary.problems)} kind(s)):", err=True)
     for p in summary.problems:
         more = f"; first rows {', '.join(p.rows)}" if p.count > 1 else ""
-        typer.echo(f"  {p.count} row(s) with {p.kind}, e.g. {p.example}{more}", err=True)
+        typer.echo(one_line(f"  {p.count} row(s) with {p.kind}, e.g. {p.example}{more}"), err=True)
     raise typer.Exit(code=2)
 
 
@@ -255,11 +299,11 @@ def inspect(
     expected_n: Annotated[Optional[int], typer.Option(help="Expected rows per group (verl's rollout.n).")] = None,
     kl_coef: Annotated[float, typer.Option(help="Check KL shaping's effect on totals with this coefficient.")] = 0.0,
     kl_penalty: Annotated[str, typer.Option(help="KL estimate for --kl-coef.")] = "kl",
-    export: Annotated[Optional[Path], typer.Option(help="With --uid: write a minimal reproducer (group.parquet + command.txt) into this folder.")] = None,
+    export: Annotated[Optional[Path], typer.Option(parser=_path, help="With --uid: write a minimal reproducer (group.parquet + command.txt) into this folder.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (CONTRACT §5 for the checklist).")] = False,
     strict: Annotated[bool, typer.Option(help="Exit 1 when any check fails.")] = False,
     chunk_rows: Annotated[int, typer.Option(help="Rows held in memory at once.")] = 8192,
-    html: Annotated[Optional[Path], typer.Option(help="Also write the checklist and findings as a self-contained HTML page here.")] = None,
+    html: Annotated[Optional[Path], typer.Option(parser=_path, help="Also write the checklist and findings as a self-contained HTML page here.")] = None,
 ) -> None:
     """Debug a dataset: layout, groups, scores, masks and a pass/warn/fail checklist (no torch unless --row/--uid)."""
     from rich.console import Console
@@ -268,6 +312,10 @@ def inspect(
 
     paths = [str(p) for p in dataset]
     name = estimator.value if estimator else None
+    if not math.isfinite(kl_coef):
+        _fail(f"--kl-coef must be a finite number, got {kl_coef}")
+    if chunk_rows < 1:
+        _fail(f"--chunk-rows must be at least 1, got {chunk_rows}")
     settings = {"kl_coef": kl_coef, "kl_penalty": kl_penalty} if kl_coef else {}
     console = Console()
     if export is not None:
@@ -333,6 +381,8 @@ def offpolicy(
     specs = [t.strip() for t in (thresholds or "").split(",") if t.strip()] + list(threshold or [])
     if not specs:
         _fail("give --thresholds T1,T2,... or --threshold SPEC")
+    if chunk_rows < 1:
+        _fail(f"--chunk-rows must be at least 1, got {chunk_rows}")
     err = Console(stderr=True)
     with _progress(err, enabled=not as_json and err.is_terminal) as progress:
         result = _run(lambda: sweep([str(p) for p in dataset], rollout_rs, specs, chunk_rows=chunk_rows, progress=progress))
@@ -393,11 +443,16 @@ def main() -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if sys.platform.startswith("linux"):
         os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
+    _raise_on_termination()
     try:
         app(prog_name="rladv")
         code = 0
     except SystemExit as stop:
         code = stop.code
+    except Interrupted as stop:  # SIGTERM / SIGHUP: every cleanup ran on the way out, as for SIGINT
+        code = 128 + stop.signum
+    if hasattr(signal, "pthread_sigmask"):  # the command is over: a late signal changes nothing (its files are
+        signal.pthread_sigmask(signal.SIG_BLOCK, _TERMINATION)  # complete) and must not print from a handler
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)
         code = 1
@@ -408,6 +463,25 @@ def main() -> None:
         except (OSError, ValueError):  # a reader that went away (| head), or a closed stream
             pass
     os._exit(code or 0)
+
+
+_TERMINATION = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def _raise_on_termination() -> None:
+    """SIGTERM and SIGHUP raise ``Interrupted`` in the main thread, as SIGINT raises ``KeyboardInterrupt``: the
+    run unwinds through its cleanups (temporary output, report and page removed) and the executable exits
+    with ``128 + signal``. A further SIGTERM/SIGHUP is ignored meanwhile, so the cleanup is not cut short.
+    Signals the caller set to be ignored (``nohup``) stay ignored."""
+
+    def handler(signum, frame):
+        for sig in _TERMINATION:
+            signal.signal(sig, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    for sig in _TERMINATION:
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

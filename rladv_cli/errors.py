@@ -1,7 +1,37 @@
 """The one exception family rladv raises; the CLI turns it into ``Error: <message>`` and exit code 2."""
 from __future__ import annotations
 
+import os
+import re
 from functools import partial
+
+# Characters that would break a one-line message or a terminal: C0/C1 controls, line and paragraph separators,
+# and lone surrogates (undecodable bytes of a file name, which cannot be printed as they are).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def shown(path: "str | os.PathLike") -> str:
+    """``path`` as a message shows it: as given, or quoted with Python's escapes (``'bad\\nname.parquet'``) when
+    it holds a character that would split the message or garble a terminal."""
+    text = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    return repr(text) if _UNPRINTABLE.search(text) else text
+
+
+def one_line(message: str) -> str:
+    """``message`` with every such character written as its escape (``\\n``, ``\\x1b``): one line, printable."""
+    return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], message)
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGHUP arrived (the ``rladv`` executable raises it from its signal handlers, as Python raises
+    ``KeyboardInterrupt`` for SIGINT): a ``BaseException``, so it unwinds through every cleanup on its way out.
+    The executable then exits with ``128 + signum``."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
 class RladvError(Exception):
@@ -26,7 +56,7 @@ class InputError(RladvError):
 
     def __init__(self, path: str, message: str, *, row: int | None = None, column: str | None = None,
                  kind: str | None = None):
-        where = [str(path)]
+        where = [shown(path)]
         if row is not None:
             where.append(f"row {row}")
         if column is not None:

@@ -8,16 +8,18 @@ intermediate columns are recomputed here with the plain recursion, for reading.
 from __future__ import annotations
 
 import os
+import re
 from typing import Optional, Sequence
 
 import numpy as np
+import pyarrow as pa
 from pydantic import BaseModel, Field
 
 from .config import Config
-from .errors import ConfigError
+from .errors import ConfigError, InputError, RladvError, shown
 from .estimators.registry import ESTIMATORS
 from .inspection import GroupView, _read_all, _read_row, _read_rows, _scope, _uid_equals, group_view, render_group
-from .io import Dataset
+from .io import Dataset, TableSource
 
 PathLike = str | os.PathLike
 
@@ -63,7 +65,10 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
         table, index = _read_rows(ds, lambda c: _uid_equals(c.table, uid))
     else:
         table, index = one, np.array([row])
-    out, report = compute(table, cfg)
+    try:
+        out, report = compute(table, cfg)
+    except RladvError as err:  # it names the in-memory table and its rows: name the files and theirs
+        raise _in_files(err, ds, index) from None
     mine = out.slice(int(np.searchsorted(index, row)), 1)
     path, local = ds.locate(row)
     base = dict(estimator=estimator, path=path, row=local, uid=uid, advantages=mine["advantages"][0].as_py())
@@ -77,6 +82,27 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
         return Explanation(**base, formula=[est.summary, f"baseline: {est.baseline}", f"singleton: {est.singleton}"],
                            constants={**whitening, "epsilon": cfg.epsilon}, columns=[], tokens=[], group=view)
     return Explanation(**base, **_token_derivation(est.name, cfg, mine, whitening))
+
+
+_TABLE = TableSource(pa.table({})).paths[0]  # how ``compute`` names an in-memory table
+_TABLE_ROW = re.compile(re.escape(_TABLE) + r"(?:(:?) row (\d+))?")
+
+
+def _in_files(err: RladvError, ds: Dataset, index: np.ndarray) -> RladvError:
+    """``err``, raised computing the rows ``index`` (dataset-wide) read into one table, as ``rladv compute``
+    would give it: naming the file and the row within it instead of the table and the row within that."""
+    if isinstance(err, InputError) and err.path == _TABLE:
+        path, row = ds.locate(int(index[err.row])) if err.row is not None else (ds.paths[0], None)
+        return InputError(path, err.message, row=row, column=err.column, kind=err.kind)
+
+    def where(m: re.Match) -> str:
+        if m.group(2) is None:
+            return shown(ds.paths[0])  # a whole-table problem (a column's type): every file has the schema
+        path, row = ds.locate(int(index[int(m.group(2))]))
+        return f"{shown(path)}{m.group(1)} row {row}"
+
+    message = _TABLE_ROW.sub(where, str(err))
+    return err if message == str(err) else type(err)(message)
 
 
 def _token_derivation(name: str, cfg: Config, row, whitening: dict) -> dict:

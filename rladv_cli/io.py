@@ -6,10 +6,13 @@ import dataclasses
 import glob
 import itertools
 import os
+import signal
+import stat
 import sys
 import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Iterator, Sequence
@@ -17,7 +20,7 @@ from typing import IO, Callable, Iterator, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import InputError, OutputError
+from .errors import InputError, OutputError, shown
 from .parquet_join import RowGroupJoiner, split_file
 
 # Output row groups have a fixed number of rows so the file's bytes do not depend on --chunk-rows. It is the
@@ -98,6 +101,8 @@ class Dataset:
             raise InputError("DATASET", "no input given")
         files: list[Path] = []
         for raw in inputs:
+            if not os.fspath(raw):  # Path("") would be the current folder
+                raise InputError("''", "an empty path; give a Parquet file, a folder or a glob pattern")
             p = Path(raw)
             if p.is_dir():
                 found = sorted(q for q in p.glob("*.parquet") if q.is_file())
@@ -111,6 +116,8 @@ class Dataset:
                 if not found:
                     raise InputError(str(p), "the pattern matches no file")
                 files.extend(found)
+            elif p.exists():
+                raise InputError(str(p), f"is {_kind_of(p)}, not a regular file; give a Parquet file or a folder")
             else:
                 raise InputError(str(p), "no such file or folder")
         seen = set()
@@ -183,6 +190,19 @@ class Dataset:
                 return path, row
             row -= n
         raise IndexError(row)
+
+
+def _kind_of(path: Path) -> str:
+    """What a path that is neither a regular file nor a folder is, in words."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return "not readable"
+    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "a special file"
 
 
 def _decoded_bytes(f: pq.ParquetFile) -> int:
@@ -456,10 +476,14 @@ class AtomicParquetWriter:
         self.path = path
         self.schema = schema
         self._options = writer_options(schema)
-        self._file, self._tmp = _temp_file(os.path.dirname(os.path.abspath(path)), ".parquet.tmp", "wb")
+        self._finished = False
         self._encoders = ThreadPoolExecutor(ENCODERS, thread_name_prefix="rladv-encode")
         self._early = ThreadPoolExecutor(ENCODERS, thread_name_prefix="rladv-carry", initializer=_lowest_priority)
+        self._file, self._tmp = None, None
         try:
+            # a signal between the file's creation and its path being kept here would leave it behind
+            with named_os_errors(path), signals_deferred():
+                self._file, self._tmp = _temp_file(os.path.dirname(os.path.abspath(path)), ".parquet.tmp", "wb")
             self._joiner = RowGroupJoiner(self._file, split_file(self._encode(None))[1])
         except BaseException:
             self.abort()
@@ -501,8 +525,9 @@ class AtomicParquetWriter:
         if not table.schema.equals(self.schema):
             raise ValueError(f"table schema does not match the output's: {table.schema} vs {self.schema}")
         self._written.add(table)
-        for rows in self._written.take():
-            self._submit(rows)
+        with named_os_errors(self.path):  # an encoder's failed write (a full disk) surfaces here
+            for rows in self._written.take():
+                self._submit(rows)
 
     def _submit(self, rows: pa.Table) -> None:
         turn, self._turn = self._turn, threading.Event()
@@ -544,25 +569,39 @@ class AtomicParquetWriter:
                 writer.write_table(rows.combine_chunks(), row_group_size=rows.num_rows)
         return sink.getvalue()
 
+    def finish(self) -> None:
+        """Write everything that is left and close the temporary file: all but the rename (``commit``)."""
+        if self._finished:
+            return
+        with named_os_errors(self.path):
+            for rows in self._written.take(flush=True):
+                self._submit(rows)
+            while self._in_flight:
+                self._in_flight.popleft().result()
+            self._joiner.finish()
+            self._encoders.shutdown()
+            self._early.shutdown(wait=False, cancel_futures=True)
+            self._file.close()
+        self._finished = True
+
     def commit(self) -> None:
-        for rows in self._written.take(flush=True):
-            self._submit(rows)
-        while self._in_flight:
-            self._in_flight.popleft().result()
-        self._joiner.finish()
-        self._encoders.shutdown()
-        self._early.shutdown(wait=False, cancel_futures=True)
-        self._file.close()
-        os.replace(self._tmp, self.path)
+        """``finish``, then rename the temporary file over ``path``."""
+        self.finish()
+        with named_os_errors(self.path):
+            os.replace(self._tmp, self.path)
 
     def abort(self) -> None:
         try:
             self._failed = True
             self._early.shutdown(wait=False, cancel_futures=True)
             self._encoders.shutdown(cancel_futures=True)
-            self._file.close()
+            try:
+                if self._file is not None:
+                    self._file.close()
+            except OSError:  # flushing what is buffered fails as the write did (a full disk): the file goes anyway
+                pass
         finally:
-            if os.path.exists(self._tmp):
+            if self._tmp is not None and os.path.exists(self._tmp):
                 os.unlink(self._tmp)
 
     def __enter__(self) -> "AtomicParquetWriter":
@@ -582,25 +621,104 @@ def _temp_file(folder: str, suffix: str, mode: str) -> tuple[IO, str]:
     try:
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        return open(fd, mode), tmp
+        os.fchmod(fd, 0o666 & ~umask)
+        f = open(fd, mode)
     except BaseException:
-        os.close(fd)
+        try:
+            os.close(fd)
+        except OSError:  # ``open`` took the descriptor and closed it as it failed
+            pass
         os.unlink(tmp)
+        raise
+    return f, tmp
+
+
+@contextmanager
+def named_os_errors(path: str) -> Iterator[None]:
+    """An ``OSError`` raised inside (a full disk, a file-size limit) names ``path`` when it names no file (the
+    failing write went to a temporary file, or to a descriptor): ``Error: PATH: No space left on device``."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno is not None and err.filename is None:
+            err.filename = os.fspath(path)
         raise
 
 
 def write_json_atomic(path: str, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename."""
-    f, tmp = _temp_file(os.path.dirname(os.path.abspath(path)), ".json.tmp", "w")
+    with SideFiles() as files:
+        files.write(path, text)
+        files.commit()
+
+
+class SideFiles:
+    """Text files (the JSON report, the HTML page) that appear with a run's output or not at all: ``write``
+    puts each in a temporary file beside its target, ``commit`` renames them all over their targets (call it
+    right after the output's own rename); leaving the context without ``commit`` (an error, a signal) removes
+    every temporary file. An ``OSError`` names the target."""
+
+    def __init__(self) -> None:
+        self._staged: list[tuple[str, str]] = []  # (temporary file, target)
+
+    def write(self, path: str | os.PathLike, text: str) -> None:
+        path = os.fspath(path)
+        suffix = ".html.tmp" if path.endswith((".html", ".htm")) else ".json.tmp"
+        with named_os_errors(path):
+            with signals_deferred():  # kept here as soon as it exists, so that ``discard`` finds it
+                f, tmp = _temp_file(os.path.dirname(os.path.abspath(path)), suffix, "w")
+                self._staged.append((tmp, path))
+            with f:
+                f.write(text)
+
+    def commit(self) -> None:
+        while self._staged:
+            tmp, path = self._staged[0]
+            with named_os_errors(path):
+                os.replace(tmp, path)
+            self._staged.pop(0)
+
+    def discard(self) -> None:
+        for tmp, _ in self._staged:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        self._staged = []
+
+    def __enter__(self) -> "SideFiles":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.discard()
+
+
+_DEFERRED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP that arrive inside the block are acted on once it ends (by raising the first
+    again to its own handler): a run's renames (output, report, HTML page) then happen all or none. Only in
+    the main thread, where Python runs signal handlers; elsewhere, and for signals whose handler is not a
+    Python function (ignored, default), the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    saved = {}
+    for sig in _DEFERRED:
+        handler = signal.getsignal(sig)
+        if callable(handler):
+            saved[sig] = handler
+            signal.signal(sig, lambda signum, frame: pending.append(signum))
     try:
-        with f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        if pending:
+            signal.raise_signal(pending[0])
 
 
 class TableSource:

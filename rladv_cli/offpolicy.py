@@ -15,6 +15,7 @@ from . import kernels, validation
 from .batch import as_tensor
 from .columns import array_of, flat_values, list_offsets
 from .diagnostics import RowTable
+from .errors import ConfigError, InputError
 from .io import Dataset
 from .labels import Labels
 from .rejection import parse_rollout_rs, rejection_keep
@@ -52,11 +53,15 @@ def sweep(inputs: Sequence[str | os.PathLike] | str | os.PathLike, options: Sequ
 
     All option/threshold pairs are parsed first, so a bad one is a ``ConfigError`` before any data is read.
     """
+    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
+        raise ConfigError(f"--chunk-rows must be at least 1, got {chunk_rows}")
     configs = [(o, t, parse_rollout_rs(o, t)) for o in options for t in thresholds]
     dataset = Dataset([inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs))
     has_uid = "uid" in dataset.columns
     needed = ["response_mask", "old_log_probs", "rollout_log_probs"]
     validation.check_schema(dataset.paths[0], dataset.schema, needed)
+    if dataset.num_rows == 0:
+        raise InputError(dataset.paths[0], "holds no rows")  # as compute and validate say
     labels, rows = Labels(None), RowTable()
     done = 0
     for chunk in dataset.chunks(needed + (["uid"] if has_uid else []), chunk_rows):

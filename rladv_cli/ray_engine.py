@@ -28,7 +28,7 @@ from typing import Callable, Iterator, Optional, Sequence
 from .api import finish_report
 from .config import Config
 from .errors import ComputeError, ConfigError, OutputError, RladvError
-from .io import AtomicParquetWriter, Dataset, Shard, write_json_atomic
+from .io import AtomicParquetWriter, Dataset, Shard, SideFiles, named_os_errors, signals_deferred
 from .report import Report
 
 PathLike = str | os.PathLike
@@ -70,20 +70,34 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
     dataset = Dataset(paths)
     pipeline = Pipeline(dataset, config, progress)
     out_dir = Path(output_dir) if output_dir is not None else default_output_dir(paths, dataset)
+    created = not out_dir.exists() and not out_dir.is_symlink()
     names = output_names(dataset, out_dir)
-    for flag, path in (("--report", report_path), ("--html", html_path)):
-        if path is not None and Path(path).resolve().parent == out_dir.resolve() and Path(path).name in names:
-            raise OutputError(f"{flag} {path} is one of the output shards")
-    with _cluster(ray, address, workers):
-        staging = tempfile.mkdtemp(prefix=".rladv-", dir=out_dir)
-        try:
-            report = pipeline.run(None, RayShards(ray, staging, names, workers, progress))
-            report = finish_report(report, str(out_dir), config_source, report_path, html_path)
-            for name in names:
-                os.replace(os.path.join(staging, name), out_dir / name)
-            write_json_atomic(str(out_dir / REPORT_NAME), report.to_json())
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+    try:
+        for flag, path in (("--report", report_path), ("--html", html_path)):
+            if path is not None and Path(path).resolve().parent == out_dir.resolve() and Path(path).name in names:
+                raise OutputError(f"{flag} {path} is one of the output shards")
+        with _cluster(ray, address, workers):
+            with named_os_errors(str(out_dir)):
+                staging = tempfile.mkdtemp(prefix=".rladv-", dir=out_dir)
+            try:
+                with SideFiles() as side:
+                    report = pipeline.run(None, RayShards(ray, staging, names, workers, progress))
+                    report = finish_report(report, str(out_dir), config_source, report_path, html_path, side)
+                    side.write(out_dir / REPORT_NAME, report.to_json())
+                    with signals_deferred():  # the shards, report.json, --report and --html: all or none
+                        for name in names:
+                            with named_os_errors(str(out_dir / name)):
+                                os.replace(os.path.join(staging, name), out_dir / name)
+                        side.commit()
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    except BaseException:
+        if created:  # the folder this run made, left empty by the cleanups above: it goes too
+            try:
+                out_dir.rmdir()
+            except OSError:
+                pass
+        raise
     return report
 
 

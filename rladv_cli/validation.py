@@ -215,7 +215,9 @@ def _first_not_0_or_1(v: np.ndarray) -> int | None:
 
 
 def _check_finite(arr: pa.Array, name: str, path: str, start: int) -> None:
-    bad = _first_not_float32(numpy_of(pc.cast(arr, pa.float64())))
+    # unsafe: Arrow's safe cast refuses integers beyond ±2**53 (ArrowInvalid); rounded, each is a finite float32
+    # as verl's float32 tensors hold it, which is what is checked here
+    bad = _first_not_float32(numpy_of(pc.cast(arr, pa.float64(), safe=False)))
     if bad is not None:
         raise InputError(path, f"is {arr[bad].as_py()}; values must be finite float32 numbers",
                          row=start + bad, column=name, kind="NaN, infinity or beyond float32")

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,7 +100,10 @@ class VerlSettings:
 
 def settings_from_verl_yaml(path: str) -> VerlSettings:
     """Read ``path`` (a verl trainer config, or its ``algorithm:`` section with or without that key)."""
-    return _Reader(str(path), _load(str(path))).read()
+    try:
+        return _Reader(str(path), _load(str(path))).read()
+    except RecursionError:  # a chain of thousands of ${...} references
+        raise ConfigError(f"{path}: its interpolations chain too deeply to resolve") from None
 
 
 # ------------------------------------------------------------------------------------------------ loading
@@ -125,6 +130,49 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+class _Underscored:
+    """A number YAML read from a scalar written with ``_`` (YAML 1.1, as OmegaConf reads it, takes ``_`` as a digit
+    separator: ``0.5_2`` is 0.52, ``2_5`` is 25); ``text`` is what the file says. Thresholds, where verl gives
+    ``_`` a meaning of its own (``lo_hi``), refuse such a number rather than read a band as one value."""
+
+    text: str
+
+
+class _UnderscoredInt(_Underscored, int):
+    pass
+
+
+class _UnderscoredFloat(_Underscored, float):
+    pass
+
+
+class _Unreadable(Exception):
+    """A scalar YAML resolves to a number that Python cannot convert (an integer of more than 4300 digits)."""
+
+    def __init__(self, reason: str, mark):
+        super().__init__(reason)
+        self.reason, self.mark = reason, mark
+
+
+def _construct_number(loader: "_Loader", node, base, kind):
+    try:
+        value = base(loader, node)
+    except ValueError as err:
+        raise _Unreadable(str(err).split(";")[0], node.start_mark) from None
+    if isinstance(node.value, str) and "_" in node.value and not isinstance(value, bool):
+        value = kind(value)
+        value.text = node.value
+    return value
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", lambda loader, node: _construct_number(
+    loader, node, yaml.constructor.SafeConstructor.construct_yaml_int, _UnderscoredInt))
+_Loader.add_constructor("tag:yaml.org,2002:float", lambda loader, node: _construct_number(
+    loader, node, yaml.constructor.SafeConstructor.construct_yaml_float, _UnderscoredFloat))
+
+# How deep a YAML document may nest: a verl config is a few levels deep; the reader recurses per level.
+_MAX_DEPTH = 200
+
 # PyYAML's float pattern needs a dot and a signed exponent; OmegaConf (and users) also write 1e-3 and 5e3.
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
@@ -134,6 +182,13 @@ _Loader.add_implicit_resolver(
 
 
 def _load(path: str) -> Any:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None  # reported by open() below
+    if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        # open() would wait on a FIFO for a writer that never comes
+        raise ConfigError(f"{path}: not a regular file (a FIFO, socket or device); expected a verl YAML config")
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
@@ -147,6 +202,11 @@ def _load(path: str) -> Any:
         raise ConfigError(f"{path}: cannot read the config file ({err.strerror or err})") from None
     try:
         doc = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to read (a verl config is a few levels deep)") from None
+    except _Unreadable as err:
+        raise ConfigError(f"{path}: line {err.mark.line + 1}, column {err.mark.column + 1}: cannot read this "
+                          f"number ({err.reason})") from None
     except yaml.YAMLError as err:
         problem = " ".join(str(getattr(err, "problem", None) or err).split())
         mark = getattr(err, "problem_mark", None)
@@ -154,6 +214,8 @@ def _load(path: str) -> Any:
         raise ConfigError(f"{path}: not valid YAML: {problem}{where}") from None
     if doc is None:
         raise ConfigError(f"{path}: the file is empty; expected a verl trainer config or its algorithm: section")
+    if _depth(doc) > _MAX_DEPTH:
+        raise ConfigError(f"{path}: nested more than {_MAX_DEPTH} levels deep; a verl config is a few levels deep")
     if not isinstance(doc, dict):
         raise ConfigError(
             f"{path}: the top level is a {_kind(doc)}; expected a mapping (a verl trainer config or its "
@@ -162,7 +224,26 @@ def _load(path: str) -> Any:
     return doc
 
 
+def _depth(doc: Any) -> int:
+    """How deep mappings and lists nest in ``doc`` (without recursion; shared nodes, from YAML anchors, are
+    walked once per path, up to a bound)."""
+    deepest, stack, seen = 0, [(doc, 1)], 0
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > _MAX_DEPTH or seen > 1_000_000:
+            return deepest
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                seen += 1
+                stack.append((child, depth + 1))
+    return deepest
+
+
 def _kind(value: Any) -> str:
+    if isinstance(value, _Underscored):
+        return "number"
     return {dict: "mapping", list: "list", str: "string", bool: "boolean", int: "number", float: "number"}.get(
         type(value), type(value).__name__)
 
@@ -282,7 +363,7 @@ class _Reader:
     def integer(self, key: str, raw: Any) -> int:
         value = self.resolve(key, raw)
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
+            return int(value)
         if isinstance(value, (float, str)) and not isinstance(value, bool):
             try:
                 number = float(value)
@@ -315,6 +396,10 @@ class _Reader:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise self.error(key, f"must be a number or a string, got {value!r}")
+        if isinstance(value, _Underscored):
+            raise self.error(key, f"{value.text} is read by YAML (as by OmegaConf, so by verl) as the number "
+                                  f"{value!r}, '_' being a digit separator; quote it ('{value.text}') for verl's lo_hi "
+                                  "form, or write the number without '_'")
         text = str(value).strip()
         if not text:
             raise self.error(key, "is empty")
@@ -551,6 +636,18 @@ class _Reader:
             s["rollout_rs_threshold"] = None
         if "loss_type" in rc:
             self.ignored.append(f"{base}.loss_type")
+        # verl's strings, checked as verl parses them, with this file's keys in the message
+        from .config import parse_rollout_is, parse_rollout_rs
+
+        try:
+            if options is not None:
+                parse_rollout_rs(options, s["rollout_rs_threshold"],
+                                 names=(f"{base}.rollout_rs", f"{base}.rollout_rs_threshold"))
+            if level is not None:
+                parse_rollout_is(level, s.get("rollout_is_threshold", "2.0"),
+                                 names=(f"{base}.rollout_is", f"{base}.rollout_is_threshold"))
+        except ConfigError as err:
+            raise ConfigError(f"{self.path}: {err}") from None
 
     def _gdpo(self, a: dict, estimator: str | None) -> None:
         present = [k for k in ("gdpo_reward_keys", "gdpo_reward_weights") if k in a and a[k] is not None]

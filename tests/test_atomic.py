@@ -186,6 +186,77 @@ def test_sigkill_leaves_previous_or_complete_output(big):
     assert any(o[5] != "complete new output" for o in killed)
 
 
+def _signal_when(proc: subprocess.Popen, folder: Path, suffix: str, sig: int) -> bool:
+    """Send ``sig`` as soon as a temporary file ending in ``suffix`` appears; False when the run ended first."""
+    while proc.poll() is None:
+        if any(p.name.endswith(suffix) for p in _temps(folder)):
+            proc.send_signal(sig)
+            return True
+        time.sleep(0.0002)
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
+def test_a_termination_signal_cleans_up_as_ctrl_c_does(big, sig):
+    """SIGTERM and SIGHUP used to kill the process where it stood (exit -15 / -1), leaving the temporary
+    output behind; they now unwind as SIGINT does: exit 128 + signal, no output, no report, no page, no
+    temporary file, no traceback. Sent while the output is written, and again once the report is staged
+    (the window where a SIGHUP once left a finished report and no output): the three files appear together
+    or not at all."""
+    input_digest = _digest(big["inp"])
+    interrupted = 0
+    for i, suffix in enumerate((".parquet.tmp", ".json.tmp")):
+        folder = big["root"] / f"{sig.name}-{i}"
+        folder.mkdir()
+        names = ["out.parquet", "r.html", "r.json"]  # sorted, as listed below
+        proc = subprocess.Popen(_rladv() + big["args"] + ["-o", str(folder / "out.parquet"), "--report",
+                                                          str(folder / "r.json"), "--html", str(folder / "r.html")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        sent = _signal_when(proc, folder, suffix, sig)
+        _, err = proc.communicate(timeout=120)
+        left = sorted(os.listdir(folder))
+        assert "Traceback" not in err and not err.strip(), err
+        assert left in ([], names), (suffix, left)  # never a part of the run
+        if not sent or proc.returncode == 0:  # the run ended before the file appeared or the signal arrived
+            assert proc.returncode == 0 and read_all_ok(folder, big)  # (a loaded machine): nothing to interrupt
+            continue
+        assert proc.returncode == 128 + sig, (suffix, proc.returncode)
+        interrupted += 1
+        # nothing, or (the signal landed in the shielded renames, which a loaded machine can reach between
+        # seeing the temporary file and the signal's delivery) all three, complete
+        assert left == [] or read_all_ok(folder, big)
+        print(f"\n{sig.name} at the first {suffix}: sent={sent} exit={proc.returncode} left={left}")
+    assert interrupted, "neither run was interrupted"  # one may end first on a loaded machine, not both
+    assert _digest(big["inp"]) == input_digest
+
+
+def read_all_ok(folder: Path, big: dict) -> bool:
+    return (folder / "out.parquet").read_bytes() == big["ref"] and _report_numbers(
+        json.loads((folder / "r.json").read_text())) == _report_numbers(big["ref_report"])
+
+
+def test_signals_inside_the_commit_are_acted_on_after_it():
+    """``signals_deferred`` holds SIGINT/SIGTERM/SIGHUP while the renames run and raises the first one to its
+    handler once they are done."""
+    from rladv_cli.io import signals_deferred
+
+    seen = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(("handler", signum)))
+    try:
+        with signals_deferred():
+            signal.raise_signal(signal.SIGTERM)
+            signal.raise_signal(signal.SIGINT)
+            seen.append("inside")
+        assert seen == ["inside", ("handler", signal.SIGTERM)]
+        with pytest.raises(KeyboardInterrupt):
+            with signals_deferred():
+                signal.raise_signal(signal.SIGINT)
+                seen.append("inside again")
+        assert seen[-1] == "inside again"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 # ------------------------------------------------------------------------------------------- determinism
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
 VARIANTS = {name: (["--reward-components", "acc,fmt"] if name == "gdpo" else []) for name in ESTIMATORS}

@@ -1044,3 +1044,265 @@ def test_inspect_row_and_uid_on_semantics_examples(tmp_path):
     assert result.exit_code == 0, result.output
     members = json.loads(result.stdout)["members"]
     np.testing.assert_allclose([m["advantage"] for m in members], [0.999998, -0.999998, 0.0], atol=1e-6)
+
+
+# ------------------------------------------------------------------------ audit: one-line errors, no leftovers
+def _ascii_digits(text: str) -> str:
+    return text.translate({0xFF10 + d: str(d) for d in range(10)} | {0xFF0E: "."})
+
+
+@pytest.mark.parametrize("t", [pa.int64(), pa.uint64()])
+def test_integer_scores_beyond_2_53_are_read_as_verl_reads_them(tmp_path, t):
+    """Arrow refuses to cast an integer above 2**53 to float64 exactly; the checks used to end in a traceback
+    (ArrowInvalid) in compute, validate, inspect and explain. Every integer is a finite float32, as verl's
+    float32 reward tensor would hold it: the file is accepted."""
+    cols = good_columns()
+    del cols["rm_scores"]
+    cols["score"] = [2**62, 2**62 + 1, 2**63 - 1 if t == pa.int64() else 2**64 - 1, 7]
+    inp = write(tmp_path / "int.parquet", cols, types={"score": t})
+    for args in (["compute", inp, "--estimator", "grpo", "-q", "-o", tmp_path / "o.parquet"], ["validate", inp],
+                 ["inspect", inp, "--json"], ["explain", inp, "--estimator", "grpo", "--row", "2"]):
+        result = rladv(*args)
+        assert result.exit_code == 0, (args[0], result.output)
+        assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert read(tmp_path / "o.parquet")["score"].equals(read(inp)["score"])
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    pytest.param(["compute", "--estimator", "grpo", "--batch-key", ""], "--batch-key", id="batch-key-empty"),
+    pytest.param(["compute", "--estimator", "grpo", "--batch-key", " "], "--batch-key", id="batch-key-blank"),
+    pytest.param(["offpolicy", "--rollout-rs", "token_k1", "--thresholds", "2", "--chunk-rows", "0"], "--chunk-rows",
+                 id="offpolicy-chunk-rows-0"),
+    pytest.param(["offpolicy", "--rollout-rs", "token_k1", "--thresholds", "2", "--chunk-rows", "-1"], "--chunk-rows",
+                 id="offpolicy-chunk-rows-negative"),
+    pytest.param(["inspect", "--chunk-rows", "0"], "--chunk-rows", id="inspect-chunk-rows-0"),
+    pytest.param(["inspect", "--kl-coef", "nan"], "--kl-coef", id="inspect-kl-coef-nan"),
+])
+def test_options_that_ended_in_a_traceback(tmp_path, args, named):
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    before, data = listing(tmp_path), {inp: inp.read_bytes()}
+    result = rladv(args[0], inp, *args[1:], *(["-o", tmp_path / "o.parquet"] if args[0] == "compute" else []))
+    assert result.exit_code == 2
+    assert_one_line_error(result, named)
+    assert_untouched(tmp_path, before, data)
+
+
+def test_offpolicy_on_a_file_without_rows(tmp_path):
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(read(SAMPLES / "multiturn.parquet").slice(0, 0), empty)
+    result = rladv("offpolicy", empty, "--rollout-rs", "token_k1", "--thresholds", "2")
+    assert result.exit_code == 2
+    assert "holds no rows" in assert_one_line_error(result, str(empty))
+
+
+@pytest.mark.parametrize("command", ["compute", "validate", "inspect", "offpolicy", "explain"])
+def test_an_empty_input_path_is_not_the_current_folder(tmp_path, monkeypatch, command):
+    """``Path("")`` is ``.``: ``rladv compute ""`` read the current folder's *.parquet."""
+    copy_sample(tmp_path, "multiturn.parquet")
+    monkeypatch.chdir(tmp_path)
+    extra = {"compute": ["--estimator", "grpo", "-o", "o.parquet"], "explain": ["--estimator", "grpo", "--row", "0"],
+             "offpolicy": ["--rollout-rs", "token_k1", "--thresholds", "2"]}.get(command, [])
+    result = rladv(command, "", *extra)
+    assert result.exit_code == 2
+    assert "empty path" in assert_one_line_error(result)
+    assert listing(tmp_path) == ["multiturn.parquet"]
+
+
+@pytest.mark.parametrize("option", ["-o", "--report", "--html", "--config"])
+def test_an_empty_output_or_config_path_is_refused(tmp_path, option):
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    before, data = listing(tmp_path), {inp: inp.read_bytes()}
+    result = rladv("compute", inp, "--estimator", "grpo", *(["-o", tmp_path / "o.parquet"] if option != "-o" else []),
+                   option, "")
+    assert result.exit_code == 2
+    assert "empty path" in assert_one_line_error(result, option)
+    assert_untouched(tmp_path, before, data)
+
+
+# verl 0.9.1 parses thresholds with float() after splitting a band at its first '_' (SEMANTICS §5.3)
+@pytest.mark.parametrize(("flags", "named"), [
+    pytest.param(["--rollout-rs", "token_k1", "--rollout-rs-threshold", "0.5_1_2"], "'1_2'", id="rs-k1-band"),
+    pytest.param(["--rollout-rs", "seq_sum_k1", "--rollout-rs-threshold", "1_0"], None, id="rs-k1-band-zero"),
+    pytest.param(["--rollout-rs", "token_k1,token_k2", "--rollout-rs-threshold", "0.5_2,1_000"], "token_k2",
+                 id="rs-k2-underscore"),
+    pytest.param(["--rollout-is", "token", "--rollout-is-threshold", "0.5_1_2"], "'1_2'", id="is-band"),
+])
+def test_thresholds_that_verl_would_misread_are_refused(tmp_path, flags, named):
+    """``0.5_1_2`` was silently the band (0.5, 12.0), as verl reads it (float('1_2') is 12.0)."""
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    before, data = listing(tmp_path), {inp: inp.read_bytes()}
+    result = rladv("compute", inp, "--estimator", "grpo", *flags, "-o", tmp_path / "o.parquet",
+                   "--report", tmp_path / "r.json")
+    assert result.exit_code == 2
+    line = assert_one_line_error(result, flags[2], *([named] if named else []))
+    assert_untouched(tmp_path, before, data)
+    if "1_2" in flags[3]:
+        assert "12.0" in line  # what verl would have read
+        sweep = rladv("offpolicy", inp, "--rollout-rs", "token_k1", "--thresholds", "0.5_1_2")
+        assert sweep.exit_code == 2 and "'1_2'" in assert_one_line_error(sweep, "0.5_1_2")
+
+
+@pytest.mark.parametrize(("flags", "same_as"), [
+    (["--rollout-rs", "token_k2", "--rollout-rs-threshold", "\uff12.\uff10"], None),
+    (["--rollout-rs", "token_k1", "--rollout-rs-threshold", " 0.5_2.0 , "], None),
+    (["--rollout-is", "token", "--rollout-is-threshold", "\uff10.\uff15_\uff12"], None),
+])
+def test_thresholds_verl_reads_are_read_the_same(tmp_path, flags, same_as):
+    """Non-ASCII digits and blanks read as float() (and verl) reads them: the same run as the ASCII spelling."""
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    results = []
+    for i, text in enumerate([flags[3], _ascii_digits(flags[3]).strip().rstrip(",").strip()]):
+        out, report = tmp_path / f"o{i}.parquet", tmp_path / f"r{i}.json"
+        result = rladv("compute", inp, "--estimator", "grpo", *flags[:3], text, "-q", "-o", out, "--report", report)
+        assert result.exit_code == 0, result.output
+        rep = json.loads(report.read_text())
+        results.append((read(out), rep["rollout_rejection"]))
+    assert results[0][0].equals(results[1][0]) and results[0][1] == results[1][1]
+
+
+def test_a_file_name_with_a_newline_stays_one_line(tmp_path):
+    cols = good_columns()
+    cols["response_mask"][1][0] = 2
+    inp = write(tmp_path / "bad\nname.parquet", cols)
+    before, data = listing(tmp_path), {inp: inp.read_bytes()}
+    result = rladv("compute", inp, "--estimator", "grpo", "-o", tmp_path / "o.parquet")
+    line = assert_one_line_error(result, repr(str(inp)), row=1, column="response_mask")
+    assert "\\n" in line
+    assert_untouched(tmp_path, before, data)
+    result = rladv("validate", inp)
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 2  # the summary and one kind
+
+
+def test_a_fifo_is_not_called_missing(tmp_path):
+    fifo = tmp_path / "f.parquet"
+    os.mkfifo(fifo)
+    result = rladv("compute", fifo, "--estimator", "grpo", "-o", tmp_path / "o.parquet")
+    line = assert_one_line_error(result, str(fifo))
+    assert "FIFO" in line and "not a regular file" in line and "no such" not in line
+    assert listing(tmp_path) == ["f.parquet"]
+
+
+def test_config_messages_name_the_file_and_key(tmp_path):
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    bad = tmp_path / "c1.yaml"
+    bad.write_text("algorithm:\n  adv_estimator: grpo\n  rollout_correction:\n    rollout_rs: token_k1\n"
+                   "    rollout_rs_threshold: abc\n")
+    result = rladv("compute", inp, "--config", bad, "-o", tmp_path / "o.parquet")
+    line = assert_one_line_error(result, str(bad), "algorithm.rollout_correction.rollout_rs_threshold", "'abc'")
+    assert "--rollout-rs-threshold" not in line
+    empty = tmp_path / "c2.yaml"
+    empty.write_text("algorithm:\n")
+    result = rladv("compute", inp, "--config", empty, "-o", tmp_path / "o.parquet")
+    line = assert_one_line_error(result, str(empty), "adv_estimator", "--estimator")
+    assert "Field required" not in line
+    assert sorted(listing(tmp_path)) == ["c1.yaml", "c2.yaml", "multiturn.parquet"]
+
+
+INERT = [
+    pytest.param(["--rollout-is-threshold", "3"], "--rollout-is-threshold", id="is-threshold-without-is"),
+    pytest.param(["--rollout-is-batch-normalize"], "--rollout-is-batch-normalize", id="is-normalize-without-is"),
+    pytest.param(["--overlong-penalty-factor", "2"], "--overlong-penalty-factor", id="penalty-without-buffer"),
+    pytest.param(["--max-resp-len", "8"], "--max-resp-len", id="max-resp-len-without-buffer"),
+    pytest.param(["--kl-ctrl", "adaptive"], "--kl-ctrl", id="adaptive-without-kl-coef"),
+    pytest.param(["--kl-target", "0.2"], "--kl-target", id="kl-target-without-kl-coef"),
+    pytest.param(["--kl-horizon", "50"], "--kl-horizon", id="kl-horizon-without-kl-coef"),
+    pytest.param(["--kl-coef", "0.1", "--kl-target", "0.2"], "--kl-ctrl adaptive", id="kl-target-with-fixed"),
+    pytest.param(["--ray-workers", "4"], "--engine ray", id="ray-workers-with-local"),
+    pytest.param(["--ray-address", "auto"], "--engine ray", id="ray-address-with-local"),
+    pytest.param(["--estimator", "gdpo", "--reward-components", ""], "--reward-components", id="components-empty"),
+    pytest.param(["--estimator", "gdpo", "--reward-components", "acc,acc"], "'acc'", id="components-twice"),
+]
+
+
+@pytest.mark.parametrize(("flags", "named"), INERT)
+def test_options_without_effect_are_errors(tmp_path, flags, named):
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    before, data = listing(tmp_path), {inp: inp.read_bytes()}
+    estimator = [] if "--estimator" in flags else ["--estimator", "grpo"]
+    result = rladv("compute", inp, *estimator, *flags, "-o", tmp_path / "o.parquet", "--report", tmp_path / "r.json")
+    assert result.exit_code == 2
+    assert_one_line_error(result, named)
+    assert_untouched(tmp_path, before, data)
+
+
+def test_options_with_effect_and_yaml_defaults_are_accepted(tmp_path, monkeypatch):
+    """What the checks above refuse is only what was typed: the same settings that have an effect, a verl YAML
+    that writes verl's defaults (kl_ctrl, rollout_is_threshold with rollout_is null), RAY_ADDRESS in the
+    environment, and --no-rollout-is-batch-normalize all pass."""
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    yaml_file = tmp_path / "verl.yaml"
+    yaml_file.write_text("algorithm:\n  adv_estimator: grpo\n  use_kl_in_reward: false\n"
+                         "  kl_ctrl:\n    type: adaptive\n    kl_coef: 0.001\n    target_kl: 0.1\n    horizon: 10000\n"
+                         "  rollout_correction:\n    rollout_is: null\n    rollout_is_threshold: 3.0\n"
+                         "    rollout_is_batch_normalize: true\n    rollout_rs: null\n    rollout_rs_threshold: null\n"
+                         "reward:\n  reward_kwargs:\n    max_resp_len: 64\n")
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    runs = [
+        ["--config", yaml_file],
+        ["--estimator", "grpo", "--rollout-is", "token", "--rollout-is-threshold", "3", "--rollout-is-batch-normalize"],
+        ["--estimator", "grpo", "--overlong-buffer-len", "4", "--max-resp-len", "8", "--overlong-penalty-factor", "2"],
+        ["--estimator", "grpo", "--kl-coef", "0.1", "--kl-ctrl", "adaptive", "--kl-target", "0.2", "--kl-horizon", "50"],
+        ["--estimator", "grpo", "--no-rollout-is-batch-normalize", "--kl-ctrl", "fixed"],
+    ]
+    for i, flags in enumerate(runs):
+        result = rladv("compute", inp, *flags, "-q", "-o", tmp_path / f"o{i}.parquet")
+        assert result.exit_code == 0, (flags, result.output)
+
+
+def test_a_negative_kl_coef_is_kept_with_a_note(tmp_path):
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    report = tmp_path / "r.json"
+    result = rladv("compute", inp, "--estimator", "grpo", "--kl-coef", "-0.1", "-q", "-o", tmp_path / "o.parquet",
+                   "--report", report)
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Note: ") and "negative" in lines[0] and "raises" in lines[0]
+    rep = json.loads(report.read_text())
+    assert rep["kl"]["coef"] == -0.1
+    assert rep["config"]["notes"] == [lines[0].removeprefix("Note: ")]
+    result = rladv("compute", inp, "--estimator", "grpo", "--kl-coef", "0.1", "-q", "-o", tmp_path / "p.parquet",
+                   "--report", report)
+    assert result.exit_code == 0 and not result.stderr.strip()
+    assert "notes" not in json.loads(report.read_text())["config"]
+
+
+# ---------------------------------------------------- audit: a full disk or a size limit, named; nothing left
+def _run_limited(args: list, limit: Optional[int]) -> subprocess.CompletedProcess:
+    import resource
+
+    def cap():
+        if limit is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    script = Path(sys.executable).parent / "rladv"
+    return subprocess.run([str(script), *map(str, args)], capture_output=True, text=True, timeout=300,
+                          preexec_fn=cap)
+
+
+def test_a_failed_write_names_the_file_and_leaves_nothing(tmp_path):
+    """The report used to be written before the HTML page and before the output's rename: a page that could
+    not be written left the report behind, and the message named no file (``Error: File too large``). Now the
+    three appear together or not at all, and the error names the file that could not be written."""
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    args = ["compute", inp, "--estimator", "grpo", "-q", "-o", out_dir / "o.parquet", "--report", out_dir / "r.json",
+            "--html", out_dir / "r.html"]
+    full = _run_limited(args, None)
+    assert full.returncode == 0, full.stderr
+    sizes = {p.name: p.stat().st_size for p in out_dir.iterdir()}
+    for p in list(out_dir.iterdir()):
+        p.unlink()
+    assert sizes["r.html"] > 2 * max(sizes["o.parquet"], sizes["r.json"])
+    # the page does not fit under the limit, the output and the report do
+    page = _run_limited(args, (sizes["r.html"] + max(sizes["o.parquet"], sizes["r.json"])) // 2)
+    assert page.returncode == 2 and "Traceback" not in page.stderr
+    assert page.stderr.strip() == f"Error: {out_dir / 'r.html'}: File too large"
+    assert os.listdir(out_dir) == []
+    # nothing fits: whichever file reaches the limit first is named (the output is buffered, the report staged)
+    for limit, named in ((1024, ("o.parquet", "r.json")), (1024, ("o.parquet",))):
+        run = _run_limited(args if len(named) > 1 else args[:7], limit)
+        assert run.returncode == 2 and "Traceback" not in run.stderr
+        assert run.stderr.strip() in [f"Error: {out_dir / name}: File too large" for name in named], run.stderr
+        assert os.listdir(out_dir) == []
+    assert inp.read_bytes() == (SAMPLES / "multiturn.parquet").read_bytes()

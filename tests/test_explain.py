@@ -70,3 +70,34 @@ def test_explain_runs_on_the_cpu_where_a_gpu_is_present(tmp_path, monkeypatch):
     path = write(tmp_path, response_mask=[[1, 1, 1]], rm_scores=[[0, 0, 1]], values=[[0.2, 0.3, 0.4]])
     e = explain([path], 0, "gae", gamma=1.0, lam=0.95)
     np.testing.assert_allclose(e.advantages, [0.9913445, 0.0170926, -1.0084344], atol=1e-6)
+
+
+def _two_files(tmp_path, bad_b: dict):
+    """a.parquet (groups a0, a1) and b.parquet whose group b0 is rows 1 and 3; ``bad_b`` changes b's columns."""
+    types = {"response_mask": pa.list_(pa.int8()), "uid": pa.string()}
+    a = {"uid": ["a0", "a0", "a1", "a1"], "response_mask": [[1, 1]] * 4, "rm_scores": [[0, 1.0], [0, 0.0]] * 2}
+    b = {"uid": ["b1", "b0", "b1", "b0"], "response_mask": [[1, 1]] * 4, "rm_scores": [[0, 1.0], [0, 0.0]] * 2}
+    b.update(bad_b)
+    for name, cols in (("a", a), ("b", b)):
+        pq.write_table(pa.table({k: pa.array(v, types.get(k, pa.list_(pa.float32()))) for k, v in cols.items()}),
+                       tmp_path / f"{name}.parquet")
+    return [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")]
+
+
+@pytest.mark.parametrize(("bad_b", "message"), [
+    ({"response_mask": [[1, 1], [1, 1], [1, 1], []]}, "row 3, column response_mask: is an empty list"),
+    ({"response_mask": [[1, 1], [1, 1], [1, 1], [1, 2]]}, "row 3, column response_mask: has value 2"),
+    ({"rm_scores": [[0, 1.0], [0, 0.0], [0, 1.0], [0, float("nan")]]}, "row 3, column rm_scores"),
+])
+def test_cli_explain_errors_name_the_file_and_its_row_as_compute_does(tmp_path, bad_b, message):
+    """explain computes the row's group from one in-memory table: its errors named ``<table>`` and the row
+    within that table (here 1, for b.parquet's row 3)."""
+    paths = _two_files(tmp_path, bad_b)
+    runner = CliRunner()
+    res = runner.invoke(app, ["explain", *paths, "--estimator", "grpo", "--row", "5"])  # b.parquet row 1, group b0
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    lines = res.output.strip().splitlines()
+    assert lines == [f"Error: {paths[1]}: {message}" + lines[0].split(message, 1)[1]], lines
+    compute = runner.invoke(app, ["compute", *paths, "--estimator", "grpo", "-o", str(tmp_path / "o.parquet")])
+    assert compute.exit_code == 2 and compute.output == res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.parquet", "b.parquet"]

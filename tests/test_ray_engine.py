@@ -183,7 +183,7 @@ def test_a_task_that_always_fails_leaves_no_output(ray_instance, shards, tmp_pat
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: --engine ray: a write task failed")
     assert "injected failure on shard 1" in lines[0]
-    assert os.listdir(out) == []
+    assert not out.exists()  # the run made the folder, and took it away again
 
 
 def test_a_data_error_in_a_worker_is_the_local_engines_error(ray_instance, tmp_path):
@@ -197,7 +197,29 @@ def test_a_data_error_in_a_worker_is_the_local_engines_error(ray_instance, tmp_p
     distributed = CliRunner().invoke(app, args + ["--engine", "ray", "-o", str(tmp_path / "out")])
     assert local.exit_code == distributed.exit_code == 2
     assert "part-03.parquet: row 6" in local.output and distributed.output == local.output
-    assert os.listdir(tmp_path / "out") == []
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_run_removes_only_the_output_folder_it_created(ray_instance, tmp_path):
+    """A run that fails takes away the -o folder it made (the audit found it left empty), but never one that
+    was there before, nor what that one holds; --report and --html are not written either."""
+    table = rollouts(np.random.default_rng(3))
+    masks = table["response_mask"].to_pylist()
+    masks[30] = []  # an empty row in the third shard
+    folder = write_shards(table.set_column(table.schema.get_field_index("response_mask"), "response_mask",
+                                           pa.array(masks, pa.list_(pa.int8()))), tmp_path / "bad")
+    args = ["compute", str(folder), "--estimator", "grpo", "-q", "--engine", "ray", "--ray-workers", "2",
+            "--report", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html")]
+    made = CliRunner().invoke(app, args + ["-o", str(tmp_path / "new")])
+    assert made.exit_code == 2 and made.output.startswith("Error: ") and "part-03.parquet: row 6" in made.output
+    assert not (tmp_path / "new").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    again = CliRunner().invoke(app, args + ["-o", str(kept)])
+    assert again.exit_code == 2 and again.output == made.output
+    assert sorted(os.listdir(kept)) == ["notes.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["bad", "kept"]
 
 
 def test_output_folder_and_names(tmp_path):

@@ -82,8 +82,10 @@ def _random_table(seed, rows):
     rng = np.random.default_rng(seed)
     lengths = rng.integers(1, 12, rows)
     lists = {k: [] for k in ("response_mask", "rm_scores", "old_log_probs", "ref_log_prob", "rollout_log_probs", "loss_mask")}
-    for L in lengths:
+    for i, L in enumerate(lengths):
         m = (rng.random(L) < 0.8).astype(np.int8)
+        if i == 0:
+            m[0] = 1  # verl refuses a batch without an actor token (tested elsewhere)
         old = rng.normal(-1, 0.3, L)
         lists["response_mask"].append(m.tolist())
         lists["loss_mask"].append(m.tolist())

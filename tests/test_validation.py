@@ -90,3 +90,15 @@ def test_numbers_that_are_not_finite_float32_are_found_first(kind):
         assert _first_not_float32(v) == want, (values, v.dtype)
 
     check()
+
+
+@pytest.mark.parametrize(("t", "values"), [(pa.int64(), [2**62, -(2**63), 2**53 + 1]), (pa.uint64(), [2**64 - 1, 0, 1])])
+def test_integer_scores_beyond_2_53_pass_the_finite_check(t, values):
+    """Arrow's safe cast to float64 refuses integers beyond ±2**53 (ArrowInvalid, a traceback in every
+    command); every integer is a finite float32, which is the check."""
+    table = pa.table({"response_mask": pa.array([[1]] * 3, I8), "score": pa.array(values, t)})
+    check_chunk(table, "f.parquet", 0)
+    nan = pa.table({"response_mask": pa.array([[1]] * 2, I8), "score": pa.array([1.0, float("nan")], pa.float64())})
+    with pytest.raises(InputError, match="finite") as err:
+        check_chunk(nan, "f.parquet", 4)
+    assert err.value.row == 5 and err.value.column == "score"

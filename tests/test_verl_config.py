@@ -1,6 +1,7 @@
 """``--config``: verl trainer YAML -> rladv settings (rladv_cli/verl_config.py)."""
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -550,3 +551,60 @@ def test_every_fixture_builds_a_config():
         vs = settings_from_verl_yaml(str(path))
         assert isinstance(vs, VerlSettings)
         build(vs.settings)
+
+
+# ------------------------------------------------------------------------------------ audit: hostile files
+def test_a_deeply_nested_file_is_one_error(tmp_path):
+    """5000 nested lists used to end in a RecursionError traceback."""
+    message = error_of(tmp_path, "algorithm: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert "nested too deeply" in message
+    message = error_of(tmp_path, "algorithm:\n  pf_ppo: " + "[" * 300 + "]" * 300 + "\n")
+    assert "nested" in message
+
+
+def test_an_integer_python_cannot_convert_is_one_error(tmp_path):
+    """An integer of more than 4300 digits used to end in a ValueError traceback."""
+    message = error_of(tmp_path, "algorithm:\n  adv_estimator: gae\n  gamma: 1" + "0" * 5000 + "\n")
+    assert message.startswith("line 3, column 10: cannot read this number") and "4300" in message
+
+
+@pytest.mark.parametrize(("body", "key", "words"), [
+    ("rollout_rs: token_k1\n  rollout_rs_threshold: abc", "rollout_rs_threshold", ["'abc'", "not a number"]),
+    ("rollout_rs: token_k1\n  rollout_rs_threshold: '0.5_1_2'", "rollout_rs_threshold", ["'1_2'", "12.0"]),
+    ("rollout_rs: seq_max_k2\n  rollout_rs_threshold: '0.5_2'", "rollout_rs_threshold", ["without '_'"]),
+    ("rollout_rs: token_k1,token_k2\n  rollout_rs_threshold: 1,2,3", "rollout_rs_threshold", ["3 entries"]),
+    ("rollout_is: token\n  rollout_is_threshold: two", "rollout_is_threshold", ["'two'"]),
+    ("rollout_is: token\n  rollout_is_threshold: '3_0.5'", "rollout_is_threshold", ["exceeds"]),
+    # YAML (and OmegaConf) read 0.5_2 as the number 0.52 and 2_5 as 25: verl would use those
+    ("rollout_is: token\n  rollout_is_threshold: 0.5_2", "rollout_is_threshold", ["0.52", "quote it"]),
+    ("rollout_rs: token_k1\n  rollout_rs_threshold: 2_5", "rollout_rs_threshold", ["25", "quote it"]),
+])
+def test_bad_thresholds_name_the_file_and_key(tmp_path, body, key, words):
+    """They were parsed only when the run started, under the flags' names (``--rollout-rs-threshold 'abc'``)."""
+    lines = "".join(f"    {line.strip()}\n" for line in body.splitlines())
+    message = error_of(tmp_path, "algorithm:\n  rollout_correction:\n" + lines)
+    assert message.startswith(f"algorithm.rollout_correction.{key}"), message
+    assert "--rollout" not in message
+    for word in words:
+        assert word in message, message
+
+
+def test_quoted_bands_and_plain_numbers_still_read(tmp_path):
+    vs = read(tmp_path, """
+        rollout_correction:
+          rollout_is: token
+          rollout_is_threshold: '0.5_2'
+          rollout_rs: token_k1,seq_max_k2
+          rollout_rs_threshold: 0.5_2.0,1e3
+    """)
+    assert vs.settings["rollout_is_threshold"] == "0.5_2"
+    assert vs.settings["rollout_rs_threshold"] == "0.5_2.0,1e3"
+    assert read(tmp_path, "gamma: 0.9_9\n").settings == {"gamma": 0.99}  # elsewhere '_' is YAML's business
+    build(vs.settings)
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "cfg.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        settings_from_verl_yaml(str(fifo))
