@@ -294,7 +294,7 @@ def validate(
 def inspect(
     dataset: Datasets,
     estimator: Annotated[Optional[EstimatorName], typer.Option(help="Judge the checks for this estimator; with --row/--uid, compute its advantages.")] = None,
-    row: Annotated[Optional[int], typer.Option(help="Show one trajectory token by token (0-based row).")] = None,
+    row: Annotated[Optional[int], typer.Option(help="Show one trajectory token by token: N is 0-based across all the files given, in the order they are read (with one file, its row).")] = None,
     uid: Annotated[Optional[str], typer.Option(help="Show one group: totals, baseline, each member's advantage and why.")] = None,
     expected_n: Annotated[Optional[int], typer.Option(help="Expected rows per group (verl's rollout.n).")] = None,
     kl_coef: Annotated[float, typer.Option(help="Check KL shaping's effect on totals with this coefficient.")] = 0.0,
