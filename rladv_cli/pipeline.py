@@ -477,7 +477,7 @@ class Pipeline:
         self.outcome_basis = ""
         self.groups = None
         self.group_basis: Optional[Tensor] = None  # per-row value groups are judged on (R_i; gdpo: weighted components)
-        self.group_flags: dict[str, Tensor] = {}
+        self.flags: dict[str, Tensor] = {}  # per-group singleton_group / all_equal_group (group_flags)
         self.uid_merges: tuple[list[tuple], Tensor] = ([], torch.zeros(0, dtype=torch.long))
         self.correction_stats: dict[int, object] = {}
 
@@ -516,7 +516,7 @@ class Pipeline:
         if self.est.whiten:
             self._whitening()
         if self.est.groups and self.groups:
-            self.outcome_basis, outcome = row_outcomes(self.group_basis, self.rows["group_id"], self.group_flags)
+            self.outcome_basis, outcome = row_outcomes(self.group_basis, self.rows["group_id"], self.flags)
         else:
             self.outcome_basis, outcome = row_outcomes(self.rows["reward_total"])
         self.rows.add(outcome=outcome)
@@ -629,7 +629,8 @@ class Pipeline:
             self.groups = kernels.group_stats(self.rows["reward_total"][final], gid[final], n_groups, used[final])
         else:
             self.groups = kernels.group_stats(self.rows["reward_total"], gid, n_groups, used)
-        self.group_basis, self.group_flags = self.rows["reward_total"], group_flags(self.rows["reward_total"], gid, self.groups.size)
+        self.group_basis = self.rows["reward_total"]
+        self.flags = group_flags(self.group_basis, gid, self.groups.size)
         if self.cfg.reward_components:
             components = [self.rows[f"component_{k}"] for k in range(len(self.cfg.reward_components))]
             self.work.component_groups = [kernels.group_stats(c, gid, n_groups, used).to(self.device) for c in components]
@@ -637,7 +638,7 @@ class Pipeline:
             weights = self.cfg.reward_weights or (1.0,) * len(components)
             self.group_basis = sum(w * c.double() for w, c in zip(weights, components))
             per_component = [group_flags(c, gid, self.groups.size)["all_equal_group"] for c in components]
-            self.group_flags["all_equal_group"] = torch.stack(per_component).all(0)
+            self.flags["all_equal_group"] = torch.stack(per_component).all(0)
         self.work.groups = self.groups.to(self.device)
         small = torch.nonzero(self.groups.size < self.est.min_group_size).flatten()
         if self.est.groups and small.numel():
@@ -678,7 +679,8 @@ class Pipeline:
                                    "var": float(np.float32(m2 / (n - 1)))})
             # one float32 step of the mean, at the values' magnitude, over the divisor: what verl's float32 sum
             # (whose order rladv cannot follow) moves every advantage by, per ulp it is off
-            ulp_shift = float(np.spacing(np.float32(math.sqrt(mu * mu + m2 / n)))) / math.sqrt(float(np.float32(m2 / (n - 1))) + 1e-8)
+            magnitude, std = math.sqrt(mu * mu + m2 / n), math.sqrt(float(np.float32(m2 / (n - 1))) + 1e-8)
+            ulp_shift = float(np.spacing(np.float32(magnitude))) / std
             if ulp_shift >= ILL_CONDITIONED_SHIFT:
                 self.ill_conditioned.append((b, ulp_shift))
         self.work.whiten_mean, self.work.whiten_var = mean.float().to(self.device), var.float().to(self.device)
@@ -779,7 +781,7 @@ class Pipeline:
         causes = {"rejected": float(rejected.sum())}
         if self.groups is not None and self.est.groups:
             gid = rows["group_id"]
-            all_equal, single = self.group_flags["all_equal_group"][gid], self.group_flags["singleton_group"][gid]
+            all_equal, single = self.flags["all_equal_group"][gid], self.flags["singleton_group"][gid]
             causes["all_equal_group"] = float(zero[all_equal].sum())
             causes["singleton"] = float(zero[single & ~all_equal].sum())
             causes["other"] = float(zero[~all_equal & ~single].sum())
@@ -823,7 +825,7 @@ class Pipeline:
             return Groups(count=0, sizes={}, singletons=0, all_equal=0, batches=n_batches)
         gid = self.rows["group_id"]
         size = self.groups.size
-        flags = self.group_flags
+        flags = self.flags
         first_row = torch.full((size.numel(),), gid.numel(), dtype=torch.long).scatter_reduce(
             0, gid, torch.arange(gid.numel()), "amin")
         unused = "this estimator does not use groups"
