@@ -71,6 +71,13 @@ def group_flags(reward_total: Tensor, group_index: Tensor, size: Tensor) -> dict
     return {"singleton_group": size == 1, "all_equal_group": (size > 1) & (hi == lo)}
 
 
+def first_rows(group_id: Tensor, n_groups: int) -> Tensor:
+    """The first row of each of ``n_groups`` groups ``(G,)`` given each row's ``group_id (B,)``; ``B`` for a
+    group without rows."""
+    return torch.full((n_groups,), group_id.numel(), dtype=torch.long).scatter_reduce(
+        0, group_id, torch.arange(group_id.numel()), "amin")
+
+
 class WarningBuilder:
     """Collects warnings as (code, message, flagged dataset-wide rows) and renders them with file:row."""
 

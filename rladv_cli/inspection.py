@@ -1426,7 +1426,7 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
     import shlex
 
     from .config import Config
-    from .io import write_json_atomic
+    from .io import SideFiles
 
     Config.build(estimator=estimator, **settings)
     folder = os.fspath(folder)
@@ -1443,22 +1443,17 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
     data, script = os.path.join(folder, "group.parquet"), os.path.join(folder, "command.txt")
     for target in (data, script):
         check_output_path(target, ds, option="--export")
-    import tempfile
-
     import pyarrow.parquet as pq
 
-    fd, tmp = tempfile.mkstemp(prefix=".rladv-", suffix=".parquet.tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            pq.write_table(table.select([c for c in ds.columns if c in needed]), f, compression="zstd")
-        os.replace(tmp, data)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    parquet = pa.BufferOutputStream()
+    pq.write_table(table.select([c for c in ds.columns if c in needed]), parquet, compression="zstd")
     command = ["rladv", "compute", data, *_flags(estimator, settings), "-o", os.path.join(folder, "group.adv.parquet")]
     text = " ".join(shlex.quote(part) for part in command) + "\n"
     if _scope(ESTIMATORS[estimator]) == "dataset":
         text += (f"# note: {estimator} also depends on rows outside this group (batch whitening or batch-wide "
                  "scale); on this file alone the numbers differ from the full dataset's\n")
-    write_json_atomic(script, text)
+    with SideFiles() as files:  # both files, or neither
+        files.write(data, parquet.getvalue().to_pybytes())
+        files.write(script, text)
+        files.commit()
     return [data, script]

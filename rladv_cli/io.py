@@ -653,7 +653,8 @@ def write_json_atomic(path: str, text: str) -> None:
 
 
 class SideFiles:
-    """Text files (the JSON report, the HTML page) that appear with a run's output or not at all: ``write``
+    """Files (the JSON report, the HTML page, an exported reproducer) that appear with a run's output or not at
+    all: ``write``
     puts each in a temporary file beside its target, ``commit`` renames them all over their targets (call it
     right after the output's own rename); leaving the context without ``commit`` (an error, a signal) removes
     every temporary file. An ``OSError`` names the target."""
@@ -661,15 +662,16 @@ class SideFiles:
     def __init__(self) -> None:
         self._staged: list[tuple[str, str]] = []  # (temporary file, target)
 
-    def write(self, path: str | os.PathLike, text: str) -> None:
+    def write(self, path: str | os.PathLike, data: str | bytes) -> None:
+        """Stage ``data`` (text, or bytes written as they are) for ``path``."""
         path = os.fspath(path)
-        suffix = ".html.tmp" if path.endswith((".html", ".htm")) else ".json.tmp"
+        suffix, mode = os.path.splitext(path)[1] + ".tmp", "wb" if isinstance(data, bytes) else "w"
         with named_os_errors(path):
             with signals_deferred():  # kept here as soon as it exists, so that ``discard`` finds it
-                f, tmp = _temp_file(os.path.dirname(os.path.abspath(path)), suffix, "w")
+                f, tmp = _temp_file(os.path.dirname(os.path.abspath(path)), suffix, mode)
                 self._staged.append((tmp, path))
             with f:
-                f.write(text)
+                f.write(data)
 
     def commit(self) -> None:
         while self._staged:

@@ -40,8 +40,8 @@ from . import __version__, kernels, validation
 from .batch import Batch, PositionSums, as_tensor, from_arrow
 from .columns import array_of, arrow_of, flat_values, list_offsets, scalar_values
 from .config import Config
-from .diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions, group_flags, row_outcomes,
-                          token_stats)
+from .diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions, first_rows, group_flags,
+                          row_outcomes, token_stats)
 from .errors import ComputeError, ConfigError, InputError
 from .estimators import ESTIMATORS
 from .io import Chunk, Shard, output_schema
@@ -52,6 +52,15 @@ from .shaping import KLController, apply_kl, kl_penalty, overlong_penalty
 Progress = Callable[[str, int, int], None]
 # whitening warns when one float32 ulp of the batch mean moves advantages by this much (10 ulps: the 1e-5 tolerance)
 ILL_CONDITIONED_SHIFT = 1e-6
+
+
+def _ulp_shift(whitening: dict) -> float:
+    """What one float32 step of a batch's whitening mean, at its values' magnitude ``sqrt(μ² + M2/N)``, moves
+    every advantage by once divided by ``sqrt(var + 1e-8)``: verl sums the mean in float32 in an order rladv
+    cannot follow, so its advantages sit a few such steps from rladv's."""
+    n, mean, var = whitening["tokens"], whitening["mean"], whitening["var"]
+    magnitude = math.sqrt(mean * mean + var * (n - 1) / n)
+    return float(np.spacing(np.float32(magnitude))) / math.sqrt(var + 1e-8)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -472,7 +481,6 @@ class Pipeline:
         self.rows = RowTable()
         self.seconds: dict[str, float] = defaultdict(float)
         self.whitening: list[dict] = []
-        self.ill_conditioned: list[tuple[int, float]] = []
         self.sketches = TokenSketches(with_values="values" in self.est.columns)
         self.outcome_basis = ""
         self.groups = None
@@ -593,9 +601,8 @@ class Pipeline:
         sets = defaultdict(list)
         for g in torch.nonzero(members).flatten().tolist():
             sets[int(renumber[g])].append(old_uids[g])
-        first_row = torch.full((renumber.numel(),), old.numel(), dtype=torch.long).scatter_reduce(
-            0, old, torch.arange(old.numel()), "amin")
-        self.uid_merges = ([tuple(m) for m in sets.values()], torch.sort(first_row[members]).values)
+        merged_rows = torch.sort(first_rows(old, renumber.numel())[members]).values
+        self.uid_merges = ([tuple(m) for m in sets.values()], merged_rows)
         self.rows.replace("group_id", renumber[old])
 
     def _merge_group_statistics(self, results: list[ShardResult]) -> None:
@@ -677,12 +684,6 @@ class Pipeline:
             mean[b], var[b] = mu, m2 / (n - 1)
             self.whitening.append({"batch": self.labels.batch_name(b), "tokens": int(n), "mean": float(np.float32(mu)),
                                    "var": float(np.float32(m2 / (n - 1)))})
-            # one float32 step of the mean, at the values' magnitude, over the divisor: what verl's float32 sum
-            # (whose order rladv cannot follow) moves every advantage by, per ulp it is off
-            magnitude, std = math.sqrt(mu * mu + m2 / n), math.sqrt(float(np.float32(m2 / (n - 1))) + 1e-8)
-            ulp_shift = float(np.spacing(np.float32(magnitude))) / std
-            if ulp_shift >= ILL_CONDITIONED_SHIFT:
-                self.ill_conditioned.append((b, ulp_shift))
         self.work.whiten_mean, self.work.whiten_var = mean.float().to(self.device), var.float().to(self.device)
 
     def _check_correction_batches(self) -> None:
@@ -723,10 +724,11 @@ class Pipeline:
                 warn.add_rows("rejected_in_group_baseline",
                               "{n} row(s) with rejected tokens still contribute their full reward to their group's baseline",
                               rejected > 0)
-        if self.ill_conditioned:
-            batch_of_row = rows["batch_id"]
-            first = [int(torch.nonzero(batch_of_row == b)[0]) for b, _ in self.ill_conditioned]
-            worst = max(shift for _, shift in self.ill_conditioned)
+        shifts = {b: _ulp_shift(w) for b, w in enumerate(self.whitening)}  # self.whitening: one entry per batch
+        ill = {b: shift for b, shift in shifts.items() if shift >= ILL_CONDITIONED_SHIFT}
+        if ill:
+            first = [int(torch.nonzero(rows["batch_id"] == b)[0]) for b in ill]
+            worst = max(ill.values())
             warn.add("whitening_ill_conditioned",
                      f"{len(first)} batch(es) whiten values whose spread is tiny next to their size: one float32 ulp "
                      f"of the batch mean moves every advantage by up to {worst:.1e}. verl sums the mean in float32 in an "
@@ -826,8 +828,7 @@ class Pipeline:
         gid = self.rows["group_id"]
         size = self.groups.size
         flags = self.flags
-        first_row = torch.full((size.numel(),), gid.numel(), dtype=torch.long).scatter_reduce(
-            0, gid, torch.arange(gid.numel()), "amin")
+        first_row = first_rows(gid, size.numel())
         unused = "this estimator does not use groups"
         singleton_text = self.est.singleton or f"no group fallback ({unused})"
         equal = "equal reward components" if self.cfg.reward_components else "equal total rewards"
