@@ -98,6 +98,13 @@ class Batch:
         """``Σ_t x[i,t]`` per row as float32 (accumulated in float64); ``(B,)``."""
         return kernels.segment_sum(x, self.row_offsets).float()
 
+    def add_to_score(self, per_row: Tensor) -> None:
+        """Score assembly: ``s[p_i] += per_row[i]`` (``(B,)`` float32) at each row's score position, before any
+        KL shaping (``token_level_rewards`` is the same tensor)."""
+        scores = self.token_level_scores.clone()
+        scores[self.score_position] = scores[self.score_position] + per_row
+        self.token_level_scores = self.token_level_rewards = scores
+
     def per_token(self, per_row: Tensor) -> Tensor:
         """Broadcast ``(B,)`` to the row's tokens ``(N,)``."""
         return kernels.broadcast_rows(per_row, self.row_offsets)

@@ -132,6 +132,7 @@ def compute(
     overlong_buffer_len: Annotated[Optional[int], typer.Option(help="DAPO overlong shaping: buffer length (turns it on).")] = None,
     overlong_penalty_factor: Annotated[float, typer.Option(help="DAPO overlong shaping: penalty at --max-resp-len.")] = 1.0,
     max_resp_len: Annotated[Optional[int], typer.Option(help="DAPO overlong shaping: maximum response length.")] = None,
+    tool_reward_coef: Annotated[Optional[float], typer.Option(help="Add this times the sum of a row's tool_rewards to its score (verl never adds them).")] = None,
     reward_components: Annotated[Optional[str], typer.Option(help="gdpo: comma-separated float columns of reward components.")] = None,
     reward_weights: Annotated[Optional[str], typer.Option(help="gdpo: comma-separated weights, one per component.")] = None,
     batch_key: Annotated[Optional[str], typer.Option(help="Column whose values split the dataset into independent batches.")] = None,
@@ -158,7 +159,7 @@ def compute(
         rollout_rs_threshold=rollout_rs_threshold, rollout_is=rollout_is.value if rollout_is else None,
         rollout_is_threshold=rollout_is_threshold, rollout_is_batch_normalize=rollout_is_batch_normalize,
         overlong_buffer_len=overlong_buffer_len, overlong_penalty_factor=overlong_penalty_factor,
-        max_resp_len=max_resp_len, reward_components=_split(reward_components), reward_weights=_split(reward_weights),
+        max_resp_len=max_resp_len, tool_reward_coef=tool_reward_coef, reward_components=_split(reward_components), reward_weights=_split(reward_weights),
         batch_key=batch_key, chunk_rows=chunk_rows, cache_mib=cache_mib, device=device.value, threads=threads,
     )
     settings, source = _merge_verl_config(ctx, config, flags)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 
 _NUMPY_TYPES = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
@@ -74,3 +75,13 @@ def assemble_scores(table: pa.Table, row_offsets: np.ndarray, position: np.ndarr
     if "score" in table.column_names:
         out[position] = scalar_values(table, "score")
     return out
+
+
+def list_sums(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(sums (B,) float64, counts (B,) int64)`` of each row's list in column ``name`` (e.g. ``tool_rewards``,
+    one value per tool call); a null list sums to 0 with count 0. The values are added in float64, in order."""
+    arr = array_of(table[name])
+    parents = numpy_of(pc.list_parent_indices(arr))
+    values = numpy_of(arr.flatten()).astype(np.float64)
+    sums = np.bincount(parents, weights=values, minlength=len(arr)).astype(np.float64)  # int64 when no values
+    return sums, np.bincount(parents, minlength=len(arr)).astype(np.int64)

@@ -46,6 +46,10 @@ class Config(BaseModel):
     )
     overlong_penalty_factor: float = Field(1.0, description="DAPO overlong shaping: penalty at max_resp_len")
     max_resp_len: Optional[int] = Field(None, gt=0, le=INT_MAX, description="DAPO overlong shaping: maximum response length")
+    tool_reward_coef: Optional[float] = Field(
+        None, description="adds coef * sum(tool_rewards) to each row's score at its score position (score assembly, "
+        "before overlong shaping); verl never adds tool rewards, so the default (None) leaves them out"
+    )
     reward_components: Optional[tuple[str, ...]] = Field(
         None, description="gdpo: float columns holding per-row reward components"
     )
@@ -126,6 +130,9 @@ class Config(BaseModel):
                                  f"{len(self.reward_components)} --reward-components")
         if self.reward_components is not None and self.estimator != "gdpo":
             raise ValueError("--reward-components is read by gdpo only; use --estimator gdpo")
+        if self.reward_components is not None and self.tool_reward_coef is not None:
+            raise ValueError("--tool-reward-coef adds to the score, and gdpo with --reward-components reads its "
+                             "rewards from those columns instead; add the tool rewards to a component column")
         return self
 
     @property

@@ -66,8 +66,8 @@ def token_stats(rows: RowTable, prefix: str) -> Stats:
 def group_flags(reward_total: Tensor, group_index: Tensor, size: Tensor) -> dict[str, Tensor]:
     """Per-group booleans ``(G,)``: ``singleton_group`` (one row) and ``all_equal_group`` (2+ rows, equal ``R``)."""
     g = size.numel()
-    hi = torch.full((g,), float("-inf")).scatter_reduce(0, group_index, reward_total, "amax")
-    lo = torch.full((g,), float("inf")).scatter_reduce(0, group_index, reward_total, "amin")
+    hi = torch.full((g,), float("-inf"), dtype=reward_total.dtype).scatter_reduce(0, group_index, reward_total, "amax")
+    lo = torch.full((g,), float("inf"), dtype=reward_total.dtype).scatter_reduce(0, group_index, reward_total, "amin")
     return {"singleton_group": size == 1, "all_equal_group": (size > 1) & (hi == lo)}
 
 

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from . import plots
 from .html_page import Html, cards, charts, config_value, e, figure, kv, muted, num, page, pct, stats_table, table, write_page
-from .report import Histogram, Report, SplitPart
+from .report import Histogram, Report, SplitPart, tool_rewards_line
 
 # Section ids and titles, in page order.
 SECTIONS = (
@@ -44,6 +44,8 @@ def _stages(r: Report) -> list[str]:
     score = cfg.get("score_column", "score")
     if cfg.get("reward_components"):
         score = "reward components " + ", ".join(map(str, cfg["reward_components"]))
+    if cfg.get("tool_reward_coef") is not None:
+        score += f" + {num(cfg['tool_reward_coef'])} x sum of tool_rewards"
     stages = ["validate", f"score assembly ({score})"]
     if r.overlong is not None:
         stages.append(f"DAPO overlong shaping (buffer {cfg.get('overlong_buffer_len')})")
@@ -248,6 +250,8 @@ def _section_scores(r: Report) -> str:
     ))
     if r.overlong is not None:
         out.append("<h3>DAPO overlong shaping</h3>\n" + kv(list(r.overlong.items())))
+    if r.tool_rewards is not None:
+        out.append("<h3>Tool rewards</h3>\n<p>" + e(tool_rewards_line(r.tool_rewards)) + "</p>")
     if r.sessions is not None:
         out.append("<h3>Multi-output sessions</h3>\n" + kv(list(r.sessions.items())))
     return "\n".join(out)

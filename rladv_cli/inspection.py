@@ -41,6 +41,8 @@ checking it, ``rows`` are the first five rows:
     singleton_group   warn  a uid group of one row
     uid_merge_grpo_vectorized warn  distinct string uids that parse to one integer (verl's ``as_torch_index``)
   5 all_equal_group   warn  a group of 2+ rows whose total rewards are all equal (see "reward basis")
+    tool_rewards_not_in_score warn (``tool_rewards`` present) an all-equal group whose rows' tool-reward sums
+                            differ: signal the score leaves out (verl never adds tool rewards)
   6 advantage_on_masked_position fail  (``advantages`` present) a non-zero advantage where ``response_mask`` is 0
                             (the dead signal's causes are compute's: ``rejected``, ``all_equal_group``,
                             ``singleton``, ``other``)
@@ -80,7 +82,7 @@ from . import validation
 from .errors import ConfigError, InputError, RladvError
 from .estimators.registry import ESTIMATORS, Estimator
 from .io import Dataset, check_output_path
-from .columns import array_of, assemble_scores, flat_values, list_offsets, score_positions
+from .columns import array_of, assemble_scores, flat_values, list_offsets, list_sums, score_positions
 from .labels import Labels, uid_merges
 from .distributions import histogram
 from .report import Histogram, Stats, row_stats
@@ -167,6 +169,8 @@ class Scores(_Model):
     tokens_score_on_observation: int
     tokens_score_on_padding: int
     rows_non_terminal_score: int
+    tool_rewards: Optional[Stats] = Field(None, description="per row with tool calls, the sum of its tool_rewards "
+                                          "(None without the column); rladv compute adds them only with --tool-reward-coef")
 
 
 class LossVsResponse(_Model):
@@ -359,6 +363,7 @@ class _Plan:
     tlr: bool
     advantages: bool
     session: bool
+    tools: bool
     columns: list[str]
 
     @property
@@ -442,6 +447,8 @@ def _scan_chunk(t: pa.Table, plan: _Plan, beta: float, kl_mode: str) -> dict[str
         actor_before = _in_row_cumsum(m, off, row_of) - m
         cut = _in_row_cumsum(~m & (actor_before > 0), off, row_of) > 0
         out["credit_cut"] = _seg_sum(cut & (r != 0), off) > 0
+    if plan.tools:
+        out["tool_sum"], out["tool_calls"] = list_sums(t, "tool_rewards")
     if plan.advantages:
         a = flat_values(t, "advantages", np.float32).astype(np.float64)
         am = np.where(m, a, 0.0)
@@ -489,11 +496,12 @@ def _plan(ds: Dataset, kl_coef: float) -> tuple[_Plan, list[str]]:
     plan = _Plan(
         score=score, uid="uid" in usable, attention="attention_mask" in usable, loss="loss_mask" in usable,
         kl=kl, tlr="token_level_rewards" in usable and not kl, advantages="advantages" in usable,
-        session="session_id" in usable and "uid" in usable, columns=[],
+        session="session_id" in usable and "uid" in usable, tools="tool_rewards" in usable, columns=[],
     )
     wanted = {"response_mask", score, "uid" if plan.uid else None, "attention_mask" if plan.attention else None,
               "loss_mask" if plan.loss else None, "token_level_rewards" if plan.tlr else None,
-              "advantages" if plan.advantages else None, "session_id" if plan.session else None}
+              "advantages" if plan.advantages else None, "session_id" if plan.session else None,
+              "tool_rewards" if plan.tools else None}
     if kl:
         wanted |= {"old_log_probs", "ref_log_prob"}
     plan.columns = [c for c in schema.names if c in wanted]
@@ -692,6 +700,7 @@ def _summarise(ds: Dataset, plan: _Plan, est: Optional[Estimator], rows: _Rows, 
             tokens_score_on_observation=int(rows["score_on_observation"].sum()),
             tokens_score_on_padding=int(rows["score_on_padding"].sum()),
             rows_non_terminal_score=int(rows["non_terminal"].sum()) if "non_terminal" in rows else 0,
+            tool_rewards=row_stats(rows["tool_sum"][rows["tool_calls"] > 0]) if plan.tools else None,
         )
     masks = Masks(
         has_loss_mask=plan.loss, has_attention_mask=plan.attention,
@@ -798,6 +807,13 @@ def _group_checks(checks: _Checks, plan: _Plan, est: Optional[Estimator], rows: 
                    f"{int(all_equal.sum())} group(s) of 2+ rows have equal {basis}{extra}: R - mean = 0, no learning "
                    "signal from them (float32 rounding can leave tiny non-zero advantages, as in verl)",
                    relevant=uses_groups, irrelevant=no_groups)
+        if plan.tools:
+            differ = all_equal & ~equal(rows["tool_sum"])
+            checks.add("tool_rewards_not_in_score", 5, int(differ.sum()), np.sort(first[differ]),
+                       "no all-equal group has rows whose tool_rewards differ",
+                       f"{int(differ.sum())} all-equal group(s) have rows whose tool_rewards differ: a signal the "
+                       f"{basis} leave out (verl never adds tool rewards; rladv compute --tool-reward-coef C adds C * "
+                       "their sum to each row's score)", relevant=uses_groups, irrelevant=no_groups)
     flags["all_equal_group"] = all_equal
     groups = Groups(
         count=int(present.sum()), sizes={str(k): int(v) for k, v in sorted(Counter(size[present].tolist()).items())},
@@ -911,6 +927,8 @@ def render_inspection(ins: Inspection, console) -> None:
             entries.append((f"{ins.scores.column} / row", ins.scores.score_total))
             if ins.scores.reward_basis != "score":
                 entries.append(("reward / row", ins.scores.reward_total))
+            if ins.scores.tool_rewards is not None:
+                entries.append(("tool_rewards / row with calls", ins.scores.tool_rewards))
         if ins.advantages is not None:
             entries.append(("advantage / token", ins.advantages))
         for label, st in entries:
@@ -1437,7 +1455,8 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
     needed = set(validation.required_columns(
         ds.columns, estimator, kl=bool(settings.get("kl_coef")),
         rollout_correction=bool(settings.get("rollout_rs") or settings.get("rollout_is")),
-        batch_key=settings.get("batch_key"), reward_components=settings.get("reward_components") or ()))
+        batch_key=settings.get("batch_key"), reward_components=settings.get("reward_components") or (),
+        tool_rewards=settings.get("tool_reward_coef") is not None))
     needed |= {c for c in ("uid", "attention_mask", "loss_mask", "responses", "old_log_probs", "rollout_log_probs",
                            "session_id", "output_index") if c in ds.columns}
     data, script = os.path.join(folder, "group.parquet"), os.path.join(folder, "command.txt")

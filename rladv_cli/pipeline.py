@@ -38,7 +38,7 @@ from torch import Tensor
 
 from . import __version__, kernels, validation
 from .batch import Batch, PositionSums, as_tensor, from_arrow
-from .columns import array_of, arrow_of, flat_values, list_offsets, scalar_values
+from .columns import array_of, arrow_of, flat_values, list_offsets, list_sums, scalar_values
 from .config import Config
 from .diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions, first_rows, group_flags,
                           row_outcomes, token_stats)
@@ -199,13 +199,15 @@ class ShardWork:
                 batch.components = torch.stack([
                     as_tensor(scalar_values(chunk.table, c), self.device) for c in self.cfg.reward_components
                 ])
+        if self.cfg.tool_reward_coef is not None:
+            with self._timed("shaping"):
+                sums, _ = list_sums(chunk.table, "tool_rewards")
+                batch.add_to_score(as_tensor((self.cfg.tool_reward_coef * sums).astype(np.float32), self.device))
         if self.cfg.overlong_buffer_len is not None:
             with self._timed("shaping"):
                 penalty = overlong_penalty(batch.valid_length, self.cfg.overlong_buffer_len,
                                            self.cfg.overlong_penalty_factor, self.cfg.max_resp_len)
-                scores = batch.token_level_scores.clone()
-                scores[batch.score_position] = scores[batch.score_position] + penalty
-                batch.token_level_scores = batch.token_level_rewards = scores
+                batch.add_to_score(penalty)
                 batch.overlong_penalty = penalty
         kld, beta = None, 0.0
         with self._timed("shaping"):
@@ -299,6 +301,9 @@ class ShardWork:
                     )
             p = self._prepare(chunk, at)
             rows.add(**self._scan_rows(p))
+            if "tool_rewards" in chunk.table.column_names:
+                sums, calls = list_sums(chunk.table, "tool_rewards")
+                rows.add(tool_reward_sum=torch.from_numpy(sums), tool_calls=torch.from_numpy(calls))
             if self.correct:
                 self._update_correction(correction, p.batch, at["batch_id"])
             if need_moments:
@@ -464,6 +469,7 @@ class Pipeline:
         self.required = validation.required_columns(
             source.columns, cfg.estimator, kl=cfg.use_kl, rollout_correction=bool(self.rules or self.is_cfg),
             batch_key=cfg.batch_key, reward_components=cfg.reward_components or (),
+            tool_rewards=cfg.tool_reward_coef is not None,
         )
         validation.check_schema(source.paths[0], source.schema, self.required)
         if source.num_rows == 0:
@@ -491,7 +497,7 @@ class Pipeline:
 
     def _scan_columns(self) -> list[str]:
         names = self.source.columns
-        optional = ("attention_mask", "uid", "old_log_probs", "rollout_log_probs")
+        optional = ("attention_mask", "uid", "old_log_probs", "rollout_log_probs", "tool_rewards")
         wanted = set(self.required) | {c for c in optional if c in names}
         if self.fold:
             wanted |= {"session_id", "output_index"}
@@ -760,6 +766,7 @@ class Pipeline:
             dead_signal=self._dead_signal_report(),
             whitening=self.whitening or None,
             overlong=self._overlong_report(),
+            tool_rewards=self._tool_rewards_report(warn),
             sessions=self._sessions_report(),
             advantages=token_stats(rows, "adv"),
             returns=token_stats(rows, "ret"),
@@ -801,6 +808,28 @@ class Pipeline:
         return {"rows_penalised": int(hit.sum()),
                 "mean_penalty_of_penalised": float(penalty[hit].double().mean()) if bool(hit.any()) else 0.0,
                 "min_penalty": float(penalty.min())}
+
+    def _tool_rewards_report(self, warn: WarningBuilder) -> Optional[dict]:
+        """The ``tool_rewards`` column: rows and calls, each row's sum, whether they were added to the score,
+        and (left out, group estimators) the all-equal groups whose rows' tool rewards differ."""
+        if "tool_reward_sum" not in self.rows:
+            return None
+        sums, calls = self.rows["tool_reward_sum"], self.rows["tool_calls"]
+        called = calls > 0
+        coef = self.cfg.tool_reward_coef
+        out = {"added": coef is not None, "coef": coef, "rows_with_calls": int(called.sum()), "calls": int(calls.sum()),
+               "sum_per_row": row_stats(sums[called].numpy()).model_dump()}
+        if self.groups is not None and self.est.groups:
+            gid, size = self.rows["group_id"], self.groups.size
+            differ = self.flags["all_equal_group"] & ~group_flags(sums, gid, size)["all_equal_group"]
+            out["all_equal_groups_with_differing_tool_rewards"] = int(differ.sum())
+            if coef is None:
+                hit = torch.nonzero(differ).flatten()
+                warn.add("tool_rewards_not_in_score",
+                         f"{hit.numel()} all-equal group(s) have rows whose tool_rewards differ: a signal the score "
+                         "leaves out (verl never adds tool rewards; --tool-reward-coef C adds C * their sum to each "
+                         "row's score)", hit.numel(), torch.sort(first_rows(gid, size.numel())[hit]).values)
+        return out
 
     def _sessions_report(self) -> Optional[dict]:
         if not self.has_sessions:

@@ -198,6 +198,10 @@ class Report(_Model):
         None, description="per batch: valid tokens, mean and unbiased variance (float32) of the raw advantages"
     )
     overlong: Optional[dict[str, Any]] = Field(None, description="DAPO overlong shaping: rows penalised, penalties")
+    tool_rewards: Optional[dict[str, Any]] = Field(
+        None, description="the tool_rewards column: rows with tool calls, calls, each such row's sum, whether they "
+        "were added to the score (--tool-reward-coef) and, for group estimators, all-equal groups whose rows' tool "
+        "rewards differ")
     sessions: Optional[dict[str, Any]] = Field(None, description="multi-output agent sessions and how they were used")
     advantages: Stats
     returns: Stats
@@ -214,6 +218,19 @@ class Report(_Model):
 
 def _fmt(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.4g}"
+
+
+def tool_rewards_line(t: dict[str, Any]) -> str:
+    """The report's ``tool_rewards`` section in one line."""
+    s = t["sum_per_row"]
+    line = f"{t['rows_with_calls']} row(s) with {t['calls']} call(s)"
+    if s["count"]:
+        line += f", sum per row mean {_fmt(s['mean'])} (min {_fmt(s['min'])}, max {_fmt(s['max'])})"
+    line += (f"; added to the score x {_fmt(t['coef'])}" if t["added"]
+             else "; not added to the score (as in verl; --tool-reward-coef adds them)")
+    if t.get("all_equal_groups_with_differing_tool_rewards"):
+        line += f"; {t['all_equal_groups_with_differing_tool_rewards']} all-equal group(s) whose tool rewards differ"
+    return line
 
 
 def render(report: Report, console) -> None:
@@ -258,6 +275,8 @@ def render(report: Report, console) -> None:
         if section:
             console.print(f"[bold]{title}[/bold]: " + ", ".join(f"{k} {_fmt(v) if isinstance(v, float) else v}"
                                                                 for k, v in section.items()))
+    if r.tool_rewards:
+        console.print(f"[bold]tool rewards[/bold]: {tool_rewards_line(r.tool_rewards)}")
     if r.rollout_rejection:
         rr = Table(title="rollout correction", show_header=False, box=None)
         for k, v in r.rollout_rejection.items():

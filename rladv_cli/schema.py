@@ -10,12 +10,13 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-Kind = Literal["mask", "float_list", "int_list", "float", "label"]
+Kind = Literal["mask", "float_list", "int_list", "float", "label", "call_list"]
 
 
 @dataclass(frozen=True)
 class Column:
-    """One contract column: ``kind`` fixes the accepted Arrow types; ``token_aligned`` lists share row lengths."""
+    """One contract column: ``kind`` fixes the accepted Arrow types; ``token_aligned`` lists share row lengths
+    (a ``call_list`` holds one number per tool call: any length, null for none)."""
 
     name: str
     kind: Kind
@@ -42,6 +43,8 @@ COLUMNS: dict[str, Column] = {
         Column("values", "float_list", "critic value at each response position"),
         Column("reward_baselines", "float", "reward of the greedy rollout for the same prompt (remax)"),
         Column("sum_pi_squared", "float_list", "sum over the vocabulary of pi(v)^2 at each position"),
+        Column("tool_rewards", "call_list", "rewards the row's tool calls returned, one per call (null: none); "
+               "added to the score only with --tool-reward-coef"),
     )
 }
 
@@ -57,6 +60,7 @@ OUTPUT_COLUMNS: dict[str, str] = {
 _PY_TYPES = {
     "mask": Optional[list[Literal[0, 1]]],
     "float_list": Optional[list[float]],
+    "call_list": Optional[list[float]],
     "int_list": Optional[list[int]],
     "float": Optional[float],
     "label": Optional[str | int],

@@ -40,14 +40,16 @@ def _type_problem(col: Column, t: pa.DataType) -> str | None:
         return None if ok else f"has type {t}; expected a list of 0/1 (integers or bool)"
     if col.kind == "int_list":
         return None if pa.types.is_integer(v) else f"has type {t}; expected a list of integer token ids"
+    if col.kind == "call_list":
+        return None if _is_number(v) else f"has type {t}; expected a list of numbers, one per tool call"
     return None if _is_number(v) else f"has type {t}; expected a list of numbers"
 
 
 def required_columns(columns: Iterable[str], estimator: str | None = None, *, kl: bool = False,
                      rollout_correction: bool = False, batch_key: str | None = None,
-                     reward_components: Iterable[str] = ()) -> list[str]:
+                     reward_components: Iterable[str] = (), tool_rewards: bool = False) -> list[str]:
     """Columns the chosen stages read: the mask, a score column (optional when ``gdpo`` reads reward
-    components), and what the estimator and stages declare."""
+    components), and what the estimator and stages declare (``tool_rewards``: they are added to the score)."""
     from .estimators.registry import ESTIMATORS
 
     names = set(columns)
@@ -62,6 +64,8 @@ def required_columns(columns: Iterable[str], estimator: str | None = None, *, kl
         need += ["old_log_probs", "ref_log_prob"]
     if rollout_correction:
         need += ["old_log_probs", "rollout_log_probs"]
+    if tool_rewards:
+        need.append("tool_rewards")
     if batch_key:
         need.append(batch_key)
     return list(dict.fromkeys(need))
@@ -98,7 +102,8 @@ def _first_null(arr: pa.Array) -> int | None:
 def check_chunk(table: pa.Table, path: str, start: int, validated: frozenset[str] = frozenset()) -> None:
     """Row-level checks of every contract column present in ``table`` (rows ``start..`` of ``path``).
 
-    Nulls, list lengths (all token-aligned lists share ``L_i >= 1``), 0/1 masks, finite numbers, and
+    Nulls (a null ``tool_rewards`` list is a row without tool calls), list lengths (all token-aligned lists
+    share ``L_i >= 1``), 0/1 masks, finite numbers, and
     padding (``attention_mask == 0``) only as a suffix and never under ``response_mask == 1``. Columns in
     ``validated`` passed these checks in an earlier pass over the same rows: only their lengths are compared
     with the other lists'.
@@ -116,6 +121,9 @@ def check_chunk(table: pa.Table, path: str, start: int, validated: frozenset[str
                 lengths, first_list = row_len, name
             else:
                 _check_lengths(row_len, lengths, name, first_list, path, start)
+            continue
+        if col.kind == "call_list":  # a null list is a row without tool calls
+            _check_list_values(arr, name, path, start)
             continue
         bad = _first_null(arr)
         if bad is not None:
@@ -135,15 +143,8 @@ def check_chunk(table: pa.Table, path: str, start: int, validated: frozenset[str
             _check_lengths(row_len, lengths, name, first_list, path, start)
         if lengths is row_len:
             first_list = name
-        values = arr.flatten()
-        parents = None
-        if values.null_count:
-            parents = numpy_of(pc.list_parent_indices(arr))
-            bad = _first_null(values)
-            raise InputError(path, f"has a null at position {_pos(arr, parents, bad)}", row=start + int(parents[bad]),
-                             column=name, kind="null inside a list")
-        v = numpy_of(values)
         if col.kind == "mask":
+            v = _list_values(arr, name, path, start)
             bad = _first_not_0_or_1(v)
             if bad is not None:
                 parents = numpy_of(pc.list_parent_indices(arr))
@@ -151,19 +152,38 @@ def check_chunk(table: pa.Table, path: str, start: int, validated: frozenset[str
                                  column=name, kind="mask value other than 0 or 1")
             flat[name] = v
         elif col.kind == "float_list":
-            bad = _first_not_float32(v)
-            if bad is not None:
-                parents = numpy_of(pc.list_parent_indices(arr))
-                raise InputError(
-                    path, f"has {v[bad]} at position {_pos(arr, parents, bad)}; values must be finite float32 "
-                    "numbers (no NaN, infinity, or beyond ±3.4e38)", row=start + int(parents[bad]), column=name,
-                    kind="NaN, infinity or beyond float32 in a list",
-                )
+            _check_list_values(arr, name, path, start)
+        else:
+            _list_values(arr, name, path, start)
     masks = {"attention_mask", "response_mask"} & set(table.column_names)
     if "attention_mask" in masks and not masks <= validated:
         for name in masks - flat.keys():  # validated earlier, still needed here
             flat[name] = numpy_of(array_of(table[name]).flatten()).astype(np.int64)
         _check_padding(table, path, start, flat)
+
+
+def _list_values(arr: pa.Array, name: str, path: str, start: int) -> np.ndarray:
+    """The values of list array ``arr`` (rows ``start..``) as one flat array; a null inside a list is an error."""
+    values = arr.flatten()
+    if values.null_count:
+        parents = numpy_of(pc.list_parent_indices(arr))
+        bad = _first_null(values)
+        raise InputError(path, f"has a null at position {_pos(arr, parents, bad)}", row=start + int(parents[bad]),
+                         column=name, kind="null inside a list")
+    return numpy_of(values)
+
+
+def _check_list_values(arr: pa.Array, name: str, path: str, start: int) -> None:
+    """Every value of list array ``arr`` is a finite float32 number."""
+    v = _list_values(arr, name, path, start)
+    bad = _first_not_float32(v)
+    if bad is not None:
+        parents = numpy_of(pc.list_parent_indices(arr))
+        raise InputError(
+            path, f"has {v[bad]} at position {_pos(arr, parents, bad)}; values must be finite float32 "
+            "numbers (no NaN, infinity, or beyond ±3.4e38)", row=start + int(parents[bad]), column=name,
+            kind="NaN, infinity or beyond float32 in a list",
+        )
 
 
 def _check_lengths(row_len: np.ndarray, lengths: np.ndarray, name: str, first_list: str, path: str, start: int) -> None:

@@ -11,7 +11,8 @@ Writes three zstd Parquet files (floats list<float32>, masks list<int8>, token i
 - multiturn.parquet   agent rollouts: response_mask with 1..3 tool-observation spans of 0s (some rows end
                       in one), token-level `rm_scores` with the score on the last position, critic
                       `values` (0 at mask-0 positions, as verl's critic gives), old/ref/rollout log-probs,
-                      uid groups of 4, `responses`.
+                      uid groups of 4, `responses`, and `tool_rewards` (one per tool call, i.e. per
+                      observation span; rladv carries them and adds them only with --tool-reward-coef).
 - padded.parquet      a padded export: every list has the same width, `attention_mask` zeros form a
                       suffix (response_mask and every other list are 0 there), scalar `score`.
 
@@ -120,7 +121,9 @@ def _mismatched(rng, old):
 
 
 def multiturn_dataset(rng):
-    """12 prompts × 4 tool-using rollouts with token-level rm_scores and critic values."""
+    """12 prompts × 4 tool-using rollouts with token-level rm_scores, critic values and tool rewards (drawn
+    from a second generator, so that the other columns stay what they were before tool rewards were added)."""
+    tools = np.random.default_rng(SEED + 1)
     rows = []
     for p in range(12):
         for _ in range(4):
@@ -140,6 +143,7 @@ def multiturn_dataset(rng):
                 "old_log_probs": old,
                 "ref_log_prob": _near(rng, old, 0.05),
                 "rollout_log_probs": _mismatched(rng, old),
+                "tool_rewards": tools.choice([0.0, 0.1, 0.2], int(np.sum(np.diff(m, prepend=1) == -1))).astype(np.float32),
             })
     schema = pa.schema([
         ("uid", pa.string()),
@@ -150,6 +154,7 @@ def multiturn_dataset(rng):
         ("old_log_probs", F32_LIST),
         ("ref_log_prob", F32_LIST),
         ("rollout_log_probs", F32_LIST),
+        ("tool_rewards", F32_LIST),
     ])
     return _shuffled(rng, rows), schema
 
