@@ -6,7 +6,7 @@ Public API (torch is imported only when tensors are needed)::
     cfg = rladv_cli.Config(estimator="grpo")
     out_table, report = rladv_cli.compute(table, cfg)            # in memory, an Arrow table
     report = rladv_cli.compute_file(["rollouts.parquet"], cfg, output="out.parquet")
-    report = rladv_cli.compute_ray(["shards/"], cfg, output_dir="shards.adv")   # on Ray: pip install "rladv[ray]"
+    report = rladv_cli.compute_ray(["shards/"], cfg, output_dir="shards.adv")   # on Ray: pip install -e ".[ray]"
     rladv_cli.validate(["rollouts.parquet"], estimator="gae")   # raises InputError on bad data
     rladv_cli.inspect(["rollouts.parquet"]).checks               # the debugger's checklist, no torch
 """
@@ -34,8 +34,17 @@ __all__ = ["__version__", *_LAZY]
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
+    """The public names above, and the submodules (``rladv_cli.kernels``, ``rladv_cli.estimators``, ...),
+    imported on first use."""
+    import importlib
+    import importlib.util
 
+    if name in _LAZY:
         return getattr(importlib.import_module(f"rladv_cli.{_LAZY[name]}"), name)
+    if not name.startswith("_") and importlib.util.find_spec(f"rladv_cli.{name}") is not None:
+        return importlib.import_module(f"rladv_cli.{name}")
     raise AttributeError(f"module 'rladv_cli' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) - {"annotations"} | set(__all__))

@@ -48,7 +48,7 @@ def _pipeline_imported():
 
 def _config(config: Optional[Config], settings: dict) -> Config:
     if config is None:
-        return Config.build(**settings)
+        return Config(**settings)
     return config.model_copy(update=settings) if settings else config
 
 
@@ -180,7 +180,7 @@ def validate(inputs: Sequence[PathLike] | PathLike, estimator: Optional[str] = N
     paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     dataset = Dataset(paths)
     if estimator is not None:
-        Config.build(estimator=estimator)
+        Config(estimator=estimator)
     required = validation.required_columns(dataset.columns, estimator, kl=kl,
                                            rollout_correction=rollout_correction, batch_key=batch_key)
     validation.check_schema(dataset.paths[0], dataset.schema, required)

@@ -102,7 +102,7 @@ def _path(value: str) -> Path:
     return Path(value)
 
 
-Datasets = Annotated[list[Path], typer.Argument(parser=_path, help="Parquet file(s) or folder(s) of *.parquet, read as one dataset.")]
+Datasets = Annotated[list[Path], typer.Argument(parser=_path, help="Parquet file(s), folder(s) of *.parquet or quoted glob(s), read as one dataset.")]
 
 
 @app.command()
@@ -166,7 +166,7 @@ def compute(
     if settings.get("estimator") is None:
         given = f"{shown(config)} sets no algorithm.adv_estimator and " if config is not None else ""
         _fail(f"--estimator is required: {given}no --estimator was given (rladv estimators lists them)")
-    cfg = _run(lambda: Config.build(**settings))
+    cfg = _run(lambda: Config(**settings))
     _refuse_inert(ctx, cfg, engine)
     err = Console(stderr=True)
     paths = [str(p) for p in dataset]

@@ -5,6 +5,7 @@ torch-free, so that a bad threshold is refused when the settings are built, befo
 """
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Optional
@@ -144,16 +145,21 @@ class Config(BaseModel):
         """``setting_notes`` of these settings."""
         return setting_notes(self.model_dump())
 
-    @classmethod
-    def build(cls, **settings) -> "Config":
-        """Validate settings; any problem becomes a one-line ``ConfigError`` naming the option."""
+    def __init__(self, **settings: Any) -> None:
+        """Validate ``settings``; any problem becomes a one-line ``ConfigError`` naming the option (pydantic's
+        ``ValidationError`` never reaches a caller, so every rladv error is an ``RladvError``)."""
         try:
-            return cls(**settings)
+            super().__init__(**settings)
         except ValidationError as err:
             first = err.errors()[0]
-            flag = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "config"
+            if not first["loc"]:
+                raise ConfigError(first["msg"].removeprefix("Value error, ")) from None
+            name = str(first["loc"][0])
             msg = first["msg"].removeprefix("Value error, ")
-            raise ConfigError(f"{flag}: {msg}" if first["loc"] else msg) from None
+            if first["type"] == "extra_forbidden":
+                close = difflib.get_close_matches(name, type(self).model_fields, n=1)
+                msg = "not an option" + (f"; did you mean --{close[0].replace('_', '-')}?" if close else "")
+            raise ConfigError(f"--{name.replace('_', '-')}: {msg}") from None
 
 
 # ------------------------------------------------------------------------------ rollout correction strings
@@ -214,11 +220,12 @@ def _positive(text: str, flag: str, spec: str, option: str | None) -> float:
     where = f"{flag} {spec!r}" + (f" for {option}" if option else "")
     if "_" in text:
         try:
-            misread = f" as {float(text)!r}"
+            misread = float(text)
         except ValueError:
-            misread = ""
+            raise ConfigError(f"{where}: {text.strip()!r} is not a number (a band is lo_hi, with one '_')") from None
         raise ConfigError(f"{where}: {text.strip()!r} holds '_', a digit separator to Python's float() (verl "
-                          f"0.9.1 would read it{misread}); give a number without '_', or a band lo_hi with one '_'")
+                          f"0.9.1 would read it as {misread!r}); give a number without '_', or a band lo_hi with "
+                          "one '_'")
     try:
         value = float(text)
     except ValueError:

@@ -51,7 +51,7 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
     from .api import compute
 
     settings.setdefault("device", "cpu")
-    cfg = Config.build(estimator=estimator, **settings)
+    cfg = Config(estimator=estimator, **settings)
     ds = Dataset([inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs))
     if not 0 <= row < ds.num_rows:
         raise ConfigError(f"--row {row}: the dataset has {ds.num_rows} rows (0-based)")
@@ -80,7 +80,8 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
     if est.groups and est.accumulate is None:  # one advantage per row: explained by its group
         view = group_view(ds.paths, uid, estimator=estimator, **settings)
         return Explanation(**base, formula=[est.summary, f"baseline: {est.baseline}", f"singleton: {est.singleton}"],
-                           constants={**whitening, "epsilon": cfg.epsilon}, columns=[], tokens=[], group=view)
+                           constants={**whitening, **({"epsilon": cfg.epsilon} if est.std_scaled else {})},
+                           columns=[], tokens=[], group=view)
     return Explanation(**base, **_token_derivation(est.name, cfg, mine, whitening))
 
 

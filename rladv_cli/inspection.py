@@ -79,7 +79,7 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import validation
-from .errors import ConfigError, InputError, RladvError
+from .errors import ConfigError, InputError, OutputError, RladvError
 from .estimators.registry import ESTIMATORS, Estimator
 from .io import Dataset, check_output_path
 from .columns import array_of, assemble_scores, flat_values, list_offsets, list_sums, score_positions
@@ -1438,18 +1438,19 @@ def _flags(estimator: str, settings: dict) -> list[str]:
 
 def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLike, *, estimator: str = "grpo",
                  **settings) -> list[str]:
-    """Write a minimal reproducer of group ``uid`` into ``folder``: ``group.parquet`` (the group's rows, only the
-    columns the run reads) and ``command.txt`` (the exact ``rladv compute`` line). Whitened and batch-wide
-    estimators also depend on rows outside the group; the command file says so. Returns the paths written."""
+    """Write a minimal reproducer of group ``uid`` into ``folder`` (created when missing): ``group.parquet`` (the
+    group's rows, only the columns the run reads) and ``command.txt`` (the ``rladv compute`` line, with paths
+    relative to ``folder``, so the folder can travel). Whitened and batch-wide estimators also depend on rows
+    outside the group; the command file says so. Returns the paths written."""
     import shlex
 
     from .config import Config
     from .io import SideFiles
 
-    Config.build(estimator=estimator, **settings)
+    Config(estimator=estimator, **settings)
     folder = os.fspath(folder)
-    if not os.path.isdir(folder):
-        raise ConfigError(f"--export {folder}: not a folder")
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise ConfigError(f"--export {folder}: exists and is not a folder")
     ds = Dataset(_paths(inputs))
     table, _ = _group_rows(ds, uid)
     needed = set(validation.required_columns(
@@ -1459,20 +1460,34 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
         tool_rewards=settings.get("tool_reward_coef") is not None))
     needed |= {c for c in ("uid", "attention_mask", "loss_mask", "responses", "old_log_probs", "rollout_log_probs",
                            "session_id", "output_index") if c in ds.columns}
-    data, script = os.path.join(folder, "group.parquet"), os.path.join(folder, "command.txt")
-    for target in (data, script):
-        check_output_path(target, ds, option="--export")
     import pyarrow.parquet as pq
 
     parquet = pa.BufferOutputStream()
     pq.write_table(table.select([c for c in ds.columns if c in needed]), parquet, compression="zstd")
-    command = ["rladv", "compute", data, *_flags(estimator, settings), "-o", os.path.join(folder, "group.adv.parquet")]
+    command = ["rladv", "compute", "group.parquet", *_flags(estimator, settings), "-o", "group.adv.parquet"]
     text = " ".join(shlex.quote(part) for part in command) + "\n"
+    text += ("# run it in this folder. Row totals are summed as verl sums a row padded to its batch's longest "
+             "response, so alone the group's totals (and advantages) can differ from the full run's by float32 "
+             "rounding\n")
     if _scope(ESTIMATORS[estimator]) == "dataset":
         text += (f"# note: {estimator} also depends on rows outside this group (batch whitening or batch-wide "
                  "scale); on this file alone the numbers differ from the full dataset's\n")
-    with SideFiles() as files:  # both files, or neither
-        files.write(data, parquet.getvalue().to_pybytes())
-        files.write(script, text)
-        files.commit()
+    created = not os.path.isdir(folder)
+    if created:
+        try:
+            os.makedirs(folder)
+        except OSError as err:
+            raise OutputError(f"--export {folder}: cannot create the folder ({err.strerror})") from None
+    data, script = os.path.join(folder, "group.parquet"), os.path.join(folder, "command.txt")
+    try:
+        for target in (data, script):
+            check_output_path(target, ds, option="--export")
+        with SideFiles() as files:  # both files, or neither
+            files.write(data, parquet.getvalue().to_pybytes())
+            files.write(script, text)
+            files.commit()
+    except BaseException:
+        if created:
+            os.rmdir(folder)
+        raise
     return [data, script]

@@ -357,7 +357,8 @@ def default_output(inputs: Sequence[str | os.PathLike]) -> str:
 
 
 def check_output_path(out: str, dataset: Dataset, option: str = "-o") -> None:
-    """Refuse to write onto an input, into a missing folder, or into a folder we cannot write."""
+    """Refuse to write onto an input, a folder, a FIFO or device, into a missing folder, or into a folder we
+    cannot write."""
     target = Path(out)
     for p in dataset.paths:
         if target.exists() and target.resolve() == Path(p).resolve():
@@ -367,6 +368,9 @@ def check_output_path(out: str, dataset: Dataset, option: str = "-o") -> None:
         raise OutputError(f"{option} {out}: folder {folder} does not exist")
     if target.is_dir():
         raise OutputError(f"{option} {out} is a folder; give a file name")
+    if target.exists() and not target.is_file():
+        raise OutputError(f"{option} {out} is not a regular file (a FIFO, device or socket); rladv writes a file "
+                          "beside it and renames it over the path, which would replace it")
     if not os.access(folder, os.W_OK):
         raise OutputError(f"{option} {out}: folder {folder} is not writable")
 

@@ -55,7 +55,8 @@ def sweep(inputs: Sequence[str | os.PathLike] | str | os.PathLike, options: Sequ
     """
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
         raise ConfigError(f"--chunk-rows must be at least 1, got {chunk_rows}")
-    configs = [(o, t, parse_rollout_rs(o, t)) for o in options for t in thresholds]
+    # messages call a threshold what it is here (given by --thresholds or --threshold)
+    configs = [(o, t, parse_rollout_rs(o, t, names=("--rollout-rs", "threshold"))) for o in options for t in thresholds]
     dataset = Dataset([inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs))
     has_uid = "uid" in dataset.columns
     needed = ["response_mask", "old_log_probs", "rollout_log_probs"]

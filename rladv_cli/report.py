@@ -236,6 +236,7 @@ def tool_rewards_line(t: dict[str, Any]) -> str:
 def render(report: Report, console) -> None:
     """Print the report with rich: inputs, tokens, groups, scores, KL, advantages, warnings, timing."""
     from rich.table import Table
+    from rich.text import Text
 
     r = report
     console.print(
@@ -286,9 +287,10 @@ def render(report: Report, console) -> None:
         w = Table(title="warnings", header_style="bold")
         for col in ("code", "count", "rows", "what it means"):
             w.add_column(col)
-        for item in r.warnings:
-            w.add_row(f"[yellow]{item.code}[/yellow]", str(item.count), ", ".join(str(r) for r in item.rows[:3]),
-                      item.message)
+        one_file = len(r.inputs.paths) == 1
+        for item in r.warnings:  # rows within the one file, else file:row
+            rows = item.rows[:3] if one_file else item.where[:3]
+            w.add_row(f"[yellow]{item.code}[/yellow]", str(item.count), Text(", ".join(str(x) for x in rows)), item.message)
         console.print(w)
     else:
         console.print("[green]no warnings[/green]")

@@ -87,7 +87,7 @@ class VerlSettings:
     """What a verl YAML says, in rladv's terms.
 
     ``settings``: ``Config`` field names -> values, only for what the file sets or implies; merge command-line
-    flags on top, then ``Config.build(**merged)``. ``ignored``: dotted keys of the ``algorithm`` section (and of
+    flags on top, then ``Config(**merged)``. ``ignored``: dotted keys of the ``algorithm`` section (and of
     the ``reward_kwargs`` rladv reads) that verl defines but that do not affect rladv's numbers; the other
     sections of a trainer config (actor, rollout, data, trainer, ...) are never listed. ``notes``: one-line
     explanations of derived settings and of verl behaviour rladv does not reproduce.

@@ -10,6 +10,7 @@ import math
 import re
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import warnings
@@ -345,6 +346,30 @@ def test_folder_input_with_output(tmp_path):
     assert listing(folder) == ["README.txt", "a.parquet", "b.parquet"]
 
 
+def test_terminal_warnings_name_the_file_of_each_row_when_there_are_several(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    import rladv_cli
+    from rladv_cli.report import render
+
+    folder = tmp_path / "two"
+    folder.mkdir()
+    for name in ("a.parquet", "b.parquet"):
+        shutil.copy(SAMPLES / "groups.parquet", folder / name)
+
+    def shown(paths) -> str:
+        report = rladv_cli.compute_file(paths, estimator="grpo", output=str(tmp_path / "out.parquet"))
+        console = Console(file=io.StringIO(), width=2000, color_system=None)
+        render(report, console)
+        return next(line for line in console.file.getvalue().splitlines() if line.startswith("│ all_equal_group"))
+
+    a = folder / "a.parquet"
+    assert f"│ {a}:7, {a}:15, {a}:20 " in shown([folder])
+    assert "│ 7, 20, 34 " in shown([a])  # one file: its rows (the uids of a and b form shared groups above)
+
+
 @pytest.mark.parametrize("spelling", ["same", "dotdot"])
 def test_output_onto_input_refused(tmp_path, spelling):
     inp = copy_sample(tmp_path, "groups.parquet")
@@ -370,6 +395,20 @@ def test_report_into_missing_folder(tmp_path):
     result = rladv("compute", inp, "--estimator", "grpo", "--report", tmp_path / "nope" / "r.json")
     assert_one_line_error(result, "nope")
     assert_untouched(tmp_path, before, data)
+
+
+@pytest.mark.parametrize("option", ["-o", "--report", "--html"])
+def test_output_onto_a_fifo_is_refused(tmp_path, option):
+    # the atomic rename would replace the FIFO (or, as root, a device such as /dev/full) with a regular file
+    inp = copy_sample(tmp_path, "groups.parquet")
+    fifo = tmp_path / "target"
+    os.mkfifo(fifo)
+    before, data = listing(tmp_path), {inp: inp.read_bytes()}
+    args = ["-o", tmp_path / "out.parquet"] if option != "-o" else []
+    result = rladv("compute", inp, "--estimator", "grpo", "-q", option, fifo, *args)
+    assert_one_line_error(result, option, "not a regular file")
+    assert_untouched(tmp_path, before, data)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
 def test_report_onto_input_refused(tmp_path):
@@ -998,16 +1037,19 @@ def test_every_missing_input_is_named_at_once(tmp_path, estimator, extra, missin
         assert ", ".join(missing) in line
 
 
-def test_inspect_export_writes_a_reproducer_that_reproduces(tmp_path):
+def test_inspect_export_writes_a_reproducer_that_reproduces(tmp_path, monkeypatch):
     inp = copy_sample(tmp_path, "multiturn.parquet")
-    out_dir = tmp_path / "repro"
-    out_dir.mkdir()
+    out_dir = tmp_path / "new" / "repro"  # created, with its parent
     uid = read(inp)["uid"][5].as_py()
     result = rladv("inspect", inp, "--uid", uid, "--export", out_dir, "--estimator", "rloo", "--kl-coef", "0.05")
     assert result.exit_code == 0, result.output
     command = (out_dir / "command.txt").read_text().splitlines()[0].split()
-    assert command[:2] == ["rladv", "compute"]
+    assert command[:3] == ["rladv", "compute", "group.parquet"]
+    moved = tmp_path / "moved"
+    out_dir.rename(moved)  # the paths are relative to the folder: it can travel
+    monkeypatch.chdir(moved)
     assert rladv(*command[1:], "-q").exit_code == 0
+    out_dir = moved
     full = tmp_path / "full.parquet"
     assert rladv("compute", inp, "--estimator", "rloo", "--kl-coef", "0.05", "-o", full, "-q").exit_code == 0
     whole = read(full).filter(pa.compute.equal(read(full)["uid"], uid))

@@ -403,7 +403,7 @@ def test_dapo_counts_observations_not_padding_and_shapes_rm_scores_too():
 
 def test_dapo_needs_max_resp_len():
     with pytest.raises(rladv_cli.ConfigError, match="--max-resp-len"):
-        rladv_cli.Config.build(estimator="grpo", overlong_buffer_len=4)
+        rladv_cli.Config(estimator="grpo", overlong_buffer_len=4)
 
 
 # --- §8 multi-output sessions ---------------------------------------------------------------------------

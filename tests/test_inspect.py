@@ -643,3 +643,8 @@ def test_export_never_writes_onto_an_input(tmp_path):
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == ["command.txt", "group.parquet"]
     assert pq.read_table(out / "group.parquet")["uid"].to_pylist() == ["x", "x"]
+    # a missing folder is created, but not for a run that fails; a file in its place is refused
+    result = CliRunner().invoke(app, ["inspect", str(data), "--uid", "nope", "--export", str(tmp_path / "new")])
+    assert result.exit_code == 2 and "nope" in result.output and not (tmp_path / "new").exists()
+    result = CliRunner().invoke(app, ["inspect", str(data), "--uid", "x", "--export", str(data)])
+    assert result.exit_code == 2 and "exists and is not a folder" in result.output

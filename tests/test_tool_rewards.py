@@ -102,7 +102,7 @@ def test_no_column_no_section():
 
 def test_gdpo_components_do_not_read_the_score():
     with pytest.raises(rladv_cli.ConfigError, match="--tool-reward-coef"):
-        rladv_cli.Config.build(estimator="gdpo", reward_components=("acc",), tool_reward_coef=1.0)
+        rladv_cli.Config(estimator="gdpo", reward_components=("acc",), tool_reward_coef=1.0)
 
 
 @pytest.mark.parametrize("values, types, message", [

@@ -28,7 +28,7 @@ def build(settings: dict, **extra) -> Config:
     overlong_*, max_resp_len, reward_components and reward_weights are checked as dict entries."""
     known = {k: v for k, v in settings.items() if k in Config.model_fields}
     known.setdefault("estimator", "grpo")
-    return Config.build(**{**known, **extra})
+    return Config(**{**known, **extra})
 
 
 def error_of(tmp_path: Path, text: str) -> str:

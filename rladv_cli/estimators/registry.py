@@ -27,6 +27,7 @@ class Estimator:
     singleton: what the reference does with a one-row group (None when groups are not used)
     int_uids: groups are formed as verl's ``as_torch_index`` forms them: when every uid of a batch converts
                with ``int()``, uids that convert to the same integer (``"01"``, ``"1"``) are one group
+    std_scaled: divides by the group std plus ``epsilon`` (reads ``--epsilon``)
     """
 
     name: str
@@ -44,6 +45,7 @@ class Estimator:
     folds_sessions: bool = False
     batch_wide: bool = False
     int_uids: bool = False
+    std_scaled: bool = False
     row_checks: tuple[tuple[str, str], ...] = ()
 
     def accumulator(self) -> Callable | None:
@@ -76,14 +78,14 @@ ESTIMATORS: dict[str, Estimator] = {
             summary="Generalised Advantage Estimation with gamma, lam; whitened over the batch",
         ),
         Estimator(
-            "grpo", "grpo:grpo", (), groups=True, whiten=False,
+            "grpo", "grpo:grpo", (), groups=True, whiten=False, std_scaled=True,
             baseline="group mean (divided by group std unless --no-norm-adv-by-std)",
             observation_credit=_GROUP_CREDIT, singleton="advantage R/(1+eps): the raw score, not 0",
             summary="(R - mean_g) / (std_g + eps) per uid group",
             folds_sessions=True,
         ),
         Estimator(
-            "grpo_vectorized", "grpo:grpo_vectorized", (), groups=True, whiten=False, int_uids=True,
+            "grpo_vectorized", "grpo:grpo_vectorized", (), groups=True, whiten=False, int_uids=True, std_scaled=True,
             baseline="group mean / group std (always; verl ignores the std flag here)",
             observation_credit=_GROUP_CREDIT, singleton="advantage R/(1+eps): the raw score, not 0",
             summary="grpo through verl's group_mean_std; always divides by std",
@@ -136,7 +138,7 @@ ESTIMATORS: dict[str, Estimator] = {
             batch_wide=True,
         ),
         Estimator(
-            "grpo_passk", "passk:grpo_passk", (), groups=True, whiten=False,
+            "grpo_passk", "passk:grpo_passk", (), groups=True, whiten=False, std_scaled=True,
             baseline="second-best total of the group; only the best row gets a non-zero advantage",
             observation_credit=_GROUP_CREDIT, singleton="error: verl requires 2+ rows per group",
             summary="best row: (r1 - r2) / (std_g + eps); others 0",
@@ -161,7 +163,7 @@ ESTIMATORS: dict[str, Estimator] = {
             accumulate="otb:accumulate_compact",
         ),
         Estimator(
-            "gdpo", "gdpo:gdpo", (), groups=True, whiten=True,
+            "gdpo", "gdpo:gdpo", (), groups=True, whiten=True, std_scaled=True,
             baseline="per-component group mean / std, weighted sum, then batch whitening",
             observation_credit="components are per-row scalars; advantage broadcast to actor tokens",
             singleton="each component keeps c/(1+eps) before whitening",
