@@ -985,6 +985,8 @@ class RowView(_Model):
     spans: list[Span]
     score_total: Optional[float]
     reward_total: Optional[float]
+    tool_rewards: Optional[list[float]] = Field(None, description="the row's tool_rewards, one per tool call (None "
+                                                "without the column or for a null list)")
     notes: list[str]
     error: Optional[str] = None
 
@@ -1187,6 +1189,10 @@ def row_view(inputs: Sequence[PathLike] | PathLike, row: int, *, estimator: Opti
                      "token; reinforce_plus_plus in reset mode (the default) cuts it off from the earlier tokens")
     if not any(m):
         notes.append("row_without_actor_tokens: no position has response_mask 1, so no token gets an advantage")
+    tools = table["tool_rewards"][0].as_py() if "tool_rewards" in table.column_names else None
+    if tools:
+        notes.append(f"tool_rewards: {len(tools)} tool call(s), sum {math.fsum(tools):g}; in the score only if "
+                     "rladv compute ran with --tool-reward-coef (verl never adds them)")
     if loss is not None and any(lt and not mt for lt, mt in zip(loss, m)):
         notes.append(f"{sum(1 for lt, mt in zip(loss, m) if lt and not mt)} assistant token(s) rejected "
                      "(loss_mask 1, response_mask 0): advantage 0, their reward still counts in R")
@@ -1196,7 +1202,7 @@ def row_view(inputs: Sequence[PathLike] | PathLike, row: int, *, estimator: Opti
         loss_mask=None if loss is None else [int(x) for x in loss], attention_mask=att, score=score,
         reward=reward, value=_list(table, "values"), advantage=advantage, returns=returns, spans=spans,
         score_total=math.fsum(score) if score is not None else None,
-        reward_total=math.fsum(reward) if reward is not None else None, notes=notes, error=error,
+        reward_total=math.fsum(reward) if reward is not None else None, tool_rewards=tools, notes=notes, error=error,
     )
 
 

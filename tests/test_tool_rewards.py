@@ -183,6 +183,9 @@ def test_cli_report_html_and_inspect_agree(tmp_path):
     check = next(c for c in ins["checks"] if c["code"] == "tool_rewards_not_in_score")
     assert (check["status"], check["count"], check["rows"], check["step"]) == ("warn", 1, [0], 5)
     assert ins["scores"]["tool_rewards"]["count"] == 2 and ins["scores"]["tool_rewards"]["mean"] == pytest.approx(1.0)
+    view = json.loads(runner.invoke(app, ["inspect", str(path), "--row", "0", "--json"]).output)
+    assert view["tool_rewards"] == pytest.approx([0.2, 0.8]) and any("2 tool call(s), sum 1" in n for n in view["notes"])
+    assert json.loads(runner.invoke(app, ["inspect", str(path), "--row", "3", "--json"]).output)["tool_rewards"] is None
     result = runner.invoke(app, ["inspect", str(path), "--json", "--estimator", "gae"])
     check = next(c for c in json.loads(result.output)["checks"] if c["code"] == "tool_rewards_not_in_score")
     assert check["status"] == "pass" and check["count"] == 1  # gae does not use groups
