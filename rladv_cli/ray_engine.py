@@ -18,7 +18,9 @@ import logging
 import os
 import pickle
 import shutil
+import signal
 import tempfile
+import threading
 import warnings
 import zlib
 from contextlib import contextmanager
@@ -38,6 +40,7 @@ REPORT_NAME = "report.json"
 # other tasks, and a cancellation that lands in the middle of `import torch` leaves a half-imported torch in
 # that worker for every later task (seen in CI: "cannot import name 'nn' from partially initialized module").
 WORKER_ENV = {"worker_process_setup_hook": "rladv_cli.ray_engine.prepare_worker"}
+TERMINATION = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 def prepare_worker() -> None:
@@ -77,9 +80,10 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
             if path is not None and Path(path).resolve().parent == out_dir.resolve() and Path(path).name in names:
                 raise OutputError(f"{flag} {path} is one of the output shards")
         with _cluster(ray, address, workers):
-            with named_os_errors(str(out_dir)):
-                staging = tempfile.mkdtemp(prefix=".rladv-", dir=out_dir)
+            staging = None
             try:
+                with named_os_errors(str(out_dir)), signals_deferred():  # the cleanup knows it as soon as it exists
+                    staging = tempfile.mkdtemp(prefix=".rladv-", dir=out_dir)
                 with SideFiles() as side:
                     report = pipeline.run(None, RayShards(ray, staging, names, workers, progress))
                     report = finish_report(report, str(out_dir), config_source, report_path, html_path, side)
@@ -90,7 +94,8 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
                                 os.replace(os.path.join(staging, name), out_dir / name)
                         side.commit()
             finally:
-                shutil.rmtree(staging, ignore_errors=True)
+                if staging is not None:
+                    shutil.rmtree(staging, ignore_errors=True)
     except BaseException:
         if created:  # the folder this run made, left empty by the cleanups above: it goes too
             try:
@@ -142,7 +147,7 @@ def _import_ray():
         import ray
         import ray.data  # noqa: F401
     except ImportError:
-        raise ConfigError('--engine ray needs Ray: pip install "rladv[ray]"') from None
+        raise ConfigError('--engine ray needs Ray Data: pip install "ray[data]>=2.10" (rladv\'s [ray] extra)') from None
     return ray
 
 
@@ -150,33 +155,93 @@ def _import_ray():
 def _cluster(ray, address: Optional[str], workers: Optional[int]) -> Iterator[None]:
     """The Ray instance for the run: the one already joined, the cluster at ``address``, or a local one with
     ``workers`` CPUs that is shut down afterwards. Quiet: no dashboard, no worker logs on this terminal. A
-    session joined here gets ``WORKER_ENV``; one the caller started should pass it to ``ray.init`` too."""
+    session joined here gets ``WORKER_ENV``; one the caller started should pass it to ``ray.init`` too.
+    SIGTERM and SIGHUP keep the process's handlers throughout (``_init``, ``_interrupts_for_ray``)."""
     quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR, runtime_env=WORKER_ENV)
     started = not ray.is_initialized()
-    if started:
-        if address:
-            ray.init(address=address, **quiet)
-        else:
-            ray.init(address="local", num_cpus=workers or os.cpu_count(), **quiet)
-    context = ray.data.DataContext.get_current()
-    # retry any exception in the task (the data's errors never raise there), and let the task raise the
-    # exception itself rather than Ray Data's wrapper, so that its message reaches the driver
-    settings = {"enable_progress_bars": False, "retried_map_errors": True, "max_map_retries": MAX_RETRIES,
-                "raise_original_map_exception": True}
-    saved = {name: getattr(context, name, None) for name in settings}
-    for name, value in settings.items():
-        setattr(context, name, value)
-    data_log = logging.getLogger("ray.data")
-    level = data_log.level
-    data_log.setLevel(logging.CRITICAL)
+    with _interrupts_for_ray():
+        if started:
+            if address:
+                _init(ray, address=address, **quiet)
+            else:
+                _init(ray, address="local", num_cpus=workers or os.cpu_count(), **quiet)
+        context = ray.data.DataContext.get_current()
+        # retry any exception in the task (the data's errors never raise there), and let the task raise the
+        # exception itself rather than Ray Data's wrapper, so that its message reaches the driver
+        settings = {"enable_progress_bars": False, "retried_map_errors": True, "max_map_retries": MAX_RETRIES,
+                    "raise_original_map_exception": True}
+        saved = {name: getattr(context, name, None) for name in settings}
+        for name, value in settings.items():
+            setattr(context, name, value)
+        data_log = logging.getLogger("ray.data")
+        level = data_log.level
+        data_log.setLevel(logging.CRITICAL)
+        try:
+            yield
+        finally:
+            if started:  # first: Ray Data's threads of an interrupted pass run (and log) until Ray is down
+                ray.shutdown()
+            for name, value in saved.items():
+                setattr(context, name, value)
+            data_log.setLevel(level)
+
+
+def _init(ray, **options) -> None:
+    """``ray.init``, keeping this process's SIGTERM handler: Ray replaces it with its own (``sys.exit(15)``,
+    behind a C++ one that prints a stack trace), which would take the ``rladv`` executable's (exit 143, one
+    quiet exit) away for the rest of the run. A SIGTERM that Ray's handler took while ``ray.init`` ran (the
+    only ``SystemExit`` it raises) is raised again, to the handler put back."""
+    main = threading.current_thread() is threading.main_thread()  # the only thread that sets handlers (Ray too)
+    handler = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        try:
+            ray.init(**options)
+        except ValueError as err:  # e.g. a ray:// address without the ray[client] package
+            raise ConfigError(f"--ray-address {options.get('address')}: {str(err).splitlines()[0]}") from None
+        finally:
+            if handler is not None:  # None: set from outside Python, which Python cannot set back
+                signal.signal(signal.SIGTERM, handler)
+    except SystemExit:
+        signal.raise_signal(signal.SIGTERM)
+        raise
+
+
+@contextmanager
+def _interrupts_for_ray() -> Iterator[None]:
+    """While Ray runs in this process, the exception of a SIGTERM or SIGHUP handler (the executable's
+    ``Interrupted``) is raised as ``KeyboardInterrupt``, and again as itself once out of the block, whatever
+    the block ended with. Ray's blocking calls (``ray.get``, ``ray.wait``) stop for ``KeyboardInterrupt``, as
+    Ray Data's iterators do, but keep any other exception pending, which surfaces later as a ``SystemError``.
+    Only in the main thread, for handlers that are Python functions."""
+    main = threading.current_thread() is threading.main_thread()
+    handlers = {sig: signal.getsignal(sig) for sig in TERMINATION} if main else {}
+    raised: list[BaseException] = []
+
+    def relay(handler):
+        def call(signum, frame):
+            try:
+                handler(signum, frame)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as err:
+                raised.append(err)
+                raise KeyboardInterrupt from None
+        return call
+
+    relays = {sig: relay(handler) for sig, handler in handlers.items() if callable(handler)}
+    for sig, call in relays.items():
+        signal.signal(sig, call)
     try:
         yield
+    except BaseException:
+        if not raised:
+            raise
     finally:
-        for name, value in saved.items():
-            setattr(context, name, value)
-        data_log.setLevel(level)
-        if started:
-            ray.shutdown()
+        for sig, call in relays.items():
+            if signal.getsignal(sig) is call:  # else the handler changed it (the executable's ignores a second one)
+                signal.signal(sig, handlers[sig])
+    if raised:
+        raise raised[0] from None
 
 
 class RayShards:
@@ -192,7 +257,9 @@ class RayShards:
         work_ref = ray.put(work.detached())
         rows = [{"index": i, "name": self.names[shard.index], "task": _pack((shard, given))}
                 for i, (shard, given) in enumerate(items)]
-        with warnings.catch_warnings():  # Ray Data deprecates max_retries but has no other bound on lost workers
+        # Ray Data deprecates max_retries but has no other bound on lost workers; a Dataset interrupted while it
+        # is built complains from its __del__
+        with warnings.catch_warnings(), signals_deferred():
             warnings.simplefilter("ignore", DeprecationWarning)
             ds = ray.data.from_items(rows, override_num_blocks=len(rows)).map(
                 _run_task, fn_kwargs={"work": work_ref, "stage": stage, "staging": self.staging},

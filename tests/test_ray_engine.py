@@ -94,7 +94,7 @@ def shards(tmp_path_factory) -> Path:
 def run_both(folder: Path, tmp: Path, ray_options: dict | None = None, **settings):
     from rladv_cli.ray_engine import compute_ray
 
-    cfg = Config.build(chunk_rows=CHUNK_ROWS, device="cpu", **settings)
+    cfg = Config(chunk_rows=CHUNK_ROWS, device="cpu", **settings)
     local = compute_file([str(folder)], cfg, output=str(tmp / "local.parquet"))
     distributed = compute_ray([str(folder)], cfg, output_dir=tmp / "out", **(ray_options or {}))
     return local, distributed
@@ -248,9 +248,9 @@ def test_the_ray_engine_runs_on_cpu(ray_instance, shards, tmp_path):
     from rladv_cli.ray_engine import compute_ray
 
     with pytest.raises(ConfigError, match="CPU workers"):
-        compute_ray([str(shards)], Config.build(estimator="grpo", device="cuda"), output_dir=tmp_path / "out")
+        compute_ray([str(shards)], Config(estimator="grpo", device="cuda"), output_dir=tmp_path / "out")
     assert not (tmp_path / "out").exists()
-    report = compute_ray([str(shards)], Config.build(estimator="grpo"), output_dir=tmp_path / "out")
+    report = compute_ray([str(shards)], Config(estimator="grpo"), output_dir=tmp_path / "out")
     assert report.timing.device == "cpu"
 
 
@@ -259,7 +259,7 @@ def test_without_ray_the_engine_asks_for_the_extra(shards, tmp_path, monkeypatch
     result = CliRunner().invoke(app, ["compute", str(shards), "--estimator", "grpo", "--engine", "ray",
                                       "-o", str(tmp_path / "out"), "-q"])
     assert result.exit_code == 2
-    assert result.output.strip() == 'Error: --engine ray needs Ray: pip install "rladv[ray]"'
+    assert result.output.strip() == 'Error: --engine ray needs Ray Data: pip install "ray[data]>=2.10" (rladv\'s [ray] extra)'
 
 
 def test_the_local_engine_never_imports_ray(shards, tmp_path):
@@ -277,7 +277,7 @@ def test_the_local_engine_gives_one_file_and_its_shards_the_same_numbers(shards,
     whole = tmp_path / "whole.parquet"
     pq.write_table(pa.concat_tables([pq.read_table(p) for p in sorted(shards.glob("*.parquet"))]), whole)
     extra = {"reward_components": ["correct", "short"], "reward_weights": [1.0, 0.5]} if estimator == "gdpo" else {}
-    cfg = Config.build(estimator=estimator, batch_key="step", chunk_rows=CHUNK_ROWS, device="cpu", **extra)
+    cfg = Config(estimator=estimator, batch_key="step", chunk_rows=CHUNK_ROWS, device="cpu", **extra)
     split = compute_file([str(shards)], cfg, output=str(tmp_path / "split.parquet"))
     one = compute_file([str(whole)], cfg, output=str(tmp_path / "one.parquet"))
     assert pq.read_table(tmp_path / "split.parquet").equals(pq.read_table(tmp_path / "one.parquet"))
@@ -297,3 +297,78 @@ def test_workers_import_torch_and_the_passes_before_any_task(ray_instance):
         return "torch" in sys.modules, "rladv_cli.pipeline" in sys.modules
 
     assert ray_instance.get(imported.remote()) == (True, True)
+
+
+def _raise_interrupted(signum, frame):
+    """The executable's SIGTERM/SIGHUP handler, as ``rladv_cli.cli`` installs it (less the ignoring of a second)."""
+    from rladv_cli.errors import Interrupted
+
+    raise Interrupted(signum)
+
+
+def test_a_termination_signal_interrupts_a_blocking_ray_call(ray_instance):
+    """Ray's blocking calls stop for a ``KeyboardInterrupt`` only: the executable's ``Interrupted``, raised by its
+    SIGTERM handler inside ``ray.get``, stayed pending until the task ended and then came out as a
+    ``SystemError``. While Ray runs, the engine relays it as a ``KeyboardInterrupt`` and raises it again outside."""
+    import signal
+    import threading
+    import time
+
+    from rladv_cli.errors import Interrupted
+    from rladv_cli.ray_engine import _interrupts_for_ray
+
+    @ray_instance.remote
+    def slow():
+        time.sleep(30)
+
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    ref = slow.remote()
+    try:
+        start = time.monotonic()
+        with pytest.raises(Interrupted) as stop:
+            with _interrupts_for_ray():
+                threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+                ray_instance.get(ref)
+        assert stop.value.signum == signal.SIGTERM and time.monotonic() - start < 20
+        assert signal.getsignal(signal.SIGTERM) is _raise_interrupted  # the handler is back
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        ray_instance.cancel(ref, force=True)
+
+
+def test_a_signal_as_the_staging_folder_is_made_leaves_nothing(ray_instance, shards, tmp_path, monkeypatch):
+    """A SIGTERM that lands just as the staging folder is made (here: inside ``mkdtemp``) is acted on once the
+    cleanup knows the folder; it used to leave ``OUT_DIR/.rladv-*`` behind, and so the output folder too."""
+    import signal
+    import tempfile
+
+    from rladv_cli import ray_engine
+    from rladv_cli.errors import Interrupted
+
+    def mkdtemp(*args, **kwargs):
+        path = real(*args, **kwargs)
+        signal.raise_signal(signal.SIGTERM)
+        return path
+
+    real = tempfile.mkdtemp
+    monkeypatch.setattr(ray_engine.tempfile, "mkdtemp", mkdtemp)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    try:
+        with pytest.raises(Interrupted):
+            ray_engine.compute_ray([str(shards)], Config(estimator="grpo"), output_dir=tmp_path / "out")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_address_ray_cannot_take_is_a_one_line_config_error():
+    # ray.init raises ValueError for a ray:// address without the ray[client] package (seen with ray[data] only)
+    from rladv_cli.ray_engine import _init
+
+    class NoClient:
+        @staticmethod
+        def init(**options):
+            raise ValueError("Ray Client requires pip package `ray[client]`.\nmore")
+
+    with pytest.raises(ConfigError, match=r"^--ray-address ray://head:10001: Ray Client requires .*ray\[client\]`\.$"):
+        _init(NoClient, address="ray://head:10001")
