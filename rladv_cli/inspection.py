@@ -67,6 +67,7 @@ bad rows never stop ``inspect``.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections import Counter
@@ -1493,7 +1494,8 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
             files.write(script, text)
             files.commit()
     except BaseException:
-        if created:
-            os.rmdir(folder)
+        if created:  # the folder this export made, empty again: it goes too (never masking the error)
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
         raise
     return [data, script]
