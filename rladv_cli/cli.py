@@ -14,7 +14,7 @@ from typing import Annotated, Callable, Optional
 import typer
 import typer.core
 
-from .errors import Interrupted, RladvError, one_line, shown
+from .errors import TERMINATION_SIGNALS, Interrupted, RladvError, one_line, shown
 from .estimators.registry import ESTIMATORS
 
 class _OneLineErrors(typer.core.TyperGroup):
@@ -453,7 +453,7 @@ def main() -> None:
     except Interrupted as stop:  # SIGTERM / SIGHUP: every cleanup ran on the way out, as for SIGINT
         code = 128 + stop.signum
     if hasattr(signal, "pthread_sigmask"):  # the command is over: a late signal changes nothing (its files are
-        signal.pthread_sigmask(signal.SIG_BLOCK, _TERMINATION)  # complete) and must not print from a handler
+        signal.pthread_sigmask(signal.SIG_BLOCK, TERMINATION_SIGNALS)  # complete) and must not print from a handler
     if code is not None and not isinstance(code, int):
         print(code, file=sys.stderr)
         code = 1
@@ -466,9 +466,6 @@ def main() -> None:
     os._exit(code or 0)
 
 
-_TERMINATION = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
-
-
 def _raise_on_termination() -> None:
     """SIGTERM and SIGHUP raise ``Interrupted`` in the main thread, as SIGINT raises ``KeyboardInterrupt``: the
     run unwinds through its cleanups (temporary output, report and page removed) and the executable exits
@@ -476,11 +473,11 @@ def _raise_on_termination() -> None:
     Signals the caller set to be ignored (``nohup``) stay ignored."""
 
     def handler(signum, frame):
-        for sig in _TERMINATION:
+        for sig in TERMINATION_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
         raise Interrupted(signum)
 
-    for sig in _TERMINATION:
+    for sig in TERMINATION_SIGNALS:
         if signal.getsignal(sig) is signal.SIG_DFL:
             signal.signal(sig, handler)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 from functools import partial
 
 # Characters that would break a one-line message or a terminal: C0/C1 controls, line and paragraph separators,
@@ -22,6 +23,10 @@ def shown(path: "str | os.PathLike") -> str:
 def one_line(message: str) -> str:
     """``message`` with every such character written as its escape (``\\n``, ``\\x1b``): one line, printable."""
     return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], message)
+
+
+# The signals that raise ``Interrupted`` in the executable (those this platform has).
+TERMINATION_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 class Interrupted(BaseException):

@@ -20,7 +20,7 @@ from typing import IO, Callable, Iterator, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import InputError, OutputError
+from .errors import TERMINATION_SIGNALS, InputError, OutputError
 from .parquet_join import RowGroupJoiner, split_file
 
 # Output row groups have a fixed number of rows so the file's bytes do not depend on --chunk-rows. It is the
@@ -699,7 +699,7 @@ class SideFiles:
         self.discard()
 
 
-_DEFERRED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+_DEFERRED = (signal.SIGINT, *TERMINATION_SIGNALS)
 
 
 @contextmanager

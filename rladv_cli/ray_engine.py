@@ -29,7 +29,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from .api import finish_report
 from .config import Config
-from .errors import ComputeError, ConfigError, OutputError, RladvError
+from .errors import TERMINATION_SIGNALS, ComputeError, ConfigError, OutputError, RladvError
 from .io import AtomicParquetWriter, Dataset, Shard, SideFiles, named_os_errors, signals_deferred
 from .report import Report
 
@@ -40,7 +40,6 @@ REPORT_NAME = "report.json"
 # other tasks, and a cancellation that lands in the middle of `import torch` leaves a half-imported torch in
 # that worker for every later task (seen in CI: "cannot import name 'nn' from partially initialized module").
 WORKER_ENV = {"worker_process_setup_hook": "rladv_cli.ray_engine.prepare_worker"}
-TERMINATION = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 def prepare_worker() -> None:
@@ -214,7 +213,7 @@ def _interrupts_for_ray() -> Iterator[None]:
     Ray Data's iterators do, but keep any other exception pending, which surfaces later as a ``SystemError``.
     Only in the main thread, for handlers that are Python functions."""
     main = threading.current_thread() is threading.main_thread()
-    handlers = {sig: signal.getsignal(sig) for sig in TERMINATION} if main else {}
+    handlers = {sig: signal.getsignal(sig) for sig in TERMINATION_SIGNALS} if main else {}
     raised: list[BaseException] = []
 
     def relay(handler):
