@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from . import plots
 from .html_page import Html, cards, charts, config_value, e, figure, kv, muted, num, page, pct, stats_table, table, write_page
-from .report import Histogram, Report, SplitPart, tool_rewards_line
+from .report import Histogram, Report, SplitPart, replay_rows, replay_title, tool_rewards_line
 
 # Section ids and titles, in page order.
 SECTIONS = (
@@ -23,6 +23,7 @@ SECTIONS = (
     ("kl", "KL shaping"),
     ("rejection", "Rollout rejection"),
     ("advantages", "Advantages and returns"),
+    ("replay", "Replay of the input's columns"),
     ("warnings", "Warnings"),
 )
 DEAD_CAUSES = {
@@ -201,6 +202,17 @@ def _section_warnings(r: Report) -> str:
                   cls="warnings")
 
 
+def _section_replay(r: Report) -> str:
+    """The input's own columns against this run's (the report's ``replay``), when the input has any."""
+    rp = r.replay
+    out = [muted(replay_title(rp) + ". Rewards and importance weights are compared at every position, advantages "
+                 "and returns where this run's response_mask is 1.")]
+    out.append(table(("column", "finding"), replay_rows(rp), cls="replay"))
+    if rp["hint"]:
+        out.append(f'<p><strong>Where to look:</strong> {e(rp["hint"])}</p>')
+    return "\n".join(out)
+
+
 def _section_tokens(r: Report) -> str:
     t, d = r.tokens, r.distributions
     parts = [("actor, used", t.used, 0), ("actor, rejected", t.rejected, 3), ("tool observation", t.observation, 1),
@@ -365,9 +377,11 @@ def render_html(report: Report) -> str:
         "groups": _section_groups(r), "scores": _section_scores(r), "kl": _section_kl(r),
         "rejection": _section_rejection(r), "advantages": _section_advantages(r), "warnings": _section_warnings(r),
     }
+    if r.replay:
+        body["replay"] = _section_replay(r)
     more = f" and {len(r.inputs.paths) - 1} more" if len(r.inputs.paths) > 1 else ""
     title = f"rladv report: {estimator} on {r.inputs.paths[0] if r.inputs.paths else '?'}{more}"
-    return page(title, "rladv run report", sub, headline, [(sid, t, body[sid]) for sid, t in SECTIONS],
+    return page(title, "rladv run report", sub, headline, [(sid, t, body[sid]) for sid, t in SECTIONS if sid in body],
                 f"Made by rladv {r.rladv_version}; this file is self-contained (no scripts, nothing loaded from "
                 "the network). Timing is in the JSON report (--report).")
 

@@ -36,7 +36,7 @@ import pyarrow as pa
 import torch
 from torch import Tensor
 
-from . import __version__, kernels, validation
+from . import __version__, kernels, replay, validation
 from .batch import Batch, PositionSums, as_tensor, from_arrow
 from .columns import array_of, arrow_of, flat_values, list_offsets, list_sums, scalar_values
 from .config import Config
@@ -44,7 +44,7 @@ from .diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions
                           row_outcomes, token_stats)
 from .errors import ComputeError, ConfigError, InputError
 from .estimators import ESTIMATORS
-from .io import Chunk, Shard, output_schema
+from .io import Chunk, Shard, computed_columns, output_schema
 from .labels import Labels
 from .report import KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens, row_stats
 from .shaping import KLController, apply_kl, kl_penalty, overlong_penalty
@@ -106,13 +106,14 @@ class ShardWork:
     ``(B_shard,)``). Picklable once ``detached``, so a Ray worker runs exactly what the local engine runs."""
 
     def __init__(self, source, cfg: Config, progress: Optional[Progress], rules, is_cfg, *, correct: bool,
-                 has_uid: bool, fold: bool, scan_columns: list[str], schema: pa.Schema):
+                 has_uid: bool, fold: bool, scan_columns: list[str], schema: pa.Schema, replay_columns: list[str]):
         self.source, self.cfg, self.progress = source, cfg, progress
         self.est = ESTIMATORS[cfg.estimator]
         self.device = resolve_device(cfg.device)
         self.rules, self.is_cfg = rules, is_cfg
         self.correct, self.has_uid, self.fold = correct, has_uid, fold
         self.scan_columns, self.schema = scan_columns, schema
+        self.replay_columns = replay_columns  # the input's own columns compared with this run's (``replay``)
         self.num_rows = source.num_rows
         self.seconds: dict[str, float] = defaultdict(float)
         self.validated: frozenset[str] = frozenset()  # set per pass by ``run``
@@ -415,6 +416,10 @@ class ShardWork:
                 ret_rows = adv_rows if same else kernels.row_summary(returns, valid, b.row_offsets)
                 self._check_finite(chunk, b, advantages, returns, valid, adv_rows["sum"], ret_rows["sum"])
                 rows.add(**sketches.add(b, advantages, returns, valid, at["outcome"], adv_rows["count"]))
+                if self.replay_columns:
+                    computed = {"token_level_rewards": b.token_level_rewards, "rollout_is_weights": p.is_weights,
+                                "advantages": advantages, "returns": returns}
+                    rows.add(**replay.compare_chunk(chunk.table, self.replay_columns, computed, valid, b.row_offsets))
             rows.add(**{f"adv_{k}": v for k, v in adv_rows.items()}, **{f"ret_{k}": v for k, v in ret_rows.items()}, **flags)
         return ShardResult(rows.columns(), sketches=sketches)
 
@@ -479,9 +484,12 @@ class Pipeline:
         self.has_uid = "uid" in names
         self.has_sessions = {"session_id", "output_index", "uid"} <= names
         self.fold = self.has_sessions and self.est.folds_sessions
+        self.replay_columns, self.replay_skipped = replay.comparable(
+            source.schema, set(computed_columns(self.is_cfg is not None)))
         self.work = ShardWork(source, cfg, progress, self.rules, self.is_cfg, correct=self.correct,
                               has_uid=self.has_uid, fold=self.fold, scan_columns=self._scan_columns(),
-                              schema=output_schema(source.schema, self.is_cfg is not None))
+                              schema=output_schema(source.schema, self.is_cfg is not None),
+                              replay_columns=self.replay_columns)
         self.fold_source: Optional[Tensor] = None
         self.labels = Labels(cfg.batch_key)
         self.rows = RowTable()
@@ -768,6 +776,7 @@ class Pipeline:
             overlong=self._overlong_report(),
             tool_rewards=self._tool_rewards_report(warn),
             sessions=self._sessions_report(),
+            replay=replay.report(rows, self.replay_columns, self.replay_skipped, self.source.locate),
             advantages=token_stats(rows, "adv"),
             returns=token_stats(rows, "ret"),
             distributions=distributions(rows, self.sketches, self.outcome_basis,

@@ -19,6 +19,7 @@ import os
 import pickle
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import warnings
@@ -36,6 +37,7 @@ from .report import Report
 PathLike = str | os.PathLike
 MAX_RETRIES = 3  # per shard task: exceptions other than the data's errors, and lost workers
 REPORT_NAME = "report.json"
+PROBE_SECONDS = 5  # to connect to a cluster's address before ray.init, which retries one that never answers for minutes
 # Workers import torch and the passes when they start, not inside a task: Ray Data cancels a failed run's
 # other tasks, and a cancellation that lands in the middle of `import torch` leaves a half-imported torch in
 # that worker for every later task (seen in CI: "cannot import name 'nn' from partially initialized module").
@@ -58,6 +60,7 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
 
     Runs on the Ray instance this process already joined, else on the cluster at ``address``, else on a local
     one started for the run with ``workers`` CPUs (default: all); ``workers`` also caps the tasks in flight.
+    An ``address`` that is malformed or where nothing answers is a ``ConfigError`` (``_check_address``).
     Output shards appear under their final names only once every shard succeeded. The tasks run on CPU
     (``device`` ``auto`` means ``cpu`` here)."""
     from .pipeline import Pipeline
@@ -67,6 +70,8 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
         raise ConfigError(f"--ray-workers must be at least 1, got {workers}")
     if config.device == "cuda":
         raise ConfigError("--engine ray computes on CPU workers; --device cuda needs --engine local")
+    if address and not ray.is_initialized():
+        _check_address(address)
     config = config.model_copy(update={"device": "cpu"})
     paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     dataset = Dataset(paths)
@@ -150,6 +155,52 @@ def _import_ray():
     return ray
 
 
+def _check_address(address: str) -> None:
+    """Refuses, in one line, a ``HOST:PORT`` or ``ray://HOST:PORT`` cluster address that is malformed or where
+    nothing accepts a TCP connection within ``PROBE_SECONDS``: ``ray.init`` would retry it for minutes, printing
+    Ray's C++ log lines. ``auto``, ``local`` and other schemes are Ray's to judge. IPv6 literals go in brackets
+    (``[::1]:6379``), as Ray reads them."""
+    target = address.removeprefix("ray://")
+    if address in ("auto", "local") or "://" in target:
+        return
+    name = f"{_address_source(address)} {address}"
+    if target.startswith("["):  # an IPv6 host
+        host, _, rest = target[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, _, port = target.partition(":")
+    if ":" in port:
+        problem = "more than one colon (an IPv6 host goes in brackets)"
+    elif not host or not port:
+        problem = "no host" if not host else "no port"
+    elif not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        problem = f"port {port} is not a number from 1 to 65535"
+    else:
+        problem = None
+    if problem:
+        raise ConfigError(f"{name}: {problem}; expected HOST:PORT (head:6379, [::1]:6379) or ray://HOST:PORT")
+    try:
+        socket.create_connection((host, int(port)), timeout=PROBE_SECONDS).close()
+    except OSError as err:
+        if isinstance(err, socket.gaierror):
+            why = f"cannot resolve host {host}"
+        elif isinstance(err, TimeoutError):
+            why = f"nothing answers there (no reply within {PROBE_SECONDS} s)"
+        elif isinstance(err, ConnectionRefusedError):
+            why = "nothing answers there (connection refused)"
+        else:
+            why = f"cannot connect ({err.strerror or err})"
+        local = "unset RAY_ADDRESS" if name.startswith("$") else "omit --ray-address"
+        hint = f'start a cluster with "ray start --head" or {local} for a local one'
+        raise ConfigError(f"{name}: {why}; {hint}") from None
+
+
+def _address_source(address: str) -> str:
+    """Where ``address`` came from, for messages: ``$RAY_ADDRESS`` when it is that variable's value (the CLI's
+    default for ``--ray-address``), else ``--ray-address``."""
+    return "$RAY_ADDRESS" if address == os.environ.get("RAY_ADDRESS") else "--ray-address"
+
+
 @contextmanager
 def _cluster(ray, address: Optional[str], workers: Optional[int]) -> Iterator[None]:
     """The Ray instance for the run: the one already joined, the cluster at ``address``, or a local one with
@@ -195,8 +246,13 @@ def _init(ray, **options) -> None:
     try:
         try:
             ray.init(**options)
-        except ValueError as err:  # e.g. a ray:// address without the ray[client] package
-            raise ConfigError(f"--ray-address {options.get('address')}: {str(err).splitlines()[0]}") from None
+        except (ValueError, ConnectionError) as err:  # a ray:// address without ray[client]; a GCS that refused us
+            address = options.get("address")
+            hint = ""
+            if isinstance(err, ConnectionError) and os.environ.get("RAY_AUTH_MODE") != "token":
+                hint = ("; a cluster that checks an auth token (as Ray 2.59+'s \"ray start --head\" does) needs "
+                        "RAY_AUTH_MODE=token here too, with its token in ~/.ray/auth_token or RAY_AUTH_TOKEN")
+            raise ConfigError(f"{_address_source(address)} {address}: {str(err).splitlines()[0]}{hint}") from None
         finally:
             if handler is not None:  # None: set from outside Python, which Python cannot set back
                 signal.signal(signal.SIGTERM, handler)

@@ -203,6 +203,10 @@ class Report(_Model):
         "were added to the score (--tool-reward-coef) and, for group estimators, all-equal groups whose rows' tool "
         "rewards differ")
     sessions: Optional[dict[str, Any]] = Field(None, description="multi-output agent sessions and how they were used")
+    replay: Optional[dict[str, Any]] = Field(
+        None, description="the input's own token_level_rewards, rollout_is_weights, advantages and returns (a trainer "
+        "dump or an earlier rladv output) against this run's: per column the rows and positions that differ beyond "
+        "atol + rtol·|rladv|, the largest difference and where, whether the runs agree and the first stage that differs")
     advantages: Stats
     returns: Stats
     distributions: Distributions
@@ -231,6 +235,34 @@ def tool_rewards_line(t: dict[str, Any]) -> str:
     if t.get("all_equal_groups_with_differing_tool_rewards"):
         line += f"; {t['all_equal_groups_with_differing_tool_rewards']} all-equal group(s) whose tool rewards differ"
     return line
+
+
+def replay_title(r: dict[str, Any]) -> str:
+    tol = r["tolerance"]
+    verdict = ("they agree" if r["agree"] else f"first difference: {r['first_difference']}" if r["first_difference"]
+               else "nothing to compare")
+    return (f"replay: the input's own columns against this run's ({verdict}; |input - rladv| <= "
+            f"{tol['atol']:g} + {tol['rtol']:g}·|rladv|)")
+
+
+def replay_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
+    """The report's ``replay`` section as (column, finding) lines, in stage order."""
+    lines = []
+    for name, c in r["columns"].items():
+        largest = "not finite" if c["non_finite_positions"] else _fmt(c["max_abs_diff"])
+        if c["agree"]:
+            lines.append((name, f"agree over {c['positions']} positions of {c['rows_compared']} rows (max |Δ| {largest})"))
+            continue
+        text = f"differ in {c['differing_rows']} row(s): {c['differing_positions']} of {c['positions']} positions"
+        if c["worst"]:
+            w = c["worst"]
+            text += (f"; max |Δ| {largest} at {w['where']} position {w['position']} "
+                     f"(input {_fmt(w['input'])}, rladv {_fmt(w['rladv'])})")
+        if c["length_mismatch_rows"]:
+            text += f"; {c['length_mismatch_rows']} row(s) whose list length is not the response's"
+        lines.append((name, text))
+    lines += [(name, f"not compared: {why}") for name, why in r["not_compared"].items()]
+    return lines
 
 
 def render(report: Report, console) -> None:
@@ -278,6 +310,13 @@ def render(report: Report, console) -> None:
                                                                 for k, v in section.items()))
     if r.tool_rewards:
         console.print(f"[bold]tool rewards[/bold]: {tool_rewards_line(r.tool_rewards)}")
+    if r.replay:
+        rp = Table(title=replay_title(r.replay), title_justify="left", show_header=False, box=None)
+        for name, text in replay_rows(r.replay):
+            rp.add_row(name, text)
+        if r.replay["hint"]:
+            rp.add_row("->", r.replay["hint"])
+        console.print(rp)
     if r.rollout_rejection:
         rr = Table(title="rollout correction", show_header=False, box=None)
         for k, v in r.rollout_rejection.items():

@@ -1,0 +1,203 @@
+"""Replay: the input's own ``token_level_rewards``, ``rollout_is_weights``, ``advantages`` and ``returns`` (a
+trainer's batch dump, or an earlier rladv output) against what this run computes, and the first stage where
+the two runs part. Pure functions over one chunk's columns and over the per-row results; no I/O.
+
+Compared as the golden cases are (verl 0.9.1's outputs, CONTRACT §3): ``|input − rladv| <= ATOL + RTOL·|rladv|``;
+``token_level_rewards`` and ``rollout_is_weights`` at every position, ``advantages`` and ``returns`` where this
+run's ``response_mask`` is 1 (verl leaves values at mask-0 positions for gae, remax and the optimal-token
+baselines; rladv writes 0 there). A row whose list length differs from the response's is not compared.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+from torch import Tensor
+
+from . import kernels
+from .columns import array_of, numpy_of
+
+ATOL, RTOL = 1e-5, 1e-4
+# in the order the stages make them (SEMANTICS §10): the first that differs says where the runs part
+STAGES = ("token_level_rewards", "rollout_is_weights", "advantages", "returns")
+ON_VALID_TOKENS = frozenset({"advantages", "returns"})
+FIRST_ROWS = 5
+
+HINTS = {
+    "token_level_rewards": "the rewards differ before any estimator runs: the scores (rm_scores or score, "
+                           "--tool-reward-coef), DAPO overlong shaping or KL shaping (--kl-coef, --kl-penalty, "
+                           "--kl-ctrl, --batch-key) differ from the run that wrote them",
+    "rollout_is_weights": "the importance weights differ: --rollout-is, --rollout-is-threshold, "
+                          "--rollout-is-batch-normalize or --batch-key differ from the run that wrote them",
+    "advantages": "the estimator or its settings differ from the run that wrote them: --estimator, --gamma/--lam, "
+                  "--norm-adv-by-std/--epsilon, --rpp-mask-mode, --rollout-rs (the mask the estimator uses) or "
+                  "--batch-key (groups and whitening per batch)",
+    "returns": "only the returns differ: the values, or --gamma/--lam",
+}
+PROPORTIONAL_HINT = ("within each differing row the input's values are rladv's times one factor ({lo:.4g} to {hi:.4g}): "
+                     "a different scale, e.g. std normalisation (--norm-adv-by-std, --epsilon) or whitening")
+NO_REWARDS_HINT = "; the input has no token_level_rewards to tell whether the rewards already differ"
+
+
+def comparable(schema: pa.Schema, computed: set[str]) -> tuple[list[str], dict[str, str]]:
+    """The input columns this run can replay (in ``STAGES`` order), and why each other one present is not."""
+    names, skipped = [], {}
+    for name in STAGES:
+        if name not in schema.names:
+            continue
+        t = schema.field(name).type
+        if name not in computed:
+            skipped[name] = "carried through: this run does not compute it"
+        elif not ((pa.types.is_list(t) or pa.types.is_large_list(t))
+                  and (pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type))):
+            skipped[name] = f"has type {t}, not a list of numbers"
+        else:
+            names.append(name)
+    return names, skipped
+
+
+def compare_chunk(table: pa.Table, names: list[str], computed: dict[str, Tensor], valid: Tensor,
+                  row_offsets: Tensor) -> dict[str, Tensor]:
+    """Per-row comparison (``compare_rows``) of each input column ``names`` with this run's ``computed[name]
+    (N,)``, as ``rp_{name}_{field}`` columns ``(B,)``; ``valid (N,) bool`` is the estimator's mask."""
+    out = {}
+    for name in names:
+        where = valid if name in ON_VALID_TOKENS else None
+        fields = compare_rows(array_of(table[name]), computed[name], row_offsets, where)
+        out.update({f"rp_{name}_{k}": v for k, v in fields.items()})
+    return out
+
+
+def compare_rows(given: pa.Array, got: Tensor, row_offsets: Tensor, where: Optional[Tensor]) -> dict[str, Tensor]:
+    """One list column of the input, ``given`` (B rows), against ``got (N,)`` over ``row_offsets (B+1,)`` at the
+    positions ``where (N,) bool`` (all when None). Per row, ``(B,)`` each:
+
+    ``length_ok`` the row's list has the response's length (a null list has none; other rows are not compared);
+    ``n`` positions compared; ``bad`` those with ``|Δ| > ATOL + RTOL·|got|`` (a NaN counts); ``nonfinite``
+    those where ``Δ`` is not finite; ``sum`` ``Σ |Δ|`` over finite ones; ``max`` the largest ``|Δ|`` (inf when
+    one is not finite); ``at`` its position in the row (-1: none); ``input``/``rladv`` the values there;
+    ``factor`` ``c = Σ input·got / Σ got²`` and ``scaled`` whether ``input ≈ c·got`` at every position.
+    """
+    device = got.device
+    lengths = numpy_of(pc.list_value_length(given).fill_null(-1)).astype(np.int64)
+    values = numpy_of(given.flatten()).astype(np.float64)  # nulls inside a list become NaN
+    length_ok = torch.from_numpy(lengths).to(device) == kernels.row_lengths(row_offsets)
+    exp = torch.from_numpy(values).to(device)
+    off = row_offsets
+    if not bool(length_ok.all()):
+        given_off = torch.zeros(len(lengths) + 1, dtype=torch.long)
+        given_off[1:] = torch.cumsum(torch.from_numpy(np.maximum(lengths, 0)), 0)
+        keep_given, _ = kernels.select_rows(length_ok.cpu(), given_off)
+        keep_got, off = kernels.select_rows(length_ok, row_offsets)
+        exp, got = exp[keep_given.to(device)], got[keep_got]
+        where = None if where is None else where[keep_got]
+    g = got.double()
+    w = torch.ones_like(g, dtype=torch.bool) if where is None else where
+    d = torch.where(w, (exp - g).abs(), 0.0)
+    finite = torch.isfinite(d)
+    d = torch.where(finite, d, math.inf)
+    bad = w & ~(d <= ATOL + RTOL * g.abs())
+    dmax = kernels.segment_max(d, off)
+    nan = torch.full_like(dmax, math.nan)
+    per_row = {
+        "n": kernels.segment_sum(w.double(), off), "bad": kernels.segment_sum(bad.double(), off),
+        "nonfinite": kernels.segment_sum((w & ~finite).double(), off),
+        "sum": kernels.segment_sum(torch.where(finite, d, 0.0), off), "max": dmax,
+        "at": torch.full_like(dmax, -1, dtype=torch.long), "input": nan, "rladv": nan,
+        "factor": nan, "scaled": torch.zeros_like(dmax, dtype=torch.bool),
+    }
+    if bool((dmax > 0).any()):  # the first position of each row's largest difference, and the values there
+        position = torch.arange(g.numel(), device=device) - kernels.broadcast_rows(off[:-1], off)
+        largest = w & (d == kernels.broadcast_rows(dmax, off))
+        at = kernels.segment_min(torch.where(largest, position.double(), math.inf), off, empty=math.inf)
+        has = torch.isfinite(at)
+        at = torch.where(has, at, -1.0).long()
+        pick = torch.where(has, off[:-1] + at, 0)
+        per_row.update(at=at, input=torch.where(has, exp[pick], math.nan), rladv=torch.where(has, g[pick], math.nan))
+    if bool(bad.any()):
+        per_row["factor"], per_row["scaled"] = _scale(exp, g, w, off)
+    if off is row_offsets:
+        return {"length_ok": length_ok, **per_row}
+    full = {}
+    for k, v in per_row.items():  # rows not compared: nothing compared, no position
+        fill = -1 if k == "at" else (False if k == "scaled" else (math.nan if k in ("input", "rladv", "factor") else 0))
+        full[k] = torch.full((length_ok.numel(),), fill, dtype=v.dtype, device=device).masked_scatter(length_ok, v)
+    return {"length_ok": length_ok, **full}
+
+
+def _scale(given: Tensor, got: Tensor, where: Tensor, off: Tensor) -> tuple[Tensor, Tensor]:
+    """Per row, the least-squares factor ``c = Σ given·got / Σ got²`` over ``where`` and whether ``given ≈ c·got``
+    there within the tolerance; ``(B,)`` each (NaN and False for a row whose ``got`` is all 0)."""
+    gw, ew = torch.where(where, got, 0.0), torch.where(where & torch.isfinite(given), given, 0.0)
+    cross, square = kernels.segment_sum(ew * gw, off), kernels.segment_sum(gw * gw, off)
+    factor = torch.where(square > 0, cross / square.clamp_min(1e-300), math.nan)
+    resid = torch.where(where, (given - kernels.broadcast_rows(factor, off) * got).abs(), 0.0)
+    off_scale = kernels.segment_sum((where & ~(resid <= ATOL + RTOL * given.abs())).double(), off)
+    return factor, (off_scale == 0) & (square > 0)
+
+
+def report(rows, names: list[str], skipped: dict[str, str], locate: Callable[[int], tuple[str, int]]) -> Optional[dict]:
+    """The report's ``replay`` section from the per-row ``rp_*`` columns of ``rows`` (a ``RowTable``):
+    per column the rows and positions compared and differing, the largest difference and where, and the
+    first rows that differ; whether the runs agree, the first column that differs and what it points to."""
+    if not names and not skipped:
+        return None
+    columns, first = {}, None
+    for name in names:
+        col = {k: rows[f"rp_{name}_{k}"] for k in ("length_ok", "n", "bad", "nonfinite", "sum", "max", "at", "input",
+                                                   "rladv", "factor", "scaled")}
+        columns[name] = _column(col, locate)
+        if first is None and not columns[name]["agree"]:
+            first = name
+    out = {"tolerance": {"atol": ATOL, "rtol": RTOL}, "compared": names, "not_compared": skipped,
+           "columns": columns, "agree": first is None and bool(names), "first_difference": first, "hint": None}
+    if first is not None:
+        hint = HINTS[first]
+        c = columns[first]
+        if c["proportional"] is not None:
+            hint += "; " + PROPORTIONAL_HINT.format(**c["proportional"])
+        if first in ON_VALID_TOKENS and "token_level_rewards" not in names:
+            hint += NO_REWARDS_HINT
+        out["hint"] = hint
+    return out
+
+
+def _column(col: dict[str, Tensor], locate) -> dict:
+    """One column's summary over all rows."""
+    differ = (col["bad"] > 0) | ~col["length_ok"]
+    where = lambda rows: [f"{p}:{r}" for p, r in map(locate, rows)]  # noqa: E731
+    first = torch.nonzero(differ).flatten()[:FIRST_ROWS].tolist()
+    mismatch = torch.nonzero(~col["length_ok"]).flatten()
+    finite = col["n"] - col["nonfinite"]
+    out = {
+        "agree": not bool(differ.any()), "rows_compared": int(col["length_ok"].sum()), "length_mismatch_rows": int(mismatch.numel()),
+        "positions": int(col["n"].sum()), "differing_positions": int(col["bad"].sum()),
+        "non_finite_positions": int(col["nonfinite"].sum()), "differing_rows": int(differ.sum()),
+        "max_abs_diff": None, "mean_abs_diff": float(col["sum"].sum() / finite.sum()) if float(finite.sum()) else None,
+        "worst": None, "first_rows": where(first), "proportional": None,
+    }
+    compared = col["length_ok"] & (col["n"] > 0)
+    if bool(compared.any()):
+        dmax = torch.where(compared, col["max"], -1.0)
+        row = int(torch.argmax(dmax))
+        worst = float(dmax[row])
+        out["max_abs_diff"] = worst if math.isfinite(worst) else None
+        if worst > 0:
+            out["worst"] = {"where": where([row])[0], "position": int(col["at"][row]),
+                            "input": _number(col["input"][row]), "rladv": _number(col["rladv"][row])}
+    if mismatch.numel():
+        out["length_mismatch_first_rows"] = where(mismatch[:FIRST_ROWS].tolist())
+    rows_bad = col["bad"] > 0
+    if bool(rows_bad.any()) and bool(col["scaled"][rows_bad].all()):
+        f = col["factor"][rows_bad]
+        out["proportional"] = {"lo": float(f.min()), "hi": float(f.max())}
+    return out
+
+
+def _number(x: Tensor) -> Optional[float]:
+    v = float(x)
+    return v if math.isfinite(v) else None

@@ -1,0 +1,234 @@
+"""Replay: an input that already holds token_level_rewards / rollout_is_weights / advantages / returns (a trainer's
+dump) is compared with what the run computes; the report's ``replay`` section says whether they agree and where
+the runs part. verl 0.9.1's own outputs (tests/golden) are the trainer dumps here."""
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+import rladv_cli
+from rladv_cli.cli import app
+
+GOLDEN = Path(__file__).parent / "golden"
+CASES = {Path(c["expected"]).stem: c for c in json.loads((GOLDEN / "cases.json").read_text())["cases"]}
+# every estimator once, with KL shaping, rejection and importance weights where verl's V1 trainer ran them
+REPLAYED = [stem for stem in CASES if stem.startswith("mix__") and stem.endswith("__kl_rs_is")] + [
+    "nosingle__grpo_passk__plain"]
+DUMPED = ("token_level_rewards", "rollout_is_weights", "advantages", "returns")
+
+
+def _dump(tmp_path: Path, case: dict, expected_stem: str | None = None) -> Path:
+    """The case's input with verl's outputs (of ``expected_stem``, by default the case's own) attached, as a
+    trainer's batch dump would hold them."""
+    table = pq.read_table(GOLDEN / case["input"])
+    expected = pq.read_table(GOLDEN / (CASES[expected_stem]["expected"] if expected_stem else case["expected"]))
+    assert expected["row_id"].to_pylist() == table["row_id"].to_pylist()
+    for name in DUMPED:
+        if name in expected.column_names:
+            table = table.append_column(name, expected[name].cast(pa.list_(pa.float32())))
+    path = tmp_path / "dump.parquet"
+    pq.write_table(table, path)
+    return path
+
+
+def _run(args: list[str], tmp_path: Path) -> dict:
+    report = tmp_path / "report.json"
+    result = CliRunner().invoke(app, ["compute", *args, "-o", str(tmp_path / "out.parquet"), "--report", str(report),
+                                      "--quiet", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    return json.loads(report.read_text())["replay"]
+
+
+def test_replayed_cases_cover_every_estimator_with_golden_cases():
+    estimators = {CASES[s]["rladv_args"][CASES[s]["rladv_args"].index("--estimator") + 1] for s in REPLAYED}
+    assert estimators == set(rladv_cli.estimators.ESTIMATORS) - {"gdpo"}
+
+
+@pytest.mark.parametrize("stem", REPLAYED)
+def test_verl_dump_replays(stem, tmp_path):
+    case = CASES[stem]
+    rp = _run([str(_dump(tmp_path, case)), *case["rladv_args"]], tmp_path)
+    with_is = "--rollout-is" in case["rladv_args"]
+    assert rp["compared"] == [c for c in DUMPED if with_is or c != "rollout_is_weights"]
+    assert rp["agree"] is True and rp["first_difference"] is None and rp["hint"] is None
+    rows = pq.read_metadata(GOLDEN / case["input"]).num_rows
+    for name, c in rp["columns"].items():
+        assert c["rows_compared"] == rows and c["positions"] > 0 and c["differing_positions"] == 0, (name, c)
+        assert c["max_abs_diff"] < 1e-4
+
+
+def test_other_settings_are_found_at_the_estimator_with_their_scale(tmp_path):
+    """verl's GRPO advantages replayed as Dr.GRPO: rewards agree, advantages differ by the groups' 1/(std+eps)."""
+    case = CASES["mix__grpo_nostd__plain"]
+    rp = _run([str(_dump(tmp_path, case, "mix__grpo__plain")), *case["rladv_args"]], tmp_path)
+    assert rp["agree"] is False and rp["first_difference"] == "advantages"
+    assert rp["columns"]["token_level_rewards"]["agree"] is True
+    adv = rp["columns"]["advantages"]
+    assert adv["differing_rows"] > 0 and adv["proportional"] is not None
+    assert "std normalisation" in rp["hint"]
+    # the factor of each row is its group's 1 / (std + 1e-6): recompute the range from the scores
+    table = pq.read_table(GOLDEN / case["input"])
+    totals = np.array([sum(r) for r in table["rm_scores"].to_pylist()])
+    uids = np.array(table["uid"].to_pylist())
+    factors = []
+    for u in np.unique(uids):
+        t = totals[uids == u]
+        if t.size > 1 and t.std(ddof=1) > 0:
+            factors.append(1 / (t.std(ddof=1) + 1e-6))
+    assert adv["proportional"]["lo"] == pytest.approx(min(factors), rel=1e-4)
+    assert adv["proportional"]["hi"] == pytest.approx(max(factors), rel=1e-4)
+
+
+def test_kl_left_out_is_found_at_the_rewards(tmp_path):
+    case = CASES["mix__grpo__kl_k1"]
+    rp = _run([str(_dump(tmp_path, case)), "--estimator", "grpo"], tmp_path)
+    assert rp["first_difference"] == "token_level_rewards" and "KL shaping" in rp["hint"]
+    # the difference is verl's shaping term, 0.05 * (old_log_probs - ref_log_prob) on actor tokens
+    table = pq.read_table(GOLDEN / case["input"])
+    assert case["rladv_args"][-4:] == ["--kl-coef", "0.05", "--kl-penalty", "kl"]
+    shaped = [any(abs(0.05 * (o - r) * m) > 1e-5 + 1e-4 * abs(s) for o, r, m, s in zip(*row))
+              for row in zip(*(table[c].to_pylist() for c in ("old_log_probs", "ref_log_prob", "response_mask", "rm_scores")))]
+    assert 0 < rp["columns"]["token_level_rewards"]["differing_rows"] == sum(shaped)
+
+
+def _table(**lists) -> pa.Table:
+    """Two groups of two rows, lengths 3, 2, 3, 2; scores at each row's last position."""
+    mask = [[1, 1, 1], [1, 1], [1, 0, 1], [1, 1]]
+    scores = [[0, 0, 1.0], [0, 0.0], [0, 0, 0.5], [0, 2.0]]
+    cols = {"response_mask": pa.array(mask, pa.list_(pa.int8())), "rm_scores": pa.array(scores, pa.list_(pa.float32())),
+            "uid": pa.array(["a", "a", "b", "b"])}
+    return pa.table({**cols, **lists})
+
+
+def test_one_changed_token_is_located():
+    out, _ = rladv_cli.compute(_table(), estimator="grpo")
+    adv = out["advantages"].to_pylist()
+    adv[2][2] += 0.01  # row 2, position 2
+    _, report = rladv_cli.compute(_table(advantages=pa.array(adv, pa.list_(pa.float32()))), estimator="grpo")
+    c = report.replay["columns"]["advantages"]
+    assert (c["differing_rows"], c["differing_positions"], c["positions"]) == (1, 1, 9)  # row 2 position 1: mask 0
+    assert c["first_rows"] == ["<table>:2"]
+    assert c["worst"]["where"] == "<table>:2" and c["worst"]["position"] == 2
+    assert c["worst"]["input"] == pytest.approx(adv[2][2]) and c["max_abs_diff"] == pytest.approx(0.01, rel=1e-4)
+    assert report.replay["compared"] == ["advantages"] and report.replay["first_difference"] == "advantages"
+    assert "no token_level_rewards" in report.replay["hint"]
+
+
+def test_masked_positions_are_not_compared_for_advantages_but_are_for_rewards():
+    out, _ = rladv_cli.compute(_table(), estimator="grpo")
+    adv, tlr = out["advantages"].to_pylist(), out["token_level_rewards"].to_pylist()
+    adv[2][1] = 7.0  # mask 0: verl leaves values there for some estimators
+    tlr[2][1] = 7.0
+    _, report = rladv_cli.compute(_table(advantages=pa.array(adv), token_level_rewards=pa.array(tlr)), estimator="grpo")
+    assert report.replay["columns"]["advantages"]["agree"] is True
+    assert report.replay["columns"]["token_level_rewards"]["differing_positions"] == 1
+    assert report.replay["first_difference"] == "token_level_rewards"
+
+
+def test_length_mismatch_null_list_and_nan():
+    out, _ = rladv_cli.compute(_table(), estimator="grpo")
+    adv = out["advantages"].to_pylist()
+    adv[0] = adv[0][:2]       # wrong length
+    adv[1] = None             # null list
+    adv[3] = [adv[3][0], None]  # null inside the list
+    adv[2][0] = math.nan
+    _, report = rladv_cli.compute(_table(advantages=pa.array(adv, pa.list_(pa.float32()))), estimator="grpo")
+    c = report.replay["columns"]["advantages"]
+    assert c["rows_compared"] == 2 and c["length_mismatch_rows"] == 2
+    assert c["length_mismatch_first_rows"] == ["<table>:0", "<table>:1"]
+    assert c["non_finite_positions"] == 2 and c["max_abs_diff"] is None
+    assert c["differing_rows"] == 4 and c["first_rows"] == ["<table>:0", "<table>:1", "<table>:2", "<table>:3"]
+
+
+def test_columns_that_cannot_be_compared_are_said():
+    _, report = rladv_cli.compute(_table(advantages=pa.array(["x"] * 4),
+                                         rollout_is_weights=pa.array([[1.0] * 3, [1.0] * 2, [1.0] * 3, [1.0] * 2])),
+                                  estimator="grpo")
+    assert report.replay["compared"] == [] and report.replay["agree"] is False
+    assert report.replay["not_compared"] == {
+        "rollout_is_weights": "carried through: this run does not compute it",
+        "advantages": "has type string, not a list of numbers"}
+
+
+def test_no_dumped_columns_no_section():
+    _, report = rladv_cli.compute(_table(), estimator="grpo")
+    assert report.replay is None
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 3])
+def test_replay_does_not_depend_on_chunking(chunk_rows, tmp_path):
+    case = CASES["mix__gae__kl_rs_is"]
+    dump = _dump(tmp_path, case, "mix__gae_g0.99_l0.95__kl_rs_is")
+    whole = _run([str(dump), *case["rladv_args"]], tmp_path)
+    chunked = _run([str(dump), *case["rladv_args"], "--chunk-rows", str(chunk_rows)], tmp_path)
+    assert chunked == whole and whole["first_difference"] == "advantages"
+
+
+def test_terminal_and_html_show_the_replay(tmp_path):
+    case = CASES["mix__grpo_nostd__plain"]
+    dump = _dump(tmp_path, case, "mix__grpo__plain")
+    html = tmp_path / "r.html"
+    result = CliRunner().invoke(app, ["compute", str(dump), *case["rladv_args"], "-o", str(tmp_path / "o.parquet"),
+                                      "--html", str(html), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "replay: the input's own columns against this run's (first difference: advantages" in text
+    assert "token_level_rewards agree over" in text and "advantages differ in" in text
+    page = html.read_text()
+    assert '<section id="replay">' in page and "Where to look:" in page
+
+
+def test_rladv_output_replays_itself(tmp_path):
+    src = tmp_path / "in.parquet"
+    shutil.copy(GOLDEN / CASES["mix__gae__plain"]["input"], src)
+    first = tmp_path / "first.parquet"
+    assert CliRunner().invoke(app, ["compute", str(src), "--estimator", "gae", "-o", str(first), "-q"]).exit_code == 0
+    rp = _run([str(first), "--estimator", "gae"], tmp_path)
+    assert rp["agree"] is True and all(c["max_abs_diff"] == 0 for c in rp["columns"].values())
+
+
+# ------------------------------------------------------------------ properties on random batches
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import strategies as S  # noqa: E402
+from test_properties import NAMES, attempt, examples, failed, needs  # noqa: E402
+
+
+@pytest.mark.parametrize("name", NAMES)
+@examples(4)
+@given(data=st.data(), s=S.estimator_settings(), kl=S.kl_settings())
+def test_an_output_replays_exactly_and_one_changed_token_is_found(name, data, s, kl):
+    """Every estimator: an output fed back with the same settings agrees bit for bit (any chunking); the same
+    output with one valid advantage moved by >= 1e-3·(1 + |a|) differs at exactly that row and position."""
+    table = data.draw(S.rollouts(**needs(name)), label="rollout").table()
+    first = attempt(rladv_cli.compute, table, estimator=name, device="cpu", **s, **kl)
+    if failed(first):
+        return
+    out = first[0]
+    chunk = data.draw(st.integers(1, table.num_rows), label="chunk_rows")
+    _, report = rladv_cli.compute(out, estimator=name, device="cpu", chunk_rows=chunk, **s, **kl)
+    rp = report.replay
+    assert rp["agree"] and rp["compared"] == ["token_level_rewards", "advantages", "returns"]
+    assert all(c["max_abs_diff"] in (0.0, None) and c["positions"] >= 0 for c in rp["columns"].values())
+    valid = [(i, t) for i, m in enumerate(out["response_mask"].to_pylist()) for t, v in enumerate(m) if v]
+    if not valid:
+        return
+    row, pos = data.draw(st.sampled_from(valid), label="changed token")
+    adv = out["advantages"].to_pylist()
+    step = data.draw(st.floats(1e-3, 10.0), label="step") * data.draw(st.sampled_from([1, -1]), label="sign")
+    adv[row][pos] = float(np.float32(adv[row][pos] + step * (1 + abs(adv[row][pos]))))  # well beyond the tolerance
+    changed = out.set_column(out.schema.get_field_index("advantages"), "advantages", pa.array(adv, pa.list_(pa.float32())))
+    _, report = rladv_cli.compute(changed, estimator=name, device="cpu", chunk_rows=chunk, **s, **kl)
+    c = report.replay["columns"]["advantages"]
+    assert (c["differing_rows"], c["differing_positions"]) == (1, 1)
+    assert c["first_rows"] == [f"<table>:{row}"] and c["worst"]["where"] == f"<table>:{row}"
+    assert c["worst"]["position"] == pos and c["worst"]["input"] == adv[row][pos]
+    assert report.replay["first_difference"] == "advantages" and report.replay["columns"]["token_level_rewards"]["agree"]
