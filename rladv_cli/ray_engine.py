@@ -318,7 +318,8 @@ class RayShards:
             warnings.simplefilter("ignore", DeprecationWarning)
             ds = ray.data.from_items(rows, override_num_blocks=len(rows)).map(
                 _run_task, fn_kwargs={"work": work_ref, "stage": stage, "staging": self.staging},
-                num_cpus=1, concurrency=self.workers, max_retries=MAX_RETRIES,
+                # never more tasks at once than shards: Ray Data warns of a limit above its inputs
+                num_cpus=1, concurrency=min(self.workers, len(rows)) if self.workers else None, max_retries=MAX_RETRIES,
             )
         results: list = [None] * len(rows)
         total, done = sum(shard.num_rows for shard, _ in items), 0

@@ -372,3 +372,13 @@ def test_an_address_ray_cannot_take_is_a_one_line_config_error():
 
     with pytest.raises(ConfigError, match=r"^--ray-address ray://head:10001: Ray Client requires .*ray\[client\]`\.$"):
         _init(NoClient, address="ray://head:10001")
+
+
+def test_quiet_is_quiet_with_more_workers_than_shards(ray_instance, tmp_path):
+    """One input file, two workers: Ray Data warned that its task limit exceeded its inputs (rladv's own setting,
+    nothing the user can act on) through ``-q``."""
+    path = tmp_path / "one.parquet"
+    pq.write_table(rollouts(np.random.default_rng(5)), path)
+    result = CliRunner().invoke(app, ["compute", str(path), "--estimator", "grpo", "--engine", "ray", "--ray-workers", "2",
+                                      "-q", "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0 and result.output == ""
