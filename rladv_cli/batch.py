@@ -31,7 +31,8 @@ class PositionSums:
 class Batch:
     """``B`` rows held flat: token tensors are ``(N,)`` float32, row tensors ``(B,)``.
 
-    response_mask: the mask the estimator uses (after rollout rejection); original_mask: as read (m0).
+    response_mask: the mask the estimator uses (after rollout rejection); original_mask: the mask before it (m0):
+    ``loss_mask`` when the input has one, else ``response_mask`` as read.
     token_level_scores: assembled scores; token_level_rewards: after KL shaping (same values when off).
     row_index: dataset-wide row numbers; group_index: dense ids of (batch, uid) groups; groups: the
     batch-wide group statistics, present for estimators that declare ``groups``; pad_width: the longest
@@ -138,12 +139,15 @@ def from_arrow(table: pa.Table, first_row: int, device: torch.device) -> Batch:
     }
     if "reward_baselines" in names:
         optional["reward_baselines"] = t(scalar_values(table, "reward_baselines"))
-    m0 = t(mask)
+    # m0: the mask before rollout rejection: ``loss_mask`` when present (an rladv output, verl's [P] batch), whose
+    # tokens ``response_mask`` may have dropped already; else ``response_mask`` itself
+    m = t(mask)
+    m0 = t(flat_values(table, "loss_mask", np.float32)) if "loss_mask" in names else m
     s = t(scores)
     return Batch(
         row_offsets=t(offsets),
         original_mask=m0,
-        response_mask=m0,
+        response_mask=m,
         token_level_scores=s,
         token_level_rewards=s,
         row_index=torch.arange(first_row, first_row + table.num_rows, device=device),

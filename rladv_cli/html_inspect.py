@@ -103,8 +103,7 @@ def _section_masks(ins: Inspection) -> str:
             ("rows without an actor token", m.rows_without_actor_tokens)]
     if m.loss_vs_response is not None:
         lv = m.loss_vs_response
-        rows += [("rows where loss_mask and response_mask differ", lv.rows),
-                 ("tokens in loss_mask only", lv.loss_only_tokens), ("actor tokens outside loss_mask", lv.response_only_tokens)]
+        rows += [("rows where response_mask drops loss_mask tokens", lv.rows), ("tokens in loss_mask only", lv.loss_only_tokens)]
     return kv(rows)
 
 

@@ -31,7 +31,7 @@ checking it, ``rows`` are the first five rows:
   3 score_on_masked_position warn  a non-zero score on a position that is not an actor token
     row_without_actor_tokens warn  no actor token
     row_fully_rejected warn (``loss_mask`` present) actor tokens, but no position with ``response_mask`` 1
-    loss_mask_differs warn  (``loss_mask`` present) ``loss_mask != response_mask`` somewhere in the row
+    loss_mask_differs warn  (``loss_mask`` present) ``response_mask`` drops ``loss_mask`` tokens somewhere in the row
   4 group_size_mismatch warn (``uid``) the batch has a group whose size differs from ``expected_n`` (or, without
                             it, group sizes differ). ``count`` is batches, as in compute's report (inspect reads
                             the dataset as one batch: 0 or 1); ``rows`` are the first rows of the groups off
@@ -175,9 +175,11 @@ class Scores(_Model):
 
 
 class LossVsResponse(_Model):
-    rows: int = Field(description="rows where loss_mask and response_mask differ")
+    """``response_mask`` against ``loss_mask``, the mask before rollout rejection (a ``response_mask`` 1 under a
+    ``loss_mask`` 0 breaks the contract: its row is an invalid row)."""
+
+    rows: int = Field(description="rows where response_mask drops loss_mask tokens")
     loss_only_tokens: int = Field(description="loss_mask 1, response_mask 0 (rejected by rollout correction?)")
-    response_only_tokens: int = Field(description="loss_mask 0, response_mask 1 (a trained token outside the loss mask)")
 
 
 class Masks(_Model):
@@ -418,8 +420,7 @@ def _scan_chunk(t: pa.Table, plan: _Plan, beta: float, kl_mode: str) -> dict[str
         ends_in_observation=~m0[off[:-1] + last],
     )
     if plan.loss:
-        out.update(loss_only=_seg_sum(m0 & ~m, off), response_only=_seg_sum(~m0 & m, off),
-                   loss_on_padding=_seg_sum(m0 & pad, off))
+        out.update(loss_only=_seg_sum(m0 & ~m, off), loss_on_padding=_seg_sum(m0 & pad, off))
     r = None
     if plan.score is not None:
         s = assemble_scores(t, off, off[:-1] + last)
@@ -667,12 +668,10 @@ def _summarise(ds: Dataset, plan: _Plan, est: Optional[Estimator], rows: _Rows, 
                    "every row with loss_mask 1 somewhere keeps a response_mask 1 token",
                    f"{fully_rejected.size} row(s) lost every actor token to rollout rejection (loss_mask 1 but "
                    "response_mask 0 everywhere): they get no advantage and still enter their group's baseline")
-        differ = (rows["loss_only"] + rows["response_only"]) > 0
-        fl = rows["drow"][differ]
+        fl = rows["drow"][rows["loss_only"] > 0]
         checks.add("loss_mask_differs", 3, fl.size, fl, "loss_mask equals response_mask everywhere",
-                   f"{fl.size} row(s) where loss_mask and response_mask disagree: {int(rows['loss_only'].sum())} token(s) "
-                   f"in the loss mask only (rollout-rejected tokens in an rladv/verl output), "
-                   f"{int(rows['response_only'].sum())} response_mask 1 token(s) outside the loss mask")
+                   f"{fl.size} row(s) where response_mask drops {int(rows['loss_only'].sum())} loss_mask token(s) "
+                   "(rollout-rejected tokens in an rladv or verl output; compute's estimator leaves them out)")
     # ---- steps 4-5: groups
     groups = Groups(count=0, sizes={}, singletons=0, all_equal=0, expected_n=expected_n, basis=plan.basis)
     group_flags: dict[str, np.ndarray] = {}
@@ -706,8 +705,7 @@ def _summarise(ds: Dataset, plan: _Plan, est: Optional[Estimator], rows: _Rows, 
     masks = Masks(
         has_loss_mask=plan.loss, has_attention_mask=plan.attention,
         loss_vs_response=LossVsResponse(
-            rows=int(((rows["loss_only"] + rows["response_only"]) > 0).sum()),
-            loss_only_tokens=int(rows["loss_only"].sum()), response_only_tokens=int(rows["response_only"].sum()),
+            rows=int((rows["loss_only"] > 0).sum()), loss_only_tokens=int(rows["loss_only"].sum()),
         ) if plan.loss else None,
         padding_tokens=pad_tokens, loss_on_padding_tokens=int(rows["loss_on_padding"].sum()) if plan.loss else 0,
         rows_without_actor_tokens=int(without.size), rows_fully_rejected=int(fully_rejected.size),
@@ -914,8 +912,7 @@ def render_inspection(ins: Inspection, console) -> None:
     m = ins.masks
     if m.loss_vs_response is not None:
         lv = m.loss_vs_response
-        t.add_row("loss_mask vs response_mask", f"{lv.rows} rows differ: {lv.loss_only_tokens} loss-only, "
-                  f"{lv.response_only_tokens} response-only tokens")
+        t.add_row("loss_mask vs response_mask", f"{lv.rows} rows differ: {lv.loss_only_tokens} loss-only tokens")
     if ins.kl is not None:
         t.add_row("KL", f"{ins.kl.penalty}, coef {_fmt(ins.kl.coef)}, mean estimate {_fmt(ins.kl.mean)}")
     console.print(t)

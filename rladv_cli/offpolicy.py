@@ -1,7 +1,8 @@
 """What-if sweep of rollout rejection: for each option and threshold, what verl's rejection would remove.
 
-Reads only ``response_mask``, ``old_log_probs``, ``rollout_log_probs`` (and ``uid`` when present), chunk by
-chunk; keep masks are the same ``rejection_keep`` the compute pipeline applies.
+Reads only ``response_mask``, ``old_log_probs``, ``rollout_log_probs`` (and ``uid`` and ``loss_mask``, the mask
+before rejection, when present), chunk by chunk; keep masks are the same ``rejection_keep`` the compute pipeline
+applies, from the same mask.
 """
 from __future__ import annotations
 
@@ -65,10 +66,13 @@ def sweep(inputs: Sequence[str | os.PathLike] | str | os.PathLike, options: Sequ
         raise InputError(dataset.paths[0], "holds no rows")  # as compute and validate say
     labels, rows = Labels(None), RowTable()
     done = 0
-    for chunk in dataset.chunks(needed + (["uid"] if has_uid else []), chunk_rows):
+    # the mask before rejection, as compute's: loss_mask when present (an rladv output, a verl [P] batch)
+    original = "loss_mask" if "loss_mask" in dataset.columns else "response_mask"
+    for chunk in dataset.chunks(needed + (["uid"] if has_uid else []) + (["loss_mask"] if original == "loss_mask" else []),
+                                chunk_rows):
         validation.check_chunk(chunk.table, chunk.path, chunk.start)
         off = as_tensor(list_offsets(array_of(chunk.table["response_mask"])))
-        m0 = as_tensor(flat_values(chunk.table, "response_mask"))
+        m0 = as_tensor(flat_values(chunk.table, original))
         old = as_tensor(flat_values(chunk.table, "old_log_probs"))
         rollout = as_tensor(flat_values(chunk.table, "rollout_log_probs"))
         cols = {"valid": kernels.segment_sum(m0, off)}

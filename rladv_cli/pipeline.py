@@ -260,8 +260,11 @@ class ShardWork:
 
     def _layout_columns(self) -> list[str]:
         """What the layout pass reads: the mask, the batch key and, to step an adaptive KL controller per
-        batch, the log-probs."""
-        wanted = {"response_mask", self.cfg.batch_key} | ({"old_log_probs", "ref_log_prob"} if self._adaptive_kl() else set())
+        batch, the log-probs and the mask before rejection (``loss_mask`` when present)."""
+        kl = {"old_log_probs", "ref_log_prob"} if self._adaptive_kl() else set()
+        if kl and "loss_mask" in self.scan_columns:  # the output schema has it either way: only when the input does
+            kl.add("loss_mask")
+        wanted = {"response_mask", self.cfg.batch_key} | kl
         return [c for c in self.schema.names if c in wanted]
 
     def _layout(self, shard: Shard, given: dict[str, Tensor]) -> ShardResult:
@@ -277,7 +280,8 @@ class ShardWork:
             cols = {"batch_id": torch.from_numpy(labels.batch_ids(chunk.table, chunk.path, chunk.start)),
                     "length": kernels.row_lengths(offsets)}
             if adaptive:
-                m0 = as_tensor(flat_values(chunk.table, "response_mask"))
+                m0 = as_tensor(flat_values(chunk.table, "loss_mask" if "loss_mask" in chunk.table.column_names
+                                           else "response_mask"))
                 kld = kl_penalty(as_tensor(flat_values(chunk.table, "old_log_probs")),
                                  as_tensor(flat_values(chunk.table, "ref_log_prob")), self.cfg.kl_penalty) * m0
                 cols["kl_row"] = kernels.segment_sum(kld, offsets) / (kernels.segment_sum(m0, offsets) + 1e-8)
@@ -505,7 +509,7 @@ class Pipeline:
 
     def _scan_columns(self) -> list[str]:
         names = self.source.columns
-        optional = ("attention_mask", "uid", "old_log_probs", "rollout_log_probs", "tool_rewards")
+        optional = ("attention_mask", "loss_mask", "uid", "old_log_probs", "rollout_log_probs", "tool_rewards")
         wanted = set(self.required) | {c for c in optional if c in names}
         if self.fold:
             wanted |= {"session_id", "output_index"}
@@ -730,14 +734,14 @@ class Pipeline:
             warn.add_rows("credit_reset_at_mask",
                           "{n} row(s): reinforce_plus_plus in reset mode cut a reward off from earlier tokens at a mask-0 "
                           "position (--rpp-mask-mode carry passes it through, as verl 0.9.1 does)", rows["credit_reset_at_mask"])
-        if self.rules:
-            rejected = rows["actor"] - rows["used"]
-            warn.add_rows("row_fully_rejected", "{n} row(s) lost every valid token to rollout rejection",
-                          (rows["actor"] > 0) & (rows["used"] == 0))
-            if est.groups:
-                warn.add_rows("rejected_in_group_baseline",
-                              "{n} row(s) with rejected tokens still contribute their full reward to their group's baseline",
-                              rejected > 0)
+        # rejected: by this run's rollout rejection, or already in the input (response_mask below its loss_mask)
+        rejected = rows["actor"] - rows["used"]
+        warn.add_rows("row_fully_rejected", "{n} row(s) lost every valid token to rollout rejection",
+                      (rows["actor"] > 0) & (rows["used"] == 0))
+        if est.groups:
+            warn.add_rows("rejected_in_group_baseline",
+                          "{n} row(s) with rejected tokens still contribute their full reward to their group's baseline",
+                          rejected > 0)
         shifts = {b: _ulp_shift(w) for b, w in enumerate(self.whitening)}  # self.whitening: one entry per batch
         ill = {b: shift for b, shift in shifts.items() if shift >= ILL_CONDITIONED_SHIFT}
         if ill:

@@ -155,11 +155,13 @@ def check_chunk(table: pa.Table, path: str, start: int, validated: frozenset[str
             _check_list_values(arr, name, path, start)
         else:
             _list_values(arr, name, path, start)
-    masks = {"attention_mask", "response_mask"} & set(table.column_names)
-    if "attention_mask" in masks and not masks <= validated:
-        for name in masks - flat.keys():  # validated earlier, still needed here
-            flat[name] = numpy_of(array_of(table[name]).flatten()).astype(np.int64)
-        _check_padding(table, path, start, flat)
+    for pair, check in (({"attention_mask", "response_mask"}, _check_padding),
+                        ({"loss_mask", "response_mask"}, _check_within_loss_mask)):
+        present = pair & set(table.column_names)
+        if ("attention_mask" in present or "loss_mask" in present) and not present <= validated:
+            for name in present - flat.keys():  # validated earlier, still needed here
+                flat[name] = numpy_of(array_of(table[name]).flatten()).astype(np.int64)
+            check(table, path, start, flat)
 
 
 def _list_values(arr: pa.Array, name: str, path: str, start: int) -> np.ndarray:
@@ -259,6 +261,22 @@ def _pos(arr: pa.Array, parents: np.ndarray, flat_index: int) -> int:
     """Position inside its row of flat value ``flat_index``."""
     row = int(parents[flat_index])
     return flat_index - int(np.searchsorted(parents, row, side="left"))
+
+
+def _check_within_loss_mask(table: pa.Table, path: str, start: int, flat: dict[str, np.ndarray]) -> None:
+    """``loss_mask`` is the mask before rollout rejection (rladv's m0), which ``response_mask`` may only drop
+    tokens from: a ``response_mask`` 1 under a ``loss_mask`` 0 is an error."""
+    if "response_mask" not in flat:
+        return
+    bad = _first((flat["loss_mask"] == 0) & (flat["response_mask"] == 1))
+    if bad is not None:
+        arr = array_of(table["response_mask"])
+        parents = numpy_of(pc.list_parent_indices(arr))
+        raise InputError(
+            path, f"is 1 at position {_pos(arr, parents, bad)} where loss_mask is 0; loss_mask is the mask before "
+            "rollout rejection, and response_mask may only drop tokens from it", row=start + int(parents[bad]),
+            column="response_mask", kind="1 outside loss_mask",
+        )
 
 
 def _check_padding(table: pa.Table, path: str, start: int, flat: dict[str, np.ndarray]) -> None:

@@ -504,6 +504,15 @@ def _add(column: str, make, row: int, value):
     return mutate
 
 
+def _loss_mask_without(row: int, position: int):
+    """A ``loss_mask`` equal to ``response_mask`` but 0 at one of its 1 positions."""
+    def mutate(cols):
+        cols["loss_mask"] = [list(r) for r in cols["response_mask"]]
+        assert cols["loss_mask"][row][position] == 1
+        cols["loss_mask"][row][position] = 0
+    return mutate
+
+
 def _padded(mutate_att):
     def mutate(cols):
         cols["attention_mask"] = [[1] * len(r) for r in cols["response_mask"]]
@@ -541,6 +550,7 @@ ROW_ERRORS = [
     ("attention_mask-2", _padded(_set_token("attention_mask", 2, 0, 2)), "grpo", [], 2, "attention_mask"),
     ("loss_mask-2", _add("loss_mask", lambda c: [[1] * len(r) for r in c["response_mask"]], 3, [1, 1, 2, 1, 1]),
      "grpo", [], 3, "loss_mask"),
+    ("response-outside-loss_mask", _loss_mask_without(3, 2), "grpo", [], 3, "response_mask"),
     ("null-uid", _set("uid", 1, None), "grpo", [], 1, "uid"),
     ("null-batch-key", _add("step", lambda c: [7] * len(c["uid"]), 2, None), "grpo", ["--batch-key", "step"],
      2, "step"),

@@ -243,7 +243,7 @@ def test_loss_mask_and_advantages_and_dead_signal(with_advantages):
     expect(ins, "group_size_mismatch", "warn", 1, [2])
     expect(ins, "all_equal_group", "warn", 1, [0])
     assert ins.status == "fail"
-    assert ins.masks.loss_vs_response.model_dump() == {"rows": 2, "loss_only_tokens": 3, "response_only_tokens": 0}
+    assert ins.masks.loss_vs_response.model_dump() == {"rows": 2, "loss_only_tokens": 3}
     values = np.array([0, 0, 0, 0, 0, 0.7, 0.7, -0.7, -0.7, 0.5, 0.3, 0], dtype=np.float32).astype(np.float64)
     a = ins.advantages
     assert a.count == 12

@@ -66,6 +66,29 @@ def test_verl_dump_replays(stem, tmp_path):
         assert c["max_abs_diff"] < 1e-4
 
 
+def test_a_verl_batch_after_rejection_replays_with_or_without_the_rejection_flags(tmp_path):
+    """A batch dumped after verl's advantage step holds the rewritten response_mask and, as verl's [P] trainer
+    stores it, the original mask as loss_mask: rladv takes loss_mask as the mask before rejection, so the run's
+    own flags recompute the same rejection, and without them the estimator uses the batch's response_mask."""
+    case = CASES["mix__grpo__kl_rs_is"]
+    table = pq.read_table(_dump(tmp_path, case))
+    expected = pq.read_table(GOLDEN / case["expected"])
+    rewritten = pa.array([[int(v) for v in r] for r in expected["response_mask"].to_pylist()], pa.list_(pa.int8()))
+    table = table.append_column("loss_mask", table["response_mask"]).set_column(
+        table.schema.get_field_index("response_mask"), "response_mask", rewritten)
+    pq.write_table(table, tmp_path / "after.parquet")
+    args = case["rladv_args"]
+    with_flags = _run([str(tmp_path / "after.parquet"), *args], tmp_path)
+    assert with_flags["agree"] and len(with_flags["compared"]) == 4
+    kl_only = args[:args.index("--rollout-rs")]
+    without = _run([str(tmp_path / "after.parquet"), *kl_only], tmp_path)
+    assert without["agree"] and without["compared"] == ["token_level_rewards", "advantages", "returns"]
+    assert without["not_compared"] == {"rollout_is_weights": "carried through: this run does not compute it"}
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["tokens"]["rejected"] > 0
+    assert report["tokens"]["rejected"] == sum(map(sum, table["loss_mask"].to_pylist())) - sum(map(sum, rewritten.to_pylist()))
+
+
 def test_other_settings_are_found_at_the_estimator_with_their_scale(tmp_path):
     """verl's GRPO advantages replayed as Dr.GRPO: rewards agree, advantages differ by the groups' 1/(std+eps)."""
     case = CASES["mix__grpo_nostd__plain"]

@@ -59,6 +59,12 @@ def test_sweep_agrees_with_compute_and_with_any_chunking(tmp_path):
         assert rr["rollout_rs_masked_fraction"] == pytest.approx(entry.token_fraction_rejected, rel=1e-6)
         fully = [w.count for w in report.warnings if w.code == "row_fully_rejected"]
         assert (fully[0] if fully else 0) == entry.rows_fully_rejected
+        # an output of that run sweeps as its input: its loss_mask is the mask before rejection
+        out, _ = rladv_cli.compute(table, estimator="grpo", rollout_rs=entry.option, rollout_rs_threshold=entry.threshold,
+                                   device="cpu")
+        pq.write_table(out, tmp_path / "out.parquet")
+        again = sweep([tmp_path / "out.parquet"], ["seq_max_k2", "token_k3"], ["0.01", "0.1"])
+        assert again.model_dump(exclude={"paths"}) == whole.model_dump(exclude={"paths"})
 
 
 def test_offpolicy_cli_table_json_and_errors(tmp_path):
@@ -113,6 +119,23 @@ def test_rejection_changes_only_the_mask_and_is_chunk_independent(seed, rows, op
     assert rejected.equals(chunked)
     assert rejected["token_level_rewards"].equals(plain["token_level_rewards"])
     assert rejected["loss_mask"].equals(t["loss_mask"])
+    # the output read back: loss_mask is its mask before rejection, so the same flags give the same output, and
+    # without them the estimator takes the response_mask as rejected
+    assert rladv_cli.compute(rejected, rollout_rs=option, rollout_rs_threshold=threshold, **common)[0].equals(rejected)
+    assert rladv_cli.compute(rejected, **common)[0].equals(rejected)
     before = np.concatenate(t["response_mask"].to_numpy(zero_copy_only=False))
     after = np.concatenate(rejected["response_mask"].to_numpy(zero_copy_only=False))
     assert np.all(after <= before)
+
+
+def test_an_output_with_rejection_replays_under_an_adaptive_kl_controller():
+    """The adaptive controller's per-batch KL (the layout pass) is taken over the mask before rejection, the output's
+    loss_mask, as in the run that wrote it."""
+    t = _random_table(7, 30)
+    t = t.append_column("step", pa.array([i % 3 for i in range(t.num_rows)]))
+    common = dict(estimator="grpo", device="cpu", kl_coef=0.05, kl_penalty="k1", kl_ctrl="adaptive", kl_target=0.01,
+                  kl_horizon=100, batch_key="step", rollout_rs="token_k1", rollout_rs_threshold="0.7_1.5")
+    out, report = rladv_cli.compute(t, **common)
+    assert report.tokens.rejected > 0 and len({b.coef for b in report.kl.batches}) == 3
+    again, replayed = rladv_cli.compute(out, **common)
+    assert again.equals(out) and replayed.kl == report.kl
