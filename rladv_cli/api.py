@@ -83,11 +83,11 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
     paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     dataset = Dataset(paths)
     out = str(output) if output is not None else default_output(paths)
-    check_output_path(out, dataset)
+    check_output_path(out, dataset.paths)
     extra = {"--report": report_path, "--html": html_path}
     for flag, path in extra.items():
         if path is not None:
-            check_output_path(str(path), dataset, flag)
+            check_output_path(str(path), dataset.paths, flag)
     given = [os.path.abspath(p) for p in (out, report_path, html_path) if p is not None]
     twice = next((p for p in given if given.count(p) > 1), None)
     if twice is not None:

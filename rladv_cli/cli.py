@@ -394,6 +394,25 @@ def offpolicy(
 
 
 @app.command()
+def convert(
+    saved: Annotated[Path, typer.Argument(parser=_path, help="A batch the trainer saved: verl's DataProto.save_to_disk pickle, or torch.save output (.pt).")],
+    out: Annotated[Optional[Path], typer.Option("-o", "--output", parser=_path, help="Parquet file to write (default: SAVED with .parquet).")] = None,
+    step: Annotated[Optional[int], typer.Option(help="Add a step column with this value (for --batch-key step over a folder of dumps).")] = None,
+) -> None:
+    """Write a trainer's saved batch as a rollout dataset, ready for rladv compute to replay (loads pickles: trusted files only)."""
+    from .dump import dump_batch, load_saved
+
+    from .io import check_output_path
+
+    target = out or saved.with_suffix(".parquet")
+    _run(lambda: check_output_path(str(target), [saved]))
+    done = _run(lambda: dump_batch(load_saved(saved), target, step=step))
+    typer.echo(f"{shown(done.path)}: {done.rows} rows, {done.tokens} tokens; columns {', '.join(done.columns)}")
+    for name, why in done.skipped.items():
+        typer.echo(one_line(f"  left out {name}: {why}"))
+
+
+@app.command()
 def estimators(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:

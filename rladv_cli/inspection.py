@@ -532,7 +532,7 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
         raise ConfigError(f"--kl-penalty: '{kl_penalty}' is not a KL estimate verl implements; choose one of {', '.join(KL_MODES)}")
     ds = Dataset(_paths(inputs))
     if html_path is not None:
-        check_output_path(str(html_path), ds, "--html")
+        check_output_path(str(html_path), ds.paths, "--html")
     plan, bad_columns = _plan(ds, kl_coef)
     rows = _Rows()
     labels = Labels(None)
@@ -1485,7 +1485,7 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
     data, script = os.path.join(folder, "group.parquet"), os.path.join(folder, "command.txt")
     try:
         for target in (data, script):
-            check_output_path(target, ds, option="--export")
+            check_output_path(target, ds.paths, option="--export")
         with SideFiles() as files:  # both files, or neither
             files.write(data, parquet.getvalue().to_pybytes())
             files.write(script, text)

@@ -356,11 +356,11 @@ def default_output(inputs: Sequence[str | os.PathLike]) -> str:
     return str(p.with_name(p.name.removesuffix(".parquet") + ".adv.parquet"))
 
 
-def check_output_path(out: str, dataset: Dataset, option: str = "-o") -> None:
-    """Refuse to write onto an input, a folder, a FIFO or device, into a missing folder, or into a folder we
-    cannot write."""
+def check_output_path(out: str, inputs: Sequence[str | os.PathLike], option: str = "-o") -> None:
+    """Refuse to write onto one of the ``inputs``, a folder, a FIFO or device, into a missing folder, or into a
+    folder we cannot write."""
     target = Path(out)
-    for p in dataset.paths:
+    for p in inputs:
         if target.exists() and target.resolve() == Path(p).resolve():
             raise OutputError(f"{option} {out} is one of the inputs; rladv never writes onto its input")
     folder = target.parent if str(target.parent) else Path(".")

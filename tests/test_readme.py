@@ -28,8 +28,9 @@ def test_every_command_and_option_is_in_the_readme():
 
 
 def test_python_example_runs(tmp_path, monkeypatch):
-    code = re.search(r"```python\n(.*?)```", README, re.S).group(1)
+    code = re.search(r"## Python API\n.*?```python\n(.*?)```", README, re.S).group(1)
     code = code.replace("/tmp/mt.adv.parquet", str(tmp_path / "mt.adv.parquet"))
+    code = code.replace("/tmp/step_0.parquet", str(tmp_path / "step_0.parquet"))
     monkeypatch.chdir(ROOT)
     exec(compile(code, "README.md", "exec"), {})
-    assert (tmp_path / "mt.adv.parquet").exists()
+    assert (tmp_path / "mt.adv.parquet").exists() and (tmp_path / "step_0.parquet").exists()

@@ -1,0 +1,227 @@
+"""A trainer's batch as a rollout dataset in the contract's layout, so that ``rladv compute`` can replay the step.
+
+Call ``dump_batch`` inside the training loop (after the advantage step, so the batch also holds the trainer's
+``token_level_rewards``, ``advantages`` and ``returns`` for the replay to compare), or ``rladv convert`` on a
+batch the trainer saved. A batch is verl's ``DataProto`` (``.batch`` tensors, ``.non_tensor_batch`` arrays), a
+``TensorDict`` (verl 0.9.1's TransferQueue gives jagged ones), or a plain mapping of names to tensors, numpy
+arrays or lists. Per-response-token fields become list columns: jagged tensors row by row as they are; padded
+``[B, T]`` tensors at their full width ``T``, with the response part of ``attention_mask`` marking the padding, so
+that row totals round as the trainer's padded sums did. ``[B]`` fields become scalar columns. What cannot be
+stored (prompt-side tensors, other shapes) is left out and said. No torch import of its own.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .columns import arrow_of
+from .errors import InputError
+from .io import AtomicParquetWriter, check_output_path, signals_deferred
+
+# verl's batch names -> the contract's (SEMANTICS §1: token_level_scores is rm_scores copied verbatim)
+RENAMES = {"token_level_scores": "rm_scores"}
+PROMPT_SIDE = frozenset({"prompts", "input_ids", "position_ids", "raw_prompt_ids"})
+MASKS = frozenset({"response_mask", "attention_mask", "loss_mask"})
+WHERE = "<batch>"
+
+
+@dataclass
+class Dumped:
+    """What ``dump_batch`` wrote: the file, its rows and tokens, its columns, and each field left out with why."""
+
+    path: str
+    rows: int
+    tokens: int
+    columns: list[str]
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Tokens:
+    """A per-token field as flat values and the row offsets they follow (``(B+1,)``), or a padded ``[B, T]``."""
+
+    values: np.ndarray
+    offsets: Optional[np.ndarray]  # None: padded rows of width values.shape[1]
+
+
+def dump_batch(batch: Any, path: str | os.PathLike, *, step: Optional[int] = None) -> Dumped:
+    """Write ``batch`` to ``path`` (Parquet, written to a temporary file and renamed) in the contract's layout;
+    ``step`` adds a ``step`` column (for ``--batch-key step`` over a folder of dumps). ``path`` is refused where
+    ``rladv compute`` refuses an output (a missing folder, a folder, a FIFO or device)."""
+    table, skipped = batch_table(batch, step=step)
+    out = os.fspath(path)
+    check_output_path(out, (), "path")
+    with AtomicParquetWriter(out, table.schema) as sink:
+        sink.write(table)
+        sink.finish()
+        with signals_deferred():
+            sink.commit()
+    tokens = int(pc.sum(pc.list_value_length(table["response_mask"])).as_py() or 0)
+    return Dumped(out, table.num_rows, tokens, table.column_names, skipped)
+
+
+def load_saved(path: str | os.PathLike) -> Any:
+    """A batch a trainer saved: ``torch.save`` output (``.pt``/``.pth``) or a pickle (verl's
+    ``DataProto.save_to_disk``). Unpickling runs code from the file: load only files you trust."""
+    import pickle
+
+    where = os.fspath(path)
+    try:
+        if where.endswith((".pt", ".pth")):
+            import torch
+
+            return torch.load(where, map_location="cpu", weights_only=False)
+        with open(where, "rb") as f:
+            return pickle.load(f)
+    except ModuleNotFoundError as err:
+        raise InputError(where, f"holds objects of the {err.name} package, which is not installed here (a verl "
+                         "DataProto needs verl and tensordict: pip install verl==0.9.1)") from None
+    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError, RuntimeError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise InputError(where, f"cannot be read as a saved batch (a torch.save or pickle file): {first}") from None
+
+
+def batch_table(batch: Any, *, step: Optional[int] = None) -> tuple[pa.Table, dict[str, str]]:
+    """``batch`` as an Arrow table in the contract's layout, and the fields left out with the reason for each."""
+    fields = _fields(batch)
+    skipped: dict[str, str] = {}
+    for old, new in RENAMES.items():
+        if old in fields:
+            if new in fields:
+                skipped[old] = f"the same values as {new} in verl"
+                del fields[old]
+            else:
+                fields = {new if k == old else k: v for k, v in fields.items()}
+    if "response_mask" not in fields:
+        raise InputError(WHERE, "missing; the batch needs it to tell the responses' tokens", column="response_mask")
+    mask = _tokens(fields["response_mask"])
+    if mask is None:
+        raise InputError(WHERE, f"is {_shape(fields['response_mask'])}; expected [B, T] or a jagged tensor",
+                         column="response_mask")
+    rows = len(mask.offsets) - 1 if mask.offsets is not None else mask.values.shape[0]
+    width = None if mask.offsets is not None else mask.values.shape[1]
+    columns: dict[str, pa.Array] = {}
+    for name, value in fields.items():
+        if name in PROMPT_SIDE:
+            skipped[name] = "prompt side, not one value per response token"
+            continue
+        if name == "attention_mask":
+            why = _attention(value, rows, width, columns)
+            if why:
+                skipped[name] = why
+            continue
+        column, why = _column(name, value, mask, rows)
+        if column is None:
+            skipped[name] = why
+        else:
+            columns[name] = column
+    if step is not None:
+        if "step" in columns:
+            raise InputError(WHERE, "is a field of the batch already; leave out step=", column="step")
+        columns["step"] = pa.array(np.full(rows, int(step), dtype=np.int64))
+    return pa.table(columns), skipped
+
+
+def _fields(batch: Any) -> dict[str, Any]:
+    """Name -> value of a DataProto, a TensorDict or a mapping, in the batch's order."""
+    if hasattr(batch, "non_tensor_batch") and hasattr(batch, "batch"):  # verl's DataProto
+        out = dict(batch.batch.items()) if batch.batch is not None else {}
+        out.update(batch.non_tensor_batch)
+        return out
+    if isinstance(batch, Mapping) or hasattr(batch, "items"):
+        return dict(batch.items())
+    raise TypeError(f"dump_batch takes a DataProto, a TensorDict or a mapping of names to arrays, not {type(batch).__name__}")
+
+
+def _is_tensor(value: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _numpy(tensor) -> np.ndarray:
+    """A (non-nested) tensor as numpy on the CPU; half precisions as float32."""
+    t = tensor.detach().cpu()
+    if str(t.dtype) in ("torch.bfloat16", "torch.float16"):
+        t = t.float()
+    return t.numpy()
+
+
+def _tokens(value: Any) -> Optional[_Tokens]:
+    """A per-token field's values and layout: a jagged tensor's values and offsets, or a 2-D array; else None."""
+    if _is_tensor(value) and value.is_nested:
+        try:
+            return _Tokens(_numpy(value.values()), _numpy(value.offsets()).astype(np.int64))
+        except (RuntimeError, ValueError):  # a strided nested tensor: row by row
+            parts = [_numpy(x) for x in value.unbind()]
+            offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
+            return _Tokens(np.concatenate(parts) if parts else np.zeros(0), offsets)
+    array = _numpy(value) if _is_tensor(value) else value
+    if isinstance(array, np.ndarray) and array.ndim == 2 and array.dtype != object:
+        return _Tokens(array, None)
+    return None
+
+
+def _shape(value: Any) -> str:
+    if _is_tensor(value) and value.is_nested:
+        return f"jagged [{value.size(0)}, j]"
+    shape = getattr(value, "shape", None)
+    return f"shape {list(shape)}" if shape is not None else type(value).__name__
+
+
+def _list_array(values: np.ndarray, offsets: np.ndarray, name: str) -> pa.Array:
+    if name in MASKS:
+        values = values.astype(np.int8)
+    kind = pa.from_numpy_dtype(values.dtype)
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), arrow_of(values, kind))
+
+
+def _column(name: str, value: Any, mask: _Tokens, rows: int) -> tuple[Optional[pa.Array], str]:
+    """One field as a column (list per row, or scalar per row), or None and why it cannot be one."""
+    tokens = _tokens(value)
+    if tokens is not None:
+        if mask.offsets is not None:
+            if tokens.offsets is None or not np.array_equal(tokens.offsets, mask.offsets):
+                return None, f"{_shape(value)} does not follow response_mask's jagged rows"
+            return _list_array(tokens.values, tokens.offsets, name), ""
+        if tokens.offsets is not None or tokens.values.shape != mask.values.shape:
+            return None, f"{_shape(value)}, not the responses' {list(mask.values.shape)}"
+        width = tokens.values.shape[1]
+        return _list_array(tokens.values.reshape(-1), np.arange(rows + 1, dtype=np.int64) * width, name), ""
+    array = _numpy(value) if _is_tensor(value) else value
+    if hasattr(array, "tolist") and not isinstance(array, np.ndarray):  # tensordict's NonTensorStack
+        array = array.tolist()
+    if isinstance(array, np.ndarray) and array.dtype != object:
+        if array.ndim != 1 or len(array) != rows:
+            return None, f"{_shape(array)}, neither [B] nor the responses' layout"
+        return pa.array(array.astype(np.int8) if array.dtype == bool else array), ""
+    items = list(array) if isinstance(array, (list, tuple, np.ndarray)) else None
+    if items is None or len(items) != rows:
+        return None, f"{_shape(value)}, not one value per row"
+    if name == "uid":  # group ids: any hashable the trainer used, as text
+        items = [None if x is None else x if isinstance(x, (str, int)) else str(x) for x in items]
+    try:
+        return pa.array(items), ""
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as err:
+        return None, f"cannot be stored as a column ({str(err).splitlines()[0]})"
+
+
+def _attention(value: Any, rows: int, width: Optional[int], columns: dict[str, pa.Array]) -> str:
+    """The response part of a padded ``attention_mask`` (its last ``T`` columns) as the padding marker, unless
+    it is all ones; the reason it is left out otherwise."""
+    tokens = _tokens(value)
+    if width is None:
+        return "the rows are jagged: they hold no padding to mark"
+    if tokens is None or tokens.offsets is not None or tokens.values.shape[1] < width:
+        return f"{_shape(value)}; expected [B, prompt + T]"
+    response = tokens.values[:, -width:]
+    if (response == 1).all():
+        return "all ones over the responses: no padding to mark"
+    columns["attention_mask"] = _list_array(response.reshape(-1), np.arange(rows + 1, dtype=np.int64) * width,
+                                            "attention_mask")
+    return ""

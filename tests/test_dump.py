@@ -1,0 +1,214 @@
+"""dump_batch / rladv convert: a trainer's batch (padded [B, T] tensors, jagged tensors, a DataProto-like object,
+a saved file) written in the contract's layout, and replayed by rladv compute."""
+import json
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import rladv_cli
+from rladv_cli.cli import app
+from rladv_cli.dump import batch_table, dump_batch
+
+GOLDEN = Path(__file__).parent / "golden"
+CASES = {Path(c["expected"]).stem: c for c in json.loads((GOLDEN / "cases.json").read_text())["cases"]}
+
+
+class Proto:
+    """What dump_batch reads of verl's DataProto: ``batch`` (tensors) and ``non_tensor_batch`` (numpy arrays)."""
+
+    def __init__(self, batch, non_tensor_batch):
+        self.batch, self.non_tensor_batch = batch, non_tensor_batch
+
+
+def padded_batch():
+    """Three rows, prompt width 2, response width 4; row 2 has 3 padding positions."""
+    attention = torch.tensor([[0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]])
+    return {
+        "prompts": torch.zeros(3, 2, dtype=torch.long),
+        "responses": torch.arange(12).view(3, 4),
+        "attention_mask": attention,
+        "response_mask": torch.tensor([[1, 1, 1, 0], [1, 0, 1, 1], [1, 0, 0, 0]]),
+        "token_level_scores": torch.tensor([[0, 0, 1.0, 0], [0, 0, 0, 0.5], [1.0, 0, 0, 0]]),
+        "old_log_probs": torch.tensor([[-0.5, -1.0, -0.25, 0.0]] * 3).bfloat16(),
+        "reward_baselines": torch.tensor([0.5, 0.25, 0.0]),
+        "hidden": torch.zeros(3, 4, 2),
+        "uid": np.array(["a", "a", "b"], dtype=object),
+    }
+
+
+def test_padded_tensors_keep_their_width_and_mark_the_padding():
+    table, skipped = batch_table(padded_batch(), step=12)
+    assert table.column_names == ["responses", "attention_mask", "response_mask", "rm_scores", "old_log_probs",
+                                  "reward_baselines", "uid", "step"]
+    assert table["attention_mask"].to_pylist() == [[1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0]]  # the response part
+    assert table["response_mask"].to_pylist()[1] == [1, 0, 1, 1]
+    assert table.schema.field("response_mask").type == pa.list_(pa.int8())
+    assert table.schema.field("old_log_probs").type == pa.list_(pa.float32())  # bfloat16 read as float32
+    assert table["old_log_probs"].to_pylist()[0] == [-0.5, -1.0, -0.25, 0.0]
+    assert table["rm_scores"].to_pylist()[2] == [1.0, 0, 0, 0]
+    assert table["reward_baselines"].to_pylist() == [0.5, 0.25, 0.0] and table["uid"].to_pylist() == ["a", "a", "b"]
+    assert table["step"].to_pylist() == [12] * 3
+    assert skipped == {"prompts": "prompt side, not one value per response token",
+                       "hidden": "shape [3, 4, 2], neither [B] nor the responses' layout"}
+
+
+def test_scores_sit_where_the_trainer_put_them():
+    """rladv's score position in a padded dump is the last non-padding position, as in the trainer: with a
+    scalar score and the padding marked, the assembled rm_scores equal the trainer's token-level ones."""
+    batch = padded_batch()
+    batch["score"] = torch.tensor([1.0, 0.5, 1.0])
+    del batch["token_level_scores"]
+    table, _ = batch_table(batch)
+    out, _ = rladv_cli.compute(table, estimator="grpo")
+    assert out["token_level_rewards"].to_pylist() == [[0, 0, 1, 0], [0, 0, 0, 0.5], [1, 0, 0, 0]]
+
+
+def test_an_all_ones_attention_mask_is_left_out_and_a_dataproto_is_read():
+    batch = padded_batch()
+    batch["attention_mask"] = torch.ones(3, 6, dtype=torch.long)
+    uid = batch.pop("uid")
+    table, skipped = batch_table(Proto(batch, {"uid": uid, "extra": np.array([{"k": 1}, {"k": 2}, None], dtype=object)}))
+    assert "attention_mask" not in table.column_names
+    assert skipped["attention_mask"] == "all ones over the responses: no padding to mark"
+    assert table["uid"].to_pylist() == ["a", "a", "b"] and table["extra"].to_pylist() == [{"k": 1}, {"k": 2}, None]
+
+
+def test_jagged_tensors_become_ragged_rows():
+    mask = torch.nested.nested_tensor([torch.tensor([1, 1, 0]), torch.tensor([1, 1])], layout=torch.jagged)
+    scores = torch.nested.nested_tensor([torch.tensor([0.0, 0.0, 1.0]), torch.tensor([0.0, 0.5])], layout=torch.jagged)
+    other = torch.nested.nested_tensor([torch.tensor([1.0]), torch.tensor([1.0, 2.0, 3.0])], layout=torch.jagged)
+    table, skipped = batch_table({"response_mask": mask, "rm_scores": scores, "other": other, "uid": ["p", "p"],
+                                  "attention_mask": torch.ones(2, 3)})
+    assert table.to_pylist() == [{"response_mask": [1, 1, 0], "rm_scores": [0.0, 0.0, 1.0], "uid": "p"},
+                                 {"response_mask": [1, 1], "rm_scores": [0.0, 0.5], "uid": "p"}]
+    assert skipped == {"other": "jagged [2, j] does not follow response_mask's jagged rows",
+                       "attention_mask": "the rows are jagged: they hold no padding to mark"}
+
+
+def test_a_batch_without_response_mask_is_an_input_error():
+    with pytest.raises(rladv_cli.InputError, match="column response_mask: missing"):
+        batch_table({"rm_scores": torch.zeros(2, 3)})
+    with pytest.raises(rladv_cli.InputError, match="column step: is a field of the batch already"):
+        batch_table({"response_mask": torch.ones(2, 3), "step": torch.tensor([1, 2])}, step=3)
+
+
+def _padded_golden(case: dict, width: int) -> dict:
+    """The golden case's input and verl's outputs as a trainer holds them: [B, width] tensors, right-padded,
+    with the prompt and response attention mask."""
+    table = pq.read_table(GOLDEN / case["input"])
+    expected = pq.read_table(GOLDEN / case["expected"])
+    rows = table.num_rows
+
+    def pad(values, dtype):
+        out = torch.zeros(rows, width, dtype=dtype)
+        for i, v in enumerate(values):
+            out[i, :len(v)] = torch.tensor(v, dtype=dtype)
+        return out
+
+    lengths = [len(r) for r in table["response_mask"].to_pylist()]
+    batch = {"prompts": torch.ones(rows, 3, dtype=torch.long),
+             "attention_mask": torch.cat([torch.ones(rows, 3, dtype=torch.long),
+                                          pad([[1] * n for n in lengths], torch.long)], 1),
+             "response_mask": pad(table["response_mask"].to_pylist(), torch.long),
+             "rm_scores": pad(table["rm_scores"].to_pylist(), torch.float32)}
+    for name in ("old_log_probs", "ref_log_prob", "rollout_log_probs", "values"):
+        batch[name] = pad(table[name].to_pylist(), torch.float32)
+    for name in ("token_level_rewards", "advantages", "returns"):
+        batch[name] = pad(expected[name].to_pylist(), torch.float32)
+    batch["uid"] = np.array(table["uid"].to_pylist(), dtype=object)
+    return batch
+
+
+@pytest.mark.parametrize("stem", ["mix__gae_g0.99_l0.95__kl", "mix__grpo__kl_k1", "mix__rpp_carry__plain"])
+def test_a_padded_dump_of_verls_step_replays(stem, tmp_path):
+    case = CASES[stem]
+    dumped = dump_batch(_padded_golden(case, width=100), tmp_path / "step.parquet", step=0)
+    assert dumped.rows == 72 and dumped.tokens == 72 * 100 and "prompts" in dumped.skipped
+    report = tmp_path / "r.json"
+    result = CliRunner().invoke(app, ["compute", str(tmp_path / "step.parquet"), *case["rladv_args"], "-o",
+                                      str(tmp_path / "out.parquet"), "--report", str(report), "-q", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(report.read_text())
+    assert data["tokens"]["padding"] > 0
+    assert data["replay"]["agree"], data["replay"]
+
+
+def test_convert_reads_a_saved_batch(tmp_path):
+    batch = padded_batch()
+    torch.save(batch, tmp_path / "b.pt")
+    with open(tmp_path / "b.pkl", "wb") as f:
+        pickle.dump(Proto({k: v for k, v in batch.items() if k != "uid"}, {"uid": batch["uid"]}), f)
+    runner = CliRunner()
+    result = runner.invoke(app, ["convert", str(tmp_path / "b.pt"), "--step", "5"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == (f"{tmp_path / 'b.parquet'}: 3 rows, 12 tokens; columns responses, "
+                                             "attention_mask, response_mask, rm_scores, old_log_probs, "
+                                             "reward_baselines, uid, step")
+    assert "  left out prompts: prompt side, not one value per response token" in result.output
+    result = runner.invoke(app, ["convert", str(tmp_path / "b.pkl"), "-o", str(tmp_path / "p.parquet")])
+    assert result.exit_code == 0, result.output
+    assert pq.read_table(tmp_path / "p.parquet").equals(pq.read_table(tmp_path / "b.parquet").drop_columns(["step"]))
+
+
+def test_convert_errors_are_one_line(tmp_path, monkeypatch):
+    runner = CliRunner()
+    (tmp_path / "text.pkl").write_text("not a pickle")
+    result = runner.invoke(app, ["convert", str(tmp_path / "text.pkl")])
+    assert result.exit_code == 2 and result.output == (
+        f"Error: {tmp_path / 'text.pkl'}: cannot be read as a saved batch (a torch.save or pickle file): "
+        "invalid load key, 'n'.\n")
+    # a pickle of a class from a package that is not installed here
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "gone_pkg.py").write_text("class Batch:\n    pass\n")
+    monkeypatch.syspath_prepend(str(package))
+    import gone_pkg
+    (tmp_path / "gone.pkl").write_bytes(pickle.dumps(gone_pkg.Batch()))
+    monkeypatch.delitem(sys.modules, "gone_pkg")
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(package)])
+    result = runner.invoke(app, ["convert", str(tmp_path / "gone.pkl")])
+    assert result.exit_code == 2 and "holds objects of the gone_pkg package, which is not installed here" in result.output
+    assert not (tmp_path / "gone.parquet").exists() and not list(tmp_path.glob(".rladv-*"))
+    # no response_mask: nothing written
+    torch.save({"rm_scores": torch.zeros(2, 3)}, tmp_path / "nomask.pt")
+    result = runner.invoke(app, ["convert", str(tmp_path / "nomask.pt")])
+    assert result.exit_code == 2 and result.output == "Error: <batch>: column response_mask: missing; the batch needs it " \
+        "to tell the responses' tokens\n"
+    assert not (tmp_path / "nomask.parquet").exists()
+
+
+@pytest.mark.verl
+def test_a_real_dataproto_and_tensordict():
+    """verl's own containers, where verl is installed (python -m pytest -m verl)."""
+    protocol = pytest.importorskip("verl.protocol")
+    from tensordict import NonTensorStack, TensorDict
+
+    batch = padded_batch()
+    uid = batch.pop("uid")
+    proto = protocol.DataProto.from_dict(tensors=batch, non_tensors={"uid": uid})
+    table, skipped = batch_table(proto)
+    assert table["uid"].to_pylist() == ["a", "a", "b"] and "prompts" in skipped
+    assert table.drop_columns(["uid"]).equals(batch_table(batch)[0])
+    mask = torch.nested.nested_tensor([torch.tensor([1, 1]), torch.tensor([1])], layout=torch.jagged)
+    td = TensorDict({"response_mask": mask, "uid": NonTensorStack("x", "y")}, batch_size=2)
+    table, _ = batch_table(td)
+    assert table.to_pylist() == [{"response_mask": [1, 1], "uid": "x"}, {"response_mask": [1], "uid": "y"}]
+
+
+def test_output_paths_are_refused_as_compute_refuses_them(tmp_path):
+    torch.save(padded_batch(), tmp_path / "b.pt")
+    runner = CliRunner()
+    onto = runner.invoke(app, ["convert", str(tmp_path / "b.pt"), "-o", str(tmp_path / "b.pt")])
+    assert onto.exit_code == 2 and onto.output == f"Error: -o {tmp_path / 'b.pt'} is one of the inputs; rladv never writes onto its input\n"
+    missing = runner.invoke(app, ["convert", str(tmp_path / "b.pt"), "-o", str(tmp_path / "no" / "b.parquet")])
+    assert missing.exit_code == 2 and "folder " + str(tmp_path / "no") + " does not exist" in missing.output
+    with pytest.raises(rladv_cli.OutputError, match="is a folder"):
+        dump_batch(padded_batch(), tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["b.pt"]
