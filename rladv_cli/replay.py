@@ -38,7 +38,7 @@ HINTS = {
                   "--batch-key (groups and whitening per batch)",
     "returns": "only the returns differ: the values, or --gamma/--lam",
 }
-PROPORTIONAL_HINT = ("within each differing row the input's values are rladv's times one factor ({lo:.4g} to {hi:.4g}): "
+PROPORTIONAL_HINT = ("within each differing {unit} the input's values are rladv's times one factor ({lo:.4g} to {hi:.4g}): "
                      "a different scale, e.g. std normalisation (--norm-adv-by-std, --epsilon) or whitening")
 NO_REWARDS_HINT = "; the input has no token_level_rewards to tell whether the rewards already differ"
 
@@ -108,7 +108,7 @@ def compare_rows(given: pa.Array, got: Tensor, row_offsets: Tensor, where: Optio
         "nonfinite": kernels.segment_sum((w & ~finite).double(), off),
         "sum": kernels.segment_sum(torch.where(finite, d, 0.0), off), "max": dmax,
         "at": torch.full_like(dmax, -1, dtype=torch.long), "input": nan, "rladv": nan,
-        "factor": nan, "scaled": torch.zeros_like(dmax, dtype=torch.bool),
+        "factor": nan, "scaled": torch.zeros_like(dmax, dtype=torch.bool), "varies": torch.zeros_like(dmax, dtype=torch.bool),
     }
     if bool((dmax > 0).any()):  # the first position of each row's largest difference, and the values there
         position = torch.arange(g.numel(), device=device) - kernels.broadcast_rows(off[:-1], off)
@@ -119,38 +119,45 @@ def compare_rows(given: pa.Array, got: Tensor, row_offsets: Tensor, where: Optio
         pick = torch.where(has, off[:-1] + at, 0)
         per_row.update(at=at, input=torch.where(has, exp[pick], math.nan), rladv=torch.where(has, g[pick], math.nan))
     if bool(bad.any()):
-        per_row["factor"], per_row["scaled"] = _scale(exp, g, w, off)
+        per_row["factor"], per_row["scaled"], per_row["varies"] = _scale(exp, g, w, off)
     if off is row_offsets:
         return {"length_ok": length_ok, **per_row}
     full = {}
     for k, v in per_row.items():  # rows not compared: nothing compared, no position
-        fill = -1 if k == "at" else (False if k == "scaled" else (math.nan if k in ("input", "rladv", "factor") else 0))
+        fill = -1 if k == "at" else (False if k in ("scaled", "varies") else (math.nan if k in ("input", "rladv", "factor") else 0))
         full[k] = torch.full((length_ok.numel(),), fill, dtype=v.dtype, device=device).masked_scatter(length_ok, v)
     return {"length_ok": length_ok, **full}
 
 
-def _scale(given: Tensor, got: Tensor, where: Tensor, off: Tensor) -> tuple[Tensor, Tensor]:
-    """Per row, the least-squares factor ``c = Σ given·got / Σ got²`` over ``where`` and whether ``given ≈ c·got``
-    there within the tolerance; ``(B,)`` each (NaN and False for a row whose ``got`` is all 0)."""
+def _scale(given: Tensor, got: Tensor, where: Tensor, off: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per row, the least-squares factor ``c = Σ given·got / Σ got²`` over ``where``, whether ``given ≈ c·got``
+    there within the tolerance (False for a row whose ``got`` is all 0), and whether ``got`` takes more than one
+    value there (else the row alone is proportional to anything); ``(B,)`` each."""
     gw, ew = torch.where(where, got, 0.0), torch.where(where & torch.isfinite(given), given, 0.0)
     cross, square = kernels.segment_sum(ew * gw, off), kernels.segment_sum(gw * gw, off)
     factor = torch.where(square > 0, cross / square.clamp_min(1e-300), math.nan)
     resid = torch.where(where, (given - kernels.broadcast_rows(factor, off) * got).abs(), 0.0)
     off_scale = kernels.segment_sum((where & ~(resid <= ATOL + RTOL * given.abs())).double(), off)
-    return factor, (off_scale == 0) & (square > 0)
+    varies = (kernels.segment_max(torch.where(where, got, -math.inf), off, empty=0.0)
+              > kernels.segment_min(torch.where(where, got, math.inf), off, empty=0.0))
+    return factor, (off_scale == 0) & (square > 0), varies
 
 
-def report(rows, names: list[str], skipped: dict[str, str], locate: Callable[[int], tuple[str, int]]) -> Optional[dict]:
+def report(rows, names: list[str], skipped: dict[str, str], locate: Callable[[int], tuple[str, int]],
+           group_id: Optional[Tensor] = None) -> Optional[dict]:
     """The report's ``replay`` section from the per-row ``rp_*`` columns of ``rows`` (a ``RowTable``):
     per column the rows and positions compared and differing, the largest difference and where, and the
-    first rows that differ; whether the runs agree, the first column that differs and what it points to."""
+    first rows that differ; whether the runs agree, the first column that differs and what it points to.
+    A proportional difference is claimed only where it says something: an outcome estimator's row holds one
+    value, so such a row alone is proportional to anything; with ``group_id (B,)`` each group's rows must share
+    one factor, without it the rows must vary along their length or all share one factor."""
     if not names and not skipped:
         return None
     columns, first = {}, None
     for name in names:
         col = {k: rows[f"rp_{name}_{k}"] for k in ("length_ok", "n", "bad", "nonfinite", "sum", "max", "at", "input",
-                                                   "rladv", "factor", "scaled")}
-        columns[name] = _column(col, locate)
+                                                   "rladv", "factor", "scaled", "varies")}
+        columns[name] = _column(col, locate, group_id)
         if first is None and not columns[name]["agree"]:
             first = name
     out = {"tolerance": {"atol": ATOL, "rtol": RTOL}, "compared": names, "not_compared": skipped,
@@ -166,7 +173,7 @@ def report(rows, names: list[str], skipped: dict[str, str], locate: Callable[[in
     return out
 
 
-def _column(col: dict[str, Tensor], locate) -> dict:
+def _column(col: dict[str, Tensor], locate, group_id: Optional[Tensor]) -> dict:
     """One column's summary over all rows."""
     differ = (col["bad"] > 0) | ~col["length_ok"]
     where = lambda rows: [f"{p}:{r}" for p, r in map(locate, rows)]  # noqa: E731
@@ -194,7 +201,17 @@ def _column(col: dict[str, Tensor], locate) -> dict:
     rows_bad = col["bad"] > 0
     if bool(rows_bad.any()) and bool(col["scaled"][rows_bad].all()):
         f = col["factor"][rows_bad]
-        out["proportional"] = {"lo": float(f.min()), "hi": float(f.max())}
+        if group_id is not None:
+            unit, key = "group", group_id[rows_bad]
+        elif bool(col["varies"][rows_bad].all()):
+            unit, key = "row", torch.arange(f.numel())
+        else:
+            unit, key = "batch", torch.zeros(f.numel(), dtype=torch.long)
+        hi = torch.full((int(key.max()) + 1,), -math.inf, dtype=f.dtype).scatter_reduce(0, key, f, "amax")
+        lo = torch.full_like(hi, math.inf).scatter_reduce(0, key, f, "amin")
+        seen = torch.isfinite(hi)
+        if bool((hi[seen] - lo[seen] <= RTOL * hi[seen].abs()).all()):
+            out["proportional"] = {"unit": unit, "lo": float(f.min()), "hi": float(f.max())}
     return out
 
 

@@ -96,8 +96,8 @@ def test_other_settings_are_found_at_the_estimator_with_their_scale(tmp_path):
     assert rp["agree"] is False and rp["first_difference"] == "advantages"
     assert rp["columns"]["token_level_rewards"]["agree"] is True
     adv = rp["columns"]["advantages"]
-    assert adv["differing_rows"] > 0 and adv["proportional"] is not None
-    assert "std normalisation" in rp["hint"]
+    assert adv["differing_rows"] > 0 and adv["proportional"]["unit"] == "group"
+    assert "within each differing group" in rp["hint"] and "std normalisation" in rp["hint"]
     # the factor of each row is its group's 1 / (std + 1e-6): recompute the range from the scores
     table = pq.read_table(GOLDEN / case["input"])
     totals = np.array([sum(r) for r in table["rm_scores"].to_pylist()])
@@ -109,6 +109,37 @@ def test_other_settings_are_found_at_the_estimator_with_their_scale(tmp_path):
             factors.append(1 / (t.std(ddof=1) + 1e-6))
     assert adv["proportional"]["lo"] == pytest.approx(min(factors), rel=1e-4)
     assert adv["proportional"]["hi"] == pytest.approx(max(factors), rel=1e-4)
+
+
+def test_another_baseline_is_not_called_a_scale():
+    """Advantages off by a constant (another baseline): each GRPO row holds one value, so every row alone is
+    proportional to the input's, but the rows of the group do not share one factor, so no scale is claimed;
+    the same rows each in a group of their own (no uid) are called proportional row by row."""
+    table = pa.table({"uid": ["g"] * 3, "response_mask": pa.array([[1, 1], [1], [1, 1, 1]], pa.list_(pa.int8())),
+                      "score": [0.0, 1.0, 3.0]})
+    out, _ = rladv_cli.compute(table, estimator="grpo")
+    shifted = pa.array([[a + 0.1 for a in r] for r in out["advantages"].to_pylist()], pa.list_(pa.float32()))
+    _, report = rladv_cli.compute(table.append_column("advantages", shifted), estimator="grpo")
+    assert report.replay["columns"]["advantages"]["differing_rows"] == 3
+    assert report.replay["columns"]["advantages"]["proportional"] is None
+    # no uid: rows of one value each are judged together (one factor for the batch, or none)
+    alone = table.drop_columns(["uid"])
+    out, _ = rladv_cli.compute(alone, estimator="reinforce_plus_plus")
+    adv = out["advantages"].to_pylist()
+    for values, unit in (([[a + 0.1 for a in r] for r in adv], None), ([[2 * a for a in r] for r in adv], "batch")):
+        _, report = rladv_cli.compute(alone.append_column("advantages", pa.array(values, pa.list_(pa.float32()))),
+                                      estimator="reinforce_plus_plus")
+        found = report.replay["columns"]["advantages"]["proportional"]
+        assert (found and found["unit"]) == unit and (unit is None or found["lo"] == pytest.approx(2, rel=1e-6))
+    # rows that vary along their length (GAE with values) are judged row by row
+    gae = pa.table({"response_mask": pa.array([[1, 1], [1, 1], [1, 1, 1]], pa.list_(pa.int8())), "score": [0.0, 1.0, 3.0],
+                    "values": pa.array([[0.5, 0.2], [0.1, 0.7], [0.3, 0.9, 0.4]], pa.list_(pa.float32()))})
+    out, _ = rladv_cli.compute(gae, estimator="gae", gamma=0.9, lam=0.8)
+    scaled = [[a * (3.0 if i == 2 else 0.5) for a in r] for i, r in enumerate(out["advantages"].to_pylist())]
+    _, report = rladv_cli.compute(gae.append_column("advantages", pa.array(scaled, pa.list_(pa.float32()))),
+                                  estimator="gae", gamma=0.9, lam=0.8)
+    found = report.replay["columns"]["advantages"]["proportional"]
+    assert found["unit"] == "row" and (found["lo"], found["hi"]) == (pytest.approx(0.5), pytest.approx(3.0))
 
 
 def test_kl_left_out_is_found_at_the_rewards(tmp_path):
