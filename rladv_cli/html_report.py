@@ -371,7 +371,9 @@ def render_html(report: Report) -> str:
         ("actor tokens used", f"{num(r.tokens.used)} ({pct(r.tokens.used, r.tokens.total)})"),
         ("groups", num(r.groups.count)), ("advantage mean ± std", f"{num(r.advantages.mean)} ± {num(r.advantages.std)}"),
         ("warnings", Html(f'<a href="#warnings">{n_warn}</a>') if n_warn else "0"),
-    ])
+    ] + ([("replay of the input's columns", Html(
+        f'<a href="#replay">{"agree" if r.replay["agree"] else e("differ: " + str(r.replay["first_difference"]))}</a>'))]
+        if r.replay else []))
     body = {
         "inputs": _section_inputs(r), "config": _section_config(r), "tokens": _section_tokens(r),
         "groups": _section_groups(r), "scores": _section_scores(r), "kl": _section_kl(r),

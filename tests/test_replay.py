@@ -239,6 +239,7 @@ def test_terminal_and_html_show_the_replay(tmp_path):
     assert "token_level_rewards agree over" in text and "advantages differ in" in text
     page = html.read_text()
     assert '<section id="replay">' in page and "Where to look:" in page
+    assert '<a href="#replay">differ: advantages</a>' in page
 
 
 def test_rladv_output_replays_itself(tmp_path):
