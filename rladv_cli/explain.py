@@ -37,6 +37,8 @@ class Explanation(BaseModel):
     tokens: list[list[Optional[float | str]]] = Field(description="per position, values in `columns` order")
     group: Optional[GroupView] = None
     advantages: list[float]
+    input_advantages: Optional[list[Optional[float]]] = Field(
+        None, description="the row's own advantages in the input (a trainer dump, an earlier output), when it has them")
 
 
 def _flat(table, name: str) -> Optional[np.ndarray]:
@@ -71,7 +73,8 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
         raise _in_files(err, ds, index) from None
     mine = out.slice(int(np.searchsorted(index, row)), 1)
     path, local = ds.locate(row)
-    base = dict(estimator=estimator, path=path, row=local, uid=uid, advantages=mine["advantages"][0].as_py())
+    base = dict(estimator=estimator, path=path, row=local, uid=uid, advantages=mine["advantages"][0].as_py(),
+                input_advantages=_given_advantages(one))
     whitening = {}
     if report.whitening:
         w = report.whitening[0] if len(report.whitening) == 1 else next(
@@ -82,7 +85,26 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
         return Explanation(**base, formula=[est.summary, f"baseline: {est.baseline}", f"singleton: {est.singleton}"],
                            constants={**whitening, **({"epsilon": cfg.epsilon} if est.std_scaled else {})},
                            columns=[], tokens=[], group=view)
-    return Explanation(**base, **_token_derivation(est.name, cfg, mine, whitening))
+    derivation = _token_derivation(est.name, cfg, mine, whitening)
+    if base["input_advantages"] is not None:  # beside the advantage, for a replay's differing row
+        derivation["columns"].append("input's advantage")
+        for values, given in zip(derivation["tokens"], base["input_advantages"]):
+            values.append(given)
+    return Explanation(**base, **derivation)
+
+
+def _given_advantages(row: pa.Table) -> Optional[list[Optional[float]]]:
+    """The input row's own ``advantages``, when the column is a list of numbers of the row's length."""
+    if "advantages" not in row.column_names:
+        return None
+    t = row.schema.field("advantages").type
+    if not ((pa.types.is_list(t) or pa.types.is_large_list(t))
+            and (pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type))):
+        return None
+    values = row["advantages"][0].as_py()
+    if values is None or len(values) != len(row["response_mask"][0].as_py()):
+        return None
+    return [None if v is None else float(v) for v in values]
 
 
 _TABLE = TableSource(pa.table({})).paths[0]  # how ``compute`` names an in-memory table
@@ -175,6 +197,8 @@ def render_explanation(e: Explanation, console) -> None:
     if e.group is not None:
         render_group(e.group, console)
         console.print(f"row {e.row}: advantage {next((a for a in e.advantages if a), 0.0):.7g} on its actor tokens")
+        if e.input_advantages is not None:
+            console.print(f"the input's advantages: {', '.join('-' if v is None else f'{v:.7g}' for v in e.input_advantages)}")
         return
     table = Table(header_style="bold")
     for col in e.columns:

@@ -52,6 +52,19 @@ def test_group_estimators_explain_through_the_group(tmp_path):
         explain([path], 5, "grpo")
 
 
+def test_the_inputs_own_advantages_stand_beside_the_derivation(tmp_path):
+    """A replay's differing row, drilled into: the file's advantages (a trainer dump) next to rladv's."""
+    path = write(tmp_path, response_mask=[[1, 1, 1]], rm_scores=[[0, 0, 1]], values=[[0.2, 0.3, 0.4]],
+                 advantages=[[0.5, 0.25, -0.75]])
+    e = explain([path], 0, "gae", gamma=1.0, lam=0.95)
+    assert e.columns[-1] == "input's advantage" and column(e, "input's advantage") == [0.5, 0.25, -0.75]
+    np.testing.assert_allclose(e.advantages, [0.9913445, 0.0170926, -1.0084344], atol=1e-6)  # still rladv's
+    group = write(tmp_path, uid=["a", "a"], response_mask=[[1], [1]], rm_scores=[[1.0], [0.0]], advantages=[[2.0], [-2.0]])
+    res = CliRunner().invoke(app, ["explain", str(group), "--estimator", "grpo", "--row", "1"])
+    assert res.exit_code == 0 and "the input's advantages: -2" in res.stdout
+    assert explain([write(tmp_path, response_mask=[[1, 1]], rm_scores=[[0, 1.0]], values=[[0.0, 0.5]])], 0, "gae").input_advantages is None
+
+
 def test_cli_explain_table_and_json(tmp_path):
     path = write(tmp_path, response_mask=[[1, 1, 1]], rm_scores=[[0, 0, 1]], values=[[0.2, 0.3, 0.4]])
     runner = CliRunner()
