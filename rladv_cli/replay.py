@@ -194,7 +194,7 @@ def _column(col: dict[str, Tensor], locate, group_id: Optional[Tensor]) -> dict:
         worst = float(dmax[row])
         out["max_abs_diff"] = worst if math.isfinite(worst) else None
         if worst > 0:
-            out["worst"] = {"where": where([row])[0], "position": int(col["at"][row]),
+            out["worst"] = {"where": where([row])[0], "dataset_row": row, "position": int(col["at"][row]),
                             "input": _number(col["input"][row]), "rladv": _number(col["rladv"][row])}
     if mismatch.numel():
         out["length_mismatch_first_rows"] = where(mismatch[:FIRST_ROWS].tolist())

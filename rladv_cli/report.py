@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 from typing import Any, Optional
 
 import numpy as np
@@ -316,6 +317,11 @@ def render(report: Report, console) -> None:
             rp.add_row(name, text)
         if r.replay["hint"]:
             rp.add_row("->", r.replay["hint"])
+            worst = r.replay["columns"][r.replay["first_difference"]]["worst"]
+            if worst:
+                files = " ".join(shlex.quote(p) for p in r.inputs.paths)
+                rp.add_row("->", f"that row, token by token: rladv explain {files} --estimator {r.config['estimator']} "
+                                 f"--row {worst['dataset_row']} (with this run's options)")
         console.print(rp)
     if r.rollout_rejection:
         rr = Table(title="rollout correction", show_header=False, box=None)

@@ -1,6 +1,7 @@
 """Replay: an input that already holds token_level_rewards / rollout_is_weights / advantages / returns (a trainer's
 dump) is compared with what the run computes; the report's ``replay`` section says whether they agree and where
 the runs part. verl 0.9.1's own outputs (tests/golden) are the trainer dumps here."""
+import io
 import json
 import math
 import shutil
@@ -16,7 +17,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import rladv_cli
+from rich.console import Console
+
 from rladv_cli.cli import app
+from rladv_cli.report import render
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = {Path(c["expected"]).stem: c for c in json.loads((GOLDEN / "cases.json").read_text())["cases"]}
@@ -237,6 +241,12 @@ def test_terminal_and_html_show_the_replay(tmp_path):
     text = " ".join(result.output.split())
     assert "replay: the input's own columns against this run's (first difference: advantages" in text
     assert "token_level_rewards agree over" in text and "advantages differ in" in text
+    report = rladv_cli.compute_file([str(dump)], rladv_cli.Config(estimator="grpo", norm_adv_by_std=False),
+                                    output=str(tmp_path / "o2.parquet"))
+    wide = Console(width=400, file=io.StringIO())
+    render(report, wide)
+    worst = report.replay["columns"]["advantages"]["worst"]
+    assert f"that row, token by token: rladv explain {dump} --estimator grpo --row {worst['dataset_row']} " in wide.file.getvalue()
     page = html.read_text()
     assert '<section id="replay">' in page and "Where to look:" in page
     assert '<a href="#replay">differ: advantages</a>' in page
