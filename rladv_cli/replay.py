@@ -26,6 +26,8 @@ ATOL, RTOL = 1e-5, 1e-4
 STAGES = ("token_level_rewards", "rollout_is_weights", "advantages", "returns")
 ON_VALID_TOKENS = frozenset({"advantages", "returns"})
 FIRST_ROWS = 5
+# per-row fields of a row that is not compared (its list's length is not the response's); the others are 0
+NOT_COMPARED = {"at": -1, "input": math.nan, "rladv": math.nan, "factor": math.nan, "scaled": False, "varies": False}
 
 HINTS = {
     "token_level_rewards": "the rewards differ before any estimator runs: the scores (rm_scores or score, "
@@ -80,7 +82,7 @@ def compare_rows(given: pa.Array, got: Tensor, row_offsets: Tensor, where: Optio
     ``n`` positions compared; ``bad`` those with ``|Δ| > ATOL + RTOL·|got|`` (a NaN counts); ``nonfinite``
     those where ``Δ`` is not finite; ``sum`` ``Σ |Δ|`` over finite ones; ``max`` the largest ``|Δ|`` (inf when
     one is not finite); ``at`` its position in the row (-1: none); ``input``/``rladv`` the values there;
-    ``factor`` ``c = Σ input·got / Σ got²`` and ``scaled`` whether ``input ≈ c·got`` at every position.
+    ``factor``, ``scaled`` and ``varies`` (``_scale``) where some row differs.
     """
     device = got.device
     lengths = numpy_of(pc.list_value_length(given).fill_null(-1)).astype(np.int64)
@@ -88,7 +90,8 @@ def compare_rows(given: pa.Array, got: Tensor, row_offsets: Tensor, where: Optio
     length_ok = torch.from_numpy(lengths).to(device) == kernels.row_lengths(row_offsets)
     exp = torch.from_numpy(values).to(device)
     off = row_offsets
-    if not bool(length_ok.all()):
+    every_row = bool(length_ok.all())
+    if not every_row:
         given_off = torch.zeros(len(lengths) + 1, dtype=torch.long)
         given_off[1:] = torch.cumsum(torch.from_numpy(np.maximum(lengths, 0)), 0)
         keep_given, _ = kernels.select_rows(length_ok.cpu(), given_off)
@@ -120,11 +123,11 @@ def compare_rows(given: pa.Array, got: Tensor, row_offsets: Tensor, where: Optio
         per_row.update(at=at, input=torch.where(has, exp[pick], math.nan), rladv=torch.where(has, g[pick], math.nan))
     if bool(bad.any()):
         per_row["factor"], per_row["scaled"], per_row["varies"] = _scale(exp, g, w, off)
-    if off is row_offsets:
+    if every_row:
         return {"length_ok": length_ok, **per_row}
     full = {}
     for k, v in per_row.items():  # rows not compared: nothing compared, no position
-        fill = -1 if k == "at" else (False if k in ("scaled", "varies") else (math.nan if k in ("input", "rladv", "factor") else 0))
+        fill = NOT_COMPARED.get(k, 0)
         full[k] = torch.full((length_ok.numel(),), fill, dtype=v.dtype, device=device).masked_scatter(length_ok, v)
     return {"length_ok": length_ok, **full}
 
