@@ -350,6 +350,8 @@ def explain(
     row: Annotated[int, typer.Option(help="Row to explain (0-based).")],
     gamma: Annotated[float, typer.Option(help="Discount factor.")] = 1.0,
     lam: Annotated[float, typer.Option(help="GAE lambda.")] = 1.0,
+    norm_adv_by_std: Annotated[bool, typer.Option("--norm-adv-by-std/--no-norm-adv-by-std", help="grpo: divide by the group std.")] = True,
+    epsilon: Annotated[float, typer.Option(help="grpo: added to the group std.")] = 1e-6,
     rpp_mask_mode: Annotated[MaskMode, typer.Option(help="reinforce_plus_plus at mask-0 positions.")] = MaskMode.reset,
     kl_coef: Annotated[float, typer.Option(help="KL-in-reward coefficient.")] = 0.0,
     kl_penalty: Annotated[str, typer.Option(help="KL estimate.")] = "kl",
@@ -361,6 +363,7 @@ def explain(
     from .explain import explain as run_explain, render_explanation
 
     result = _run(lambda: run_explain([str(p) for p in dataset], row, estimator.value, gamma=gamma, lam=lam,
+                                      norm_adv_by_std=norm_adv_by_std, epsilon=epsilon,
                                       rpp_mask_mode=rpp_mask_mode.value, kl_coef=kl_coef, kl_penalty=kl_penalty))
     typer.echo(result.model_dump_json(indent=2)) if as_json else render_explanation(result, Console())
 
@@ -397,7 +400,7 @@ def offpolicy(
 def convert(
     saved: Annotated[Path, typer.Argument(parser=_path, help="A batch the trainer saved: verl's DataProto.save_to_disk pickle, or torch.save output (.pt).")],
     out: Annotated[Optional[Path], typer.Option("-o", "--output", parser=_path, help="Parquet file to write (default: SAVED with .parquet).")] = None,
-    step: Annotated[Optional[int], typer.Option(help="Add a step column with this value (for --batch-key step over a folder of dumps).")] = None,
+    step: Annotated[Optional[int], typer.Option(help="Add a step column with this value (for --batch-key step over a folder of dumps); default: the batch's meta_info global_steps, when it has one.")] = None,
 ) -> None:
     """Write a trainer's saved batch as a rollout dataset, ready for rladv compute to replay (loads pickles: trusted files only)."""
     from .dump import dump_batch, load_saved
@@ -405,9 +408,16 @@ def convert(
     from .io import check_output_path
 
     target = out or saved.with_suffix(".parquet")
+    if out is None and target.resolve() == saved.resolve():
+        _fail(f"the default output {target} is the input itself; give -o OUT.parquet")
     _run(lambda: check_output_path(str(target), [saved]))
-    done = _run(lambda: dump_batch(load_saved(saved), target, step=step))
-    typer.echo(f"{shown(done.path)}: {done.rows} rows, {done.tokens} tokens; columns {', '.join(done.columns)}")
+    batch = _run(lambda: load_saved(saved))
+    if step is None:  # verl's trainer keeps the step in the batch's meta_info
+        meta = getattr(batch, "meta_info", None) or {}
+        step = meta.get("global_steps") if isinstance(meta.get("global_steps"), int) else None
+    done = _run(lambda: dump_batch(batch, target, step=step, source=str(saved)))
+    typer.echo(f"{shown(done.path)}: {done.rows} rows, {done.tokens} tokens; columns {', '.join(done.columns)}"
+               + (f" (step {step})" if step is not None else ""))
     for name, why in done.skipped.items():
         typer.echo(one_line(f"  left out {name}: {why}"))
 

@@ -21,14 +21,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .columns import arrow_of
-from .errors import InputError
+from .errors import InputError, OutputError
 from .io import AtomicParquetWriter, check_output_path, signals_deferred
 
 # verl's batch names -> the contract's (SEMANTICS §1: token_level_scores is rm_scores copied verbatim)
 RENAMES = {"token_level_scores": "rm_scores"}
 PROMPT_SIDE = frozenset({"prompts", "input_ids", "position_ids", "raw_prompt_ids"})
 MASKS = frozenset({"response_mask", "attention_mask", "loss_mask"})
-WHERE = "<batch>"
+BATCH = "<batch>"  # how messages name a batch given in memory
 
 
 @dataclass
@@ -37,7 +37,7 @@ class Dumped:
 
     path: str
     rows: int
-    tokens: int
+    tokens: int  # non-padding positions
     columns: list[str]
     skipped: dict[str, str] = field(default_factory=dict)
 
@@ -50,20 +50,26 @@ class _Tokens:
     offsets: Optional[np.ndarray]  # None: padded rows of width values.shape[1]
 
 
-def dump_batch(batch: Any, path: str | os.PathLike, *, step: Optional[int] = None) -> Dumped:
+def dump_batch(batch: Any, path: str | os.PathLike, *, step: Optional[int] = None, source: str = BATCH) -> Dumped:
     """Write ``batch`` to ``path`` (Parquet, written to a temporary file and renamed) in the contract's layout;
     ``step`` adds a ``step`` column (for ``--batch-key step`` over a folder of dumps). ``path`` is refused where
-    ``rladv compute`` refuses an output (a missing folder, a folder, a FIFO or device)."""
-    table, skipped = batch_table(batch, step=step)
+    ``rladv compute`` refuses an output (empty, a missing folder, a folder, a FIFO or device); errors in the
+    batch name it as ``source``."""
     out = os.fspath(path)
+    if not out:
+        raise OutputError("path is empty; give a file name")
+    table, skipped = batch_table(batch, step=step, source=source)
     check_output_path(out, (), "path")
     with AtomicParquetWriter(out, table.schema) as sink:
         sink.write(table)
         sink.finish()
         with signals_deferred():
             sink.commit()
-    tokens = int(pc.sum(pc.list_value_length(table["response_mask"])).as_py() or 0)
-    return Dumped(out, table.num_rows, tokens, table.column_names, skipped)
+    if "attention_mask" in table.column_names:  # padding left out of the count
+        tokens = pc.sum(pc.list_flatten(table["attention_mask"]))
+    else:
+        tokens = pc.sum(pc.list_value_length(table["response_mask"]))
+    return Dumped(out, table.num_rows, int(tokens.as_py() or 0), table.column_names, skipped)
 
 
 def load_saved(path: str | os.PathLike) -> Any:
@@ -87,9 +93,10 @@ def load_saved(path: str | os.PathLike) -> Any:
         raise InputError(where, f"cannot be read as a saved batch (a torch.save or pickle file): {first}") from None
 
 
-def batch_table(batch: Any, *, step: Optional[int] = None) -> tuple[pa.Table, dict[str, str]]:
-    """``batch`` as an Arrow table in the contract's layout, and the fields left out with the reason for each."""
-    fields = _fields(batch)
+def batch_table(batch: Any, *, step: Optional[int] = None, source: str = BATCH) -> tuple[pa.Table, dict[str, str]]:
+    """``batch`` as an Arrow table in the contract's layout, and the fields left out with the reason for each;
+    errors name it as ``source``."""
+    fields = _fields(batch, source)
     skipped: dict[str, str] = {}
     for old, new in RENAMES.items():
         if old in fields:
@@ -99,11 +106,15 @@ def batch_table(batch: Any, *, step: Optional[int] = None) -> tuple[pa.Table, di
             else:
                 fields = {new if k == old else k: v for k, v in fields.items()}
     if "response_mask" not in fields:
-        raise InputError(WHERE, "missing; the batch needs it to tell the responses' tokens", column="response_mask")
+        raise InputError(source, "missing; the batch needs it to tell the responses' tokens", column="response_mask")
     mask = _tokens(fields["response_mask"])
     if mask is None:
-        raise InputError(WHERE, f"is {_shape(fields['response_mask'])}; expected [B, T] or a jagged tensor",
-                         column="response_mask")
+        raise InputError(source, f"is {_shape(fields['response_mask'])}; expected a [B, T] tensor or array, or a "
+                         "jagged tensor", column="response_mask")
+    if mask.offsets is not None and (np.diff(mask.offsets) == 0).any():
+        raise InputError(source, "is an empty response; the data contract needs at least one token per row (pad "
+                         "the batch to [B, T], whose attention_mask marks the padding)",
+                         row=int(np.argmax(np.diff(mask.offsets) == 0)), column="response_mask")
     rows = len(mask.offsets) - 1 if mask.offsets is not None else mask.values.shape[0]
     width = None if mask.offsets is not None else mask.values.shape[1]
     columns: dict[str, pa.Array] = {}
@@ -112,23 +123,23 @@ def batch_table(batch: Any, *, step: Optional[int] = None) -> tuple[pa.Table, di
             skipped[name] = "prompt side, not one value per response token"
             continue
         if name == "attention_mask":
-            why = _attention(value, rows, width, columns)
+            why = _attention(value, rows, width, columns, source)
             if why:
                 skipped[name] = why
             continue
-        column, why = _column(name, value, mask, rows)
+        column, why = _column(name, value, mask, rows, source)
         if column is None:
             skipped[name] = why
         else:
             columns[name] = column
     if step is not None:
         if "step" in columns:
-            raise InputError(WHERE, "is a field of the batch already; leave out step=", column="step")
+            raise InputError(source, "the batch has a step field already; add no other", column="step")
         columns["step"] = pa.array(np.full(rows, int(step), dtype=np.int64))
     return pa.table(columns), skipped
 
 
-def _fields(batch: Any) -> dict[str, Any]:
+def _fields(batch: Any, source: str) -> dict[str, Any]:
     """Name -> value of a DataProto, a TensorDict or a mapping, in the batch's order."""
     if hasattr(batch, "non_tensor_batch") and hasattr(batch, "batch"):  # verl's DataProto
         out = dict(batch.batch.items()) if batch.batch is not None else {}
@@ -136,7 +147,8 @@ def _fields(batch: Any) -> dict[str, Any]:
         return out
     if isinstance(batch, Mapping) or hasattr(batch, "items"):
         return dict(batch.items())
-    raise TypeError(f"dump_batch takes a DataProto, a TensorDict or a mapping of names to arrays, not {type(batch).__name__}")
+    raise InputError(source, f"holds a {type(batch).__name__}, not a batch (a verl DataProto, a TensorDict or a mapping "
+                     "of names to tensors and arrays)")
 
 
 def _is_tensor(value: Any) -> bool:
@@ -152,15 +164,19 @@ def _numpy(tensor) -> np.ndarray:
     return t.numpy()
 
 
+def _widened(values: np.ndarray) -> np.ndarray:
+    """float16 as float32 (exactly), as a trainer's half-precision tensors are."""
+    return values.astype(np.float32) if values.dtype == np.float16 else values
+
+
 def _tokens(value: Any) -> Optional[_Tokens]:
     """A per-token field's values and layout: a jagged tensor's values and offsets, or a 2-D array; else None."""
     if _is_tensor(value) and value.is_nested:
-        try:
+        if value.layout == sys.modules["torch"].jagged:
             return _Tokens(_numpy(value.values()), _numpy(value.offsets()).astype(np.int64))
-        except (RuntimeError, ValueError):  # a strided nested tensor: row by row
-            parts = [_numpy(x) for x in value.unbind()]
-            offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
-            return _Tokens(np.concatenate(parts) if parts else np.zeros(0), offsets)
+        parts = [_numpy(x) for x in value.unbind()]  # a strided nested tensor: row by row
+        offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
+        return _Tokens(np.concatenate(parts) if parts else np.zeros(0), offsets)
     array = _numpy(value) if _is_tensor(value) else value
     if isinstance(array, np.ndarray) and array.ndim == 2 and array.dtype != object:
         return _Tokens(array, None)
@@ -174,44 +190,65 @@ def _shape(value: Any) -> str:
     return f"shape {list(shape)}" if shape is not None else type(value).__name__
 
 
-def _list_array(values: np.ndarray, offsets: np.ndarray, name: str) -> pa.Array:
+def _list_array(values: np.ndarray, offsets: np.ndarray, name: str, source: str) -> pa.Array:
+    """Flat ``values`` split at ``offsets`` as a list column; a mask as int8, once checked to hold only 0 and 1."""
+    values = _widened(values)
     if name in MASKS:
+        bad = np.flatnonzero((values != 0) & (values != 1))
+        if bad.size:
+            row = int(np.searchsorted(offsets, bad[0], side="right")) - 1
+            raise InputError(source, f"has value {values[bad[0]]} at position {int(bad[0] - offsets[row])}; masks must "
+                             "be 0 or 1", row=row, column=name)
         values = values.astype(np.int8)
     kind = pa.from_numpy_dtype(values.dtype)
     return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), arrow_of(values, kind))
 
 
-def _column(name: str, value: Any, mask: _Tokens, rows: int) -> tuple[Optional[pa.Array], str]:
+def _column(name: str, value: Any, mask: _Tokens, rows: int, source: str) -> tuple[Optional[pa.Array], str]:
     """One field as a column (list per row, or scalar per row), or None and why it cannot be one."""
     tokens = _tokens(value)
     if tokens is not None:
         if mask.offsets is not None:
             if tokens.offsets is None or not np.array_equal(tokens.offsets, mask.offsets):
                 return None, f"{_shape(value)} does not follow response_mask's jagged rows"
-            return _list_array(tokens.values, tokens.offsets, name), ""
+            return _list_array(tokens.values, tokens.offsets, name, source), ""
         if tokens.offsets is not None or tokens.values.shape != mask.values.shape:
             return None, f"{_shape(value)}, not the responses' {list(mask.values.shape)}"
         width = tokens.values.shape[1]
-        return _list_array(tokens.values.reshape(-1), np.arange(rows + 1, dtype=np.int64) * width, name), ""
+        return _list_array(tokens.values.reshape(-1), np.arange(rows + 1, dtype=np.int64) * width, name, source), ""
     array = _numpy(value) if _is_tensor(value) else value
     if hasattr(array, "tolist") and not isinstance(array, np.ndarray):  # tensordict's NonTensorStack
         array = array.tolist()
     if isinstance(array, np.ndarray) and array.dtype != object:
         if array.ndim != 1 or len(array) != rows:
             return None, f"{_shape(array)}, neither [B] nor the responses' layout"
-        return pa.array(array.astype(np.int8) if array.dtype == bool else array), ""
+        return pa.array(array.astype(np.int8) if array.dtype == bool else _widened(array)), ""
     items = list(array) if isinstance(array, (list, tuple, np.ndarray)) else None
     if items is None or len(items) != rows:
         return None, f"{_shape(value)}, not one value per row"
-    if name == "uid":  # group ids: any hashable the trainer used, as text
-        items = [None if x is None else x if isinstance(x, (str, int)) else str(x) for x in items]
+    if name == "uid" and not all(x is None or isinstance(x, int) for x in items):  # group ids as text, unless all ints
+        items = [None if x is None else str(x) for x in items]
     try:
-        return pa.array(items), ""
+        column = pa.array(items)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as err:
         return None, f"cannot be stored as a column ({str(err).splitlines()[0]})"
+    if not _storable(column.type):
+        return None, f"has type {column.type}, which Parquet cannot store (a struct without fields: empty dicts)"
+    return column, ""
 
 
-def _attention(value: Any, rows: int, width: Optional[int], columns: dict[str, pa.Array]) -> str:
+def _storable(kind: pa.DataType) -> bool:
+    """Whether Parquet can hold ``kind``: no struct without fields anywhere inside it."""
+    if pa.types.is_struct(kind):
+        return kind.num_fields > 0 and all(_storable(kind.field(i).type) for i in range(kind.num_fields))
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _storable(kind.value_type)
+    if pa.types.is_map(kind):
+        return _storable(kind.key_type) and _storable(kind.item_type)
+    return True
+
+
+def _attention(value: Any, rows: int, width: Optional[int], columns: dict[str, pa.Array], source: str) -> str:
     """The response part of a padded ``attention_mask`` (its last ``T`` columns) as the padding marker, unless
     it is all ones; the reason it is left out otherwise."""
     tokens = _tokens(value)
@@ -223,5 +260,5 @@ def _attention(value: Any, rows: int, width: Optional[int], columns: dict[str, p
     if (response == 1).all():
         return "all ones over the responses: no padding to mark"
     columns["attention_mask"] = _list_array(response.reshape(-1), np.arange(rows + 1, dtype=np.int64) * width,
-                                            "attention_mask")
+                                            "attention_mask", source)
     return ""

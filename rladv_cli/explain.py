@@ -37,6 +37,7 @@ class Explanation(BaseModel):
     tokens: list[list[Optional[float | str]]] = Field(description="per position, values in `columns` order")
     group: Optional[GroupView] = None
     advantages: list[float]
+    response_mask: list[int] = Field(description="the mask the estimator used (after rollout rejection)")
     input_advantages: Optional[list[Optional[float]]] = Field(
         None, description="the row's own advantages in the input (a trainer dump, an earlier output), when it has them")
 
@@ -74,7 +75,7 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
     mine = out.slice(int(np.searchsorted(index, row)), 1)
     path, local = ds.locate(row)
     base = dict(estimator=estimator, path=path, row=local, uid=uid, advantages=mine["advantages"][0].as_py(),
-                input_advantages=_given_advantages(one))
+                response_mask=mine["response_mask"][0].as_py(), input_advantages=_given_advantages(one))
     whitening = {}
     if report.whitening:
         w = report.whitening[0] if len(report.whitening) == 1 else next(
@@ -198,7 +199,10 @@ def render_explanation(e: Explanation, console) -> None:
         render_group(e.group, console)
         console.print(f"row {e.row}: advantage {next((a for a in e.advantages if a), 0.0):.7g} on its actor tokens")
         if e.input_advantages is not None:
-            console.print(f"the input's advantages: {', '.join('-' if v is None else f'{v:.7g}' for v in e.input_advantages)}")
+            given = [v for v, m in zip(e.input_advantages, e.response_mask) if m]
+            shown = f"{given[0]:.7g}" if given and len(set(given)) == 1 and given[0] is not None else ", ".join(
+                "-" if v is None else f"{v:.7g}" for v in given)
+            console.print(f"the input's advantage{'s' if len(set(given)) > 1 else ''} on those tokens: {shown or '-'}")
         return
     table = Table(header_style="bold")
     for col in e.columns:

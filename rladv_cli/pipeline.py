@@ -781,7 +781,7 @@ class Pipeline:
             tool_rewards=self._tool_rewards_report(warn),
             sessions=self._sessions_report(),
             replay=replay.report(rows, self.replay_columns, self.replay_skipped, self.source.locate,
-                                 rows["group_id"] if self.has_uid else None),
+                                 rows["group_id"] if self.has_uid else None, "loss_mask" in self.source.columns),
             advantages=token_stats(rows, "adv"),
             returns=token_stats(rows, "ret"),
             distributions=distributions(rows, self.sketches, self.outcome_basis,

@@ -70,7 +70,7 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
         raise ConfigError(f"--ray-workers must be at least 1, got {workers}")
     if config.device == "cuda":
         raise ConfigError("--engine ray computes on CPU workers; --device cuda needs --engine local")
-    if address and not ray.is_initialized():
+    if address is not None and not ray.is_initialized():
         _check_address(address)
     config = config.model_copy(update={"device": "cpu"})
     paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
@@ -160,6 +160,8 @@ def _check_address(address: str) -> None:
     nothing accepts a TCP connection within ``PROBE_SECONDS``: ``ray.init`` would retry it for minutes, printing
     Ray's C++ log lines. ``auto``, ``local`` and other schemes are Ray's to judge. IPv6 literals go in brackets
     (``[::1]:6379``), as Ray reads them."""
+    if not address:
+        raise ConfigError(f"{_address_source(address)} is empty; give HOST:PORT, or leave it out for a local cluster")
     target = address.removeprefix("ray://")
     if address in ("auto", "local") or "://" in target:
         return
@@ -249,10 +251,12 @@ def _init(ray, **options) -> None:
         except (ValueError, ConnectionError) as err:  # a ray:// address without ray[client]; a GCS that refused us
             address = options.get("address")
             hint = ""
-            if isinstance(err, ConnectionError) and os.environ.get("RAY_AUTH_MODE") != "token":
+            explicit = address not in (None, "auto", "local")
+            if isinstance(err, ConnectionError) and explicit and os.environ.get("RAY_AUTH_MODE") != "token":
                 hint = ("; a cluster that checks an auth token (as Ray 2.59+'s \"ray start --head\" does) needs "
                         "RAY_AUTH_MODE=token here too, with its token in ~/.ray/auth_token or RAY_AUTH_TOKEN")
-            raise ConfigError(f"{_address_source(address)} {address}: {str(err).splitlines()[0]}{hint}") from None
+            message = " ".join(str(err).split())  # Ray's messages run over several lines
+            raise ConfigError(f"{_address_source(address)} {address}: {message}{hint}") from None
         finally:
             if handler is not None:  # None: set from outside Python, which Python cannot set back
                 signal.signal(signal.SIGTERM, handler)

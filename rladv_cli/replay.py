@@ -27,7 +27,8 @@ STAGES = ("token_level_rewards", "rollout_is_weights", "advantages", "returns")
 ON_VALID_TOKENS = frozenset({"advantages", "returns"})
 FIRST_ROWS = 5
 # per-row fields of a row that is not compared (its list's length is not the response's); the others are 0
-NOT_COMPARED = {"at": -1, "input": math.nan, "rladv": math.nan, "factor": math.nan, "scaled": False, "varies": False}
+NOT_COMPARED = {"at": -1, "nonfinite_at": -1, "input": math.nan, "rladv": math.nan, "factor": math.nan, "scaled": False,
+                "varies": False}
 
 HINTS = {
     "token_level_rewards": "the rewards differ before any estimator runs: the scores (rm_scores or score, "
@@ -68,21 +69,22 @@ def compare_chunk(table: pa.Table, names: list[str], computed: dict[str, Tensor]
     (N,)``, as ``rp_{name}_{field}`` columns ``(B,)``; ``valid (N,) bool`` is the estimator's mask."""
     out = {}
     for name in names:
-        where = valid if name in ON_VALID_TOKENS else None
-        fields = compare_rows(array_of(table[name]), computed[name], row_offsets, where)
+        fields = compare_rows(array_of(table[name]), computed[name], row_offsets, valid, name in ON_VALID_TOKENS)
         out.update({f"rp_{name}_{k}": v for k, v in fields.items()})
     return out
 
 
-def compare_rows(given: pa.Array, got: Tensor, row_offsets: Tensor, where: Optional[Tensor]) -> dict[str, Tensor]:
-    """One list column of the input, ``given`` (B rows), against ``got (N,)`` over ``row_offsets (B+1,)`` at the
-    positions ``where (N,) bool`` (all when None). Per row, ``(B,)`` each:
+def compare_rows(given: pa.Array, got: Tensor, row_offsets: Tensor, valid: Tensor, on_valid: bool) -> dict[str, Tensor]:
+    """One list column of the input, ``given`` (B rows), against ``got (N,)`` over ``row_offsets (B+1,)``: at the
+    positions where the estimator's mask ``valid (N,) bool`` is set (``on_valid``), else at every position.
+    Per row, ``(B,)`` each:
 
     ``length_ok`` the row's list has the response's length (a null list has none; other rows are not compared);
-    ``n`` positions compared; ``bad`` those with ``|Δ| > ATOL + RTOL·|got|`` (a NaN counts); ``nonfinite``
-    those where ``Δ`` is not finite; ``sum`` ``Σ |Δ|`` over finite ones; ``max`` the largest ``|Δ|`` (inf when
-    one is not finite); ``at`` its position in the row (-1: none); ``input``/``rladv`` the values there;
-    ``factor``, ``scaled`` and ``varies`` (``_scale``) where some row differs.
+    ``n`` positions compared; ``bad`` those with ``|Δ| > ATOL + RTOL·|got|`` (a NaN counts), ``bad_masked``
+    those of them where ``valid`` is 0; ``nonfinite`` those where ``Δ`` is not finite and ``nonfinite_at`` the
+    first one's position (-1: none); ``sum`` ``Σ |Δ|`` and ``max`` the largest ``|Δ|`` over the finite ones;
+    ``at`` its position in the row (-1: none); ``input``/``rladv`` the values there; ``factor``, ``scaled`` and
+    ``varies`` (``_scale``) where some row differs.
     """
     device = got.device
     lengths = numpy_of(pc.list_value_length(given).fill_null(-1)).astype(np.int64)
@@ -96,31 +98,29 @@ def compare_rows(given: pa.Array, got: Tensor, row_offsets: Tensor, where: Optio
         given_off[1:] = torch.cumsum(torch.from_numpy(np.maximum(lengths, 0)), 0)
         keep_given, _ = kernels.select_rows(length_ok.cpu(), given_off)
         keep_got, off = kernels.select_rows(length_ok, row_offsets)
-        exp, got = exp[keep_given.to(device)], got[keep_got]
-        where = None if where is None else where[keep_got]
+        exp, got, valid = exp[keep_given.to(device)], got[keep_got], valid[keep_got]
     g = got.double()
-    w = torch.ones_like(g, dtype=torch.bool) if where is None else where
+    w = valid if on_valid else torch.ones_like(g, dtype=torch.bool)
     d = torch.where(w, (exp - g).abs(), 0.0)
     finite = torch.isfinite(d)
-    d = torch.where(finite, d, math.inf)
     bad = w & ~(d <= ATOL + RTOL * g.abs())
+    d = torch.where(finite, d, 0.0)
     dmax = kernels.segment_max(d, off)
     nan = torch.full_like(dmax, math.nan)
+    none = torch.full_like(dmax, -1, dtype=torch.long)
     per_row = {
         "n": kernels.segment_sum(w.double(), off), "bad": kernels.segment_sum(bad.double(), off),
-        "nonfinite": kernels.segment_sum((w & ~finite).double(), off),
-        "sum": kernels.segment_sum(torch.where(finite, d, 0.0), off), "max": dmax,
-        "at": torch.full_like(dmax, -1, dtype=torch.long), "input": nan, "rladv": nan,
+        "bad_masked": kernels.segment_sum((bad & ~valid).double(), off),
+        "nonfinite": kernels.segment_sum((w & ~finite).double(), off), "nonfinite_at": none,
+        "sum": kernels.segment_sum(d, off), "max": dmax, "at": none, "input": nan, "rladv": nan,
         "factor": nan, "scaled": torch.zeros_like(dmax, dtype=torch.bool), "varies": torch.zeros_like(dmax, dtype=torch.bool),
     }
-    if bool((dmax > 0).any()):  # the first position of each row's largest difference, and the values there
+    if bool((dmax > 0).any()) or not bool(finite.all()):
         position = torch.arange(g.numel(), device=device) - kernels.broadcast_rows(off[:-1], off)
-        largest = w & (d == kernels.broadcast_rows(dmax, off))
-        at = kernels.segment_min(torch.where(largest, position.double(), math.inf), off, empty=math.inf)
-        has = torch.isfinite(at)
-        at = torch.where(has, at, -1.0).long()
-        pick = torch.where(has, off[:-1] + at, 0)
-        per_row.update(at=at, input=torch.where(has, exp[pick], math.nan), rladv=torch.where(has, g[pick], math.nan))
+        at = _first(w & finite & (d == kernels.broadcast_rows(dmax, off)), position, off)  # each row's largest
+        pick = torch.where(at >= 0, off[:-1] + at, 0)
+        per_row.update(at=at, input=torch.where(at >= 0, exp[pick], math.nan),
+                       rladv=torch.where(at >= 0, g[pick], math.nan), nonfinite_at=_first(w & ~finite, position, off))
     if bool(bad.any()):
         per_row["factor"], per_row["scaled"], per_row["varies"] = _scale(exp, g, w, off)
     if every_row:
@@ -130,6 +130,12 @@ def compare_rows(given: pa.Array, got: Tensor, row_offsets: Tensor, where: Optio
         fill = NOT_COMPARED.get(k, 0)
         full[k] = torch.full((length_ok.numel(),), fill, dtype=v.dtype, device=device).masked_scatter(length_ok, v)
     return {"length_ok": length_ok, **full}
+
+
+def _first(flags: Tensor, position: Tensor, off: Tensor) -> Tensor:
+    """Per row, the position of its first set ``flags (N,)``, -1 for none; ``(B,)`` int64."""
+    first = kernels.segment_min(torch.where(flags, position.double(), math.inf), off, empty=math.inf)
+    return torch.where(torch.isfinite(first), first, -1.0).long()
 
 
 def _scale(given: Tensor, got: Tensor, where: Tensor, off: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -147,33 +153,54 @@ def _scale(given: Tensor, got: Tensor, where: Tensor, off: Tensor) -> tuple[Tens
 
 
 def report(rows, names: list[str], skipped: dict[str, str], locate: Callable[[int], tuple[str, int]],
-           group_id: Optional[Tensor] = None) -> Optional[dict]:
+           group_id: Optional[Tensor] = None, has_loss_mask: bool = False) -> Optional[dict]:
     """The report's ``replay`` section from the per-row ``rp_*`` columns of ``rows`` (a ``RowTable``):
     per column the rows and positions compared and differing, the largest difference and where, and the
     first rows that differ; whether the runs agree, the first column that differs and what it points to.
     A proportional difference is claimed only where it says something: an outcome estimator's row holds one
     value, so such a row alone is proportional to anything; with ``group_id (B,)`` each group's rows must share
-    one factor, without it the rows must vary along their length or all share one factor."""
+    one factor, without it the rows must vary along their length or all share one factor. The hint names what
+    the first differing column points to: non-finite values, lists that do not line up, rewards that differ only
+    where the mask is 0 (a mask rewritten by rejection, without the mask before it as ``loss_mask``), or the
+    stage's settings."""
     if not names and not skipped:
         return None
     columns, first = {}, None
     for name in names:
-        col = {k: rows[f"rp_{name}_{k}"] for k in ("length_ok", "n", "bad", "nonfinite", "sum", "max", "at", "input",
-                                                   "rladv", "factor", "scaled", "varies")}
+        col = {k: rows[f"rp_{name}_{k}"] for k in ("length_ok", "n", "bad", "bad_masked", "nonfinite", "nonfinite_at",
+                                                   "sum", "max", "at", "input", "rladv", "factor", "scaled", "varies")}
         columns[name] = _column(col, locate, group_id)
         if first is None and not columns[name]["agree"]:
             first = name
     out = {"tolerance": {"atol": ATOL, "rtol": RTOL}, "compared": names, "not_compared": skipped,
            "columns": columns, "agree": first is None and bool(names), "first_difference": first, "hint": None}
     if first is not None:
-        hint = HINTS[first]
-        c = columns[first]
-        if c["proportional"] is not None:
-            hint += "; " + PROPORTIONAL_HINT.format(**c["proportional"])
-        if first in ON_VALID_TOKENS and "token_level_rewards" not in names:
-            hint += NO_REWARDS_HINT
-        out["hint"] = hint
+        out["hint"] = _hint(first, columns[first], names, has_loss_mask)
     return out
+
+
+def _hint(name: str, c: dict, names: list[str], has_loss_mask: bool) -> str:
+    """What the first differing column ``name`` (its summary ``c``) points to."""
+    finite_differences = c["differing_positions"] - c["non_finite_positions"]
+    if c["non_finite_positions"]:
+        nf = c["first_non_finite"]
+        hint = (f"the input's {name} holds {c['non_finite_positions']} NaN or infinite value(s) where rladv's are finite "
+                f"(first at {nf['where']} position {nf['position']}): the run that wrote them produced them")
+        return hint if not finite_differences else f"{hint}; the other differences: {HINTS[name]}"
+    if not finite_differences:
+        return (f"{c['length_mismatch_rows']} row(s) of the input's {name} are null or not the response's length: the "
+                "file's lists do not line up with response_mask (rows cut, padded or shifted?)")
+    if name != "token_level_rewards" or has_loss_mask or c["differing_masked_positions"] < finite_differences:
+        hint = HINTS[name]
+    else:
+        return ("the rewards differ only where this run's response_mask is 0: the input's response_mask looks rewritten "
+                "by rollout rejection after KL shaping, and the input has no loss_mask (the mask before rejection, "
+                "which rladv would read as such); dump it beside the rewritten one")
+    if c["proportional"] is not None:
+        hint += "; " + PROPORTIONAL_HINT.format(**c["proportional"])
+    if name in ON_VALID_TOKENS and "token_level_rewards" not in names:
+        hint += NO_REWARDS_HINT
+    return hint
 
 
 def _column(col: dict[str, Tensor], locate, group_id: Optional[Tensor]) -> dict:
@@ -186,7 +213,8 @@ def _column(col: dict[str, Tensor], locate, group_id: Optional[Tensor]) -> dict:
     out = {
         "agree": not bool(differ.any()), "rows_compared": int(col["length_ok"].sum()), "length_mismatch_rows": int(mismatch.numel()),
         "positions": int(col["n"].sum()), "differing_positions": int(col["bad"].sum()),
-        "non_finite_positions": int(col["nonfinite"].sum()), "differing_rows": int(differ.sum()),
+        "non_finite_positions": int(col["nonfinite"].sum()), "first_non_finite": None,
+        "differing_masked_positions": int(col["bad_masked"].sum()), "differing_rows": int(differ.sum()),
         "max_abs_diff": None, "mean_abs_diff": float(col["sum"].sum() / finite.sum()) if float(finite.sum()) else None,
         "worst": None, "first_rows": where(first), "proportional": None,
     }
@@ -195,12 +223,16 @@ def _column(col: dict[str, Tensor], locate, group_id: Optional[Tensor]) -> dict:
         dmax = torch.where(compared, col["max"], -1.0)
         row = int(torch.argmax(dmax))
         worst = float(dmax[row])
-        out["max_abs_diff"] = worst if math.isfinite(worst) else None
+        out["max_abs_diff"] = worst
         if worst > 0:
             out["worst"] = {"where": where([row])[0], "dataset_row": row, "position": int(col["at"][row]),
                             "input": _number(col["input"][row]), "rladv": _number(col["rladv"][row])}
     if mismatch.numel():
         out["length_mismatch_first_rows"] = where(mismatch[:FIRST_ROWS].tolist())
+    nonfinite = torch.nonzero(col["nonfinite"] > 0).flatten()
+    if nonfinite.numel():
+        row = int(nonfinite[0])
+        out["first_non_finite"] = {"where": where([row])[0], "dataset_row": row, "position": int(col["nonfinite_at"][row])}
     rows_bad = col["bad"] > 0
     if bool(rows_bad.any()) and bool(col["scaled"][rows_bad].all()):
         f = col["factor"][rows_bad]

@@ -238,6 +238,34 @@ def tool_rewards_line(t: dict[str, Any]) -> str:
     return line
 
 
+# the settings rladv explain takes, as its options (norm_adv_by_std: a switch); settings that change no number
+EXPLAIN_OPTIONS = {"gamma": "--gamma", "lam": "--lam", "epsilon": "--epsilon", "rpp_mask_mode": "--rpp-mask-mode",
+                   "kl_coef": "--kl-coef", "kl_penalty": "--kl-penalty"}
+NO_NUMBERS = frozenset({"estimator", "chunk_rows", "cache_mib", "device", "threads"})
+
+
+def explain_command(report: Report, row: int) -> Optional[str]:
+    """The ``rladv explain`` line that derives dataset row ``row`` with the run's settings, or None when the run
+    used a setting explain cannot apply (``--batch-key``, rollout correction, adaptive KL, ...)."""
+    from .config import Config
+
+    cfg = report.config
+    defaults = Config(estimator=cfg["estimator"]).model_dump()
+    args = []
+    for key, default in defaults.items():
+        value = cfg.get(key, default)
+        if key in NO_NUMBERS or value == default:
+            continue
+        if key == "norm_adv_by_std":
+            args.append("--no-norm-adv-by-std")
+        elif key in EXPLAIN_OPTIONS:
+            args += [EXPLAIN_OPTIONS[key], shlex.quote(str(value))]
+        else:
+            return None
+    files = " ".join(shlex.quote(p) for p in report.inputs.paths)
+    return " ".join([f"rladv explain {files} --estimator {cfg['estimator']} --row {row}", *args])
+
+
 def replay_title(r: dict[str, Any]) -> str:
     tol = r["tolerance"]
     verdict = ("they agree" if r["agree"] else f"first difference: {r['first_difference']}" if r["first_difference"]
@@ -250,14 +278,18 @@ def replay_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
     """The report's ``replay`` section as (column, finding) lines, in stage order."""
     lines = []
     for name, c in r["columns"].items():
-        largest = "not finite" if c["non_finite_positions"] else _fmt(c["max_abs_diff"])
+        largest = _fmt(c["max_abs_diff"])
         if c["agree"]:
             lines.append((name, f"agree over {c['positions']} positions of {c['rows_compared']} rows (max |Δ| {largest})"))
             continue
         text = f"differ in {c['differing_rows']} row(s): {c['differing_positions']} of {c['positions']} positions"
+        if c["non_finite_positions"]:
+            nf = c["first_non_finite"]
+            text += f"; {c['non_finite_positions']} NaN or infinite, first at {nf['where']} position {nf['position']}"
         if c["worst"]:
             w = c["worst"]
-            text += (f"; max |Δ| {largest} at {w['where']} position {w['position']} "
+            kind = "finite " if c["non_finite_positions"] else ""
+            text += (f"; max {kind}|Δ| {largest} at {w['where']} position {w['position']} "
                      f"(input {_fmt(w['input'])}, rladv {_fmt(w['rladv'])})")
         if c["length_mismatch_rows"]:
             text += f"; {c['length_mismatch_rows']} row(s) whose list length is not the response's"
@@ -318,10 +350,9 @@ def render(report: Report, console) -> None:
         if r.replay["hint"]:
             rp.add_row("->", r.replay["hint"])
             worst = r.replay["columns"][r.replay["first_difference"]]["worst"]
-            if worst:
-                files = " ".join(shlex.quote(p) for p in r.inputs.paths)
-                rp.add_row("->", f"that row, token by token: rladv explain {files} --estimator {r.config['estimator']} "
-                                 f"--row {worst['dataset_row']} (with this run's options)")
+            command = explain_command(r, worst["dataset_row"]) if worst else None
+            if command:
+                rp.add_row("->", f"that row, token by token: {command}")
         console.print(rp)
     if r.rollout_rejection:
         rr = Table(title="rollout correction", show_header=False, box=None)

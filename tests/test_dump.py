@@ -95,7 +95,7 @@ def test_jagged_tensors_become_ragged_rows():
 def test_a_batch_without_response_mask_is_an_input_error():
     with pytest.raises(rladv_cli.InputError, match="column response_mask: missing"):
         batch_table({"rm_scores": torch.zeros(2, 3)})
-    with pytest.raises(rladv_cli.InputError, match="column step: is a field of the batch already"):
+    with pytest.raises(rladv_cli.InputError, match="column step: the batch has a step field already"):
         batch_table({"response_mask": torch.ones(2, 3), "step": torch.tensor([1, 2])}, step=3)
 
 
@@ -130,7 +130,8 @@ def _padded_golden(case: dict, width: int) -> dict:
 def test_a_padded_dump_of_verls_step_replays(stem, tmp_path):
     case = CASES[stem]
     dumped = dump_batch(_padded_golden(case, width=100), tmp_path / "step.parquet", step=0)
-    assert dumped.rows == 72 and dumped.tokens == 72 * 100 and "prompts" in dumped.skipped
+    lengths = [len(r) for r in pq.read_table(GOLDEN / case["input"])["response_mask"].to_pylist()]
+    assert dumped.rows == 72 and dumped.tokens == sum(lengths) and "prompts" in dumped.skipped  # padding not counted
     report = tmp_path / "r.json"
     result = CliRunner().invoke(app, ["compute", str(tmp_path / "step.parquet"), *case["rladv_args"], "-o",
                                       str(tmp_path / "out.parquet"), "--report", str(report), "-q", "--device", "cpu"])
@@ -148,9 +149,9 @@ def test_convert_reads_a_saved_batch(tmp_path):
     runner = CliRunner()
     result = runner.invoke(app, ["convert", str(tmp_path / "b.pt"), "--step", "5"])
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[0] == (f"{tmp_path / 'b.parquet'}: 3 rows, 12 tokens; columns responses, "
+    assert result.output.splitlines()[0] == (f"{tmp_path / 'b.parquet'}: 3 rows, 8 tokens; columns responses, "
                                              "attention_mask, response_mask, rm_scores, old_log_probs, "
-                                             "reward_baselines, uid, step")
+                                             "reward_baselines, uid, step (step 5)")
     assert "  left out prompts: prompt side, not one value per response token" in result.output
     result = runner.invoke(app, ["convert", str(tmp_path / "b.pkl"), "-o", str(tmp_path / "p.parquet")])
     assert result.exit_code == 0, result.output
@@ -179,8 +180,8 @@ def test_convert_errors_are_one_line(tmp_path, monkeypatch):
     # no response_mask: nothing written
     torch.save({"rm_scores": torch.zeros(2, 3)}, tmp_path / "nomask.pt")
     result = runner.invoke(app, ["convert", str(tmp_path / "nomask.pt")])
-    assert result.exit_code == 2 and result.output == "Error: <batch>: column response_mask: missing; the batch needs it " \
-        "to tell the responses' tokens\n"
+    assert result.exit_code == 2 and result.output == f"Error: {tmp_path / 'nomask.pt'}: column response_mask: missing; " \
+        "the batch needs it to tell the responses' tokens\n"
     assert not (tmp_path / "nomask.parquet").exists()
 
 
@@ -212,3 +213,49 @@ def test_output_paths_are_refused_as_compute_refuses_them(tmp_path):
     with pytest.raises(rladv_cli.OutputError, match="is a folder"):
         dump_batch(padded_batch(), tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["b.pt"]
+
+
+def test_what_a_trainer_batch_may_hold_is_written_or_said():
+    """Found by an audit: empty dicts (verl's tools_kwargs), strided nested tensors, numpy float16, mixed uids."""
+    strided = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    table, skipped = batch_table({
+        "response_mask": strided, "rm_scores": torch.nested.nested_tensor([torch.zeros(2), torch.ones(3)]),
+        "tools_kwargs": np.array([{}, {}], dtype=object), "uid": ["a", 1],
+    })
+    assert table.to_pylist() == [{"response_mask": [1, 1], "rm_scores": [0.0, 0.0], "uid": "a"},
+                                 {"response_mask": [1, 1, 1], "rm_scores": [1.0, 1.0, 1.0], "uid": "1"}]
+    assert skipped["tools_kwargs"].startswith("has type struct<>, which Parquet cannot store")
+    table, _ = batch_table({"response_mask": np.ones((2, 3)), "rm_scores": np.full((2, 3), 0.5, np.float16),
+                            "score": np.array([1, 2], np.float16), "uid": [3, 4]})
+    assert table.schema.field("rm_scores").type == pa.list_(pa.float32()) and table.schema.field("score").type == pa.float32()
+    assert table["uid"].to_pylist() == [3, 4]  # integer uids stay integers
+
+
+def test_bad_batches_are_one_line_errors_naming_the_row(tmp_path):
+    with pytest.raises(rladv_cli.InputError, match=r"^<batch>: row 1, column response_mask: has value 0.5 at position 2; masks must be 0 or 1$"):
+        batch_table({"response_mask": torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.5]])})
+    jagged = torch.nested.nested_tensor([torch.ones(2), torch.ones(0), torch.ones(1)], layout=torch.jagged)
+    with pytest.raises(rladv_cli.InputError, match=r"^<batch>: row 1, column response_mask: is an empty response"):
+        batch_table({"response_mask": jagged})
+    with pytest.raises(rladv_cli.InputError, match=r"^step.pt: holds a Tensor, not a batch"):
+        dump_batch(torch.ones(2, 3), tmp_path / "x.parquet", source="step.pt")
+    with pytest.raises(rladv_cli.OutputError, match="^path is empty; give a file name$"):
+        dump_batch(padded_batch(), "")
+    assert not list(tmp_path.iterdir())
+
+
+def test_convert_takes_the_step_from_meta_info_and_refuses_to_overwrite_its_input(tmp_path):
+    proto = Proto({k: v for k, v in padded_batch().items() if k != "uid"}, {})
+    proto.meta_info = {"global_steps": 42}
+    (tmp_path / "b.pkl").write_bytes(pickle.dumps(proto))
+    runner = CliRunner()
+    result = runner.invoke(app, ["convert", str(tmp_path / "b.pkl")])
+    assert result.exit_code == 0 and result.output.splitlines()[0].endswith("(step 42)")
+    assert pq.read_table(tmp_path / "b.parquet")["step"].to_pylist() == [42] * 3
+    torch.save(torch.ones(2), tmp_path / "t.pt")
+    result = runner.invoke(app, ["convert", str(tmp_path / "t.pt")])
+    assert result.exit_code == 2 and result.output == (f"Error: {tmp_path / 't.pt'}: holds a Tensor, not a batch (a verl "
+                                                       "DataProto, a TensorDict or a mapping of names to tensors and arrays)\n")
+    (tmp_path / "s.parquet").write_bytes(pickle.dumps(proto))
+    result = runner.invoke(app, ["convert", str(tmp_path / "s.parquet")])
+    assert result.exit_code == 2 and "the default output " in result.output and "give -o OUT.parquet" in result.output

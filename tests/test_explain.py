@@ -61,7 +61,10 @@ def test_the_inputs_own_advantages_stand_beside_the_derivation(tmp_path):
     np.testing.assert_allclose(e.advantages, [0.9913445, 0.0170926, -1.0084344], atol=1e-6)  # still rladv's
     group = write(tmp_path, uid=["a", "a"], response_mask=[[1], [1]], rm_scores=[[1.0], [0.0]], advantages=[[2.0], [-2.0]])
     res = CliRunner().invoke(app, ["explain", str(group), "--estimator", "grpo", "--row", "1"])
-    assert res.exit_code == 0 and "the input's advantages: -2" in res.stdout
+    assert res.exit_code == 0 and "the input's advantage on those tokens: -2" in res.stdout
+    # with the run's options: Dr.GRPO's advantage is R - mean
+    res = CliRunner().invoke(app, ["explain", str(group), "--estimator", "grpo", "--row", "1", "--no-norm-adv-by-std"])
+    assert res.exit_code == 0 and "row 1: advantage -0.5 on its actor tokens" in res.stdout
     assert explain([write(tmp_path, response_mask=[[1, 1]], rm_scores=[[0, 1.0]], values=[[0.0, 0.5]])], 0, "gae").input_advantages is None
 
 

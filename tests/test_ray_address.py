@@ -168,3 +168,23 @@ def test_a_cluster_that_refuses_the_driver_names_the_auth_token(tmp_path, monkey
             "here too, with its token in ~/.ray/auth_token or RAY_AUTH_TOKEN")
     assert result.exit_code == 2
     assert result.output == first + ("" if auth_mode else hint) + "\n"
+
+
+def test_an_empty_address_is_refused(tmp_path, no_cluster):
+    result, _ = compute(tmp_path, "")
+    assert result.exit_code == 2
+    assert result.output == "Error: --ray-address is empty; give HOST:PORT, or leave it out for a local cluster\n"
+    assert not no_cluster
+
+
+def test_the_token_hint_is_only_for_an_address_that_was_given(tmp_path, monkeypatch):
+    """'auto' with no cluster running: Ray's own message (over several lines, joined), without the token hint."""
+    def init(**options):
+        raise ConnectionError("Could not find any running Ray instance.\nPlease specify the one to connect to.")
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    result, _ = compute(tmp_path, "auto")
+    assert result.exit_code == 2
+    assert result.output == ("Error: --ray-address auto: Could not find any running Ray instance. Please specify the one "
+                             "to connect to.\n")

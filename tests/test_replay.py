@@ -203,8 +203,48 @@ def test_length_mismatch_null_list_and_nan():
     c = report.replay["columns"]["advantages"]
     assert c["rows_compared"] == 2 and c["length_mismatch_rows"] == 2
     assert c["length_mismatch_first_rows"] == ["<table>:0", "<table>:1"]
-    assert c["non_finite_positions"] == 2 and c["max_abs_diff"] is None
+    assert c["non_finite_positions"] == 2 and c["max_abs_diff"] == 0.0  # the largest finite difference
+    assert c["first_non_finite"] == {"where": "<table>:2", "dataset_row": 2, "position": 0}
     assert c["differing_rows"] == 4 and c["first_rows"] == ["<table>:0", "<table>:1", "<table>:2", "<table>:3"]
+    assert report.replay["hint"].startswith("the input's advantages holds 2 NaN or infinite value(s) where rladv's are "
+                                            "finite (first at <table>:2 position 0)")
+    assert "the other differences" not in report.replay["hint"]
+    adv[3] = [adv[3][0], 9.0]  # a real difference beside the NaN
+    _, report = rladv_cli.compute(_table(advantages=pa.array(adv, pa.list_(pa.float32()))), estimator="grpo")
+    assert "; the other differences: the estimator or its settings" in report.replay["hint"]
+    assert report.replay["columns"]["advantages"]["max_abs_diff"] > 8
+
+
+def test_lists_that_do_not_line_up_are_said_so():
+    out, _ = rladv_cli.compute(_table(), estimator="grpo")
+    adv = out["advantages"].to_pylist()
+    adv[1] = adv[1] + [0.0]
+    _, report = rladv_cli.compute(_table(advantages=pa.array(adv, pa.list_(pa.float32()))), estimator="grpo")
+    assert report.replay["hint"] == ("1 row(s) of the input's advantages are null or not the response's length: the "
+                                     "file's lists do not line up with response_mask (rows cut, padded or shifted?)")
+
+
+def test_a_rewritten_mask_without_loss_mask_is_named():
+    """verl's DataProto trainer rewrites response_mask at rejection and keeps no copy: its rewards (KL shaped on
+    the original mask) then differ from the replay's only where the rewritten mask is 0."""
+    case = CASES["mix__grpo__kl_rs_is"]
+    table = pq.read_table(GOLDEN / case["input"])
+    expected = pq.read_table(GOLDEN / case["expected"])
+    rewritten = pa.array([[int(v) for v in r] for r in expected["response_mask"].to_pylist()], pa.list_(pa.int8()))
+    table = table.set_column(table.schema.get_field_index("response_mask"), "response_mask", rewritten)
+    table = table.append_column("token_level_rewards", expected["token_level_rewards"].cast(pa.list_(pa.float32())))
+    args = case["rladv_args"]
+    settings = dict(estimator="grpo", kl_coef=0.01, kl_penalty="mse", device="cpu")
+    assert args[:6] == ["--estimator", "grpo", "--kl-coef", "0.01", "--kl-penalty", "mse"]
+    _, report = rladv_cli.compute(table, **settings)
+    assert report.replay["first_difference"] == "token_level_rewards"
+    assert report.replay["hint"].startswith("the rewards differ only where this run's response_mask is 0")
+    tlr = report.replay["columns"]["token_level_rewards"]
+    assert tlr["differing_positions"] == tlr["differing_masked_positions"] > 0
+    # with the mask before rejection as loss_mask, the same rewards agree
+    _, report = rladv_cli.compute(table.append_column("loss_mask", pq.read_table(GOLDEN / case["input"])["response_mask"]),
+                                  **settings)
+    assert report.replay["columns"]["token_level_rewards"]["agree"]
 
 
 def test_columns_that_cannot_be_compared_are_said():
@@ -297,3 +337,27 @@ def test_an_output_replays_exactly_and_one_changed_token_is_found(name, data, s,
     assert c["first_rows"] == [f"<table>:{row}"] and c["worst"]["where"] == f"<table>:{row}"
     assert c["worst"]["position"] == pos and c["worst"]["input"] == adv[row][pos]
     assert report.replay["first_difference"] == "advantages" and report.replay["columns"]["token_level_rewards"]["agree"]
+
+
+def test_the_explain_line_carries_the_runs_options_or_is_left_out(tmp_path):
+    """The terminal's 'that row, token by token' line is a command that reproduces the run's numbers for that row:
+    with the options rladv explain takes, and not printed when the run used one it cannot apply."""
+    from rladv_cli.report import explain_command
+
+    path = tmp_path / "in.parquet"
+    pq.write_table(pq.read_table(GOLDEN / "inputs" / "mix.parquet"), path)
+    out = tmp_path / "a.parquet"
+    assert CliRunner().invoke(app, ["compute", str(path), "--estimator", "gae", "-o", str(out), "-q"]).exit_code == 0
+    report = rladv_cli.compute_file([str(out)], rladv_cli.Config(estimator="gae", gamma=0.99, lam=0.9, kl_coef=0.05,
+                                                                 chunk_rows=7), output=str(tmp_path / "b.parquet"))
+    row = report.replay["columns"]["advantages"]["worst"]["dataset_row"]
+    command = explain_command(report, row)
+    assert command == f"rladv explain {out} --estimator gae --row {row} --gamma 0.99 --lam 0.9 --kl-coef 0.05"
+    args = command.split()[2:]
+    shown = CliRunner().invoke(app, ["explain", *args, "--json"])
+    assert shown.exit_code == 0
+    advantages = json.loads(shown.stdout)["advantages"]
+    assert advantages == pq.read_table(tmp_path / "b.parquet")["advantages"][row].as_py()
+    batched = rladv_cli.compute_file([str(out)], rladv_cli.Config(estimator="gae", gamma=0.99, batch_key="uid"),
+                                     output=str(tmp_path / "c.parquet"))
+    assert explain_command(batched, row) is None
