@@ -141,6 +141,7 @@ def compute(
     device: Annotated[Device, typer.Option(help="Torch device; auto = cuda when available.")] = Device.auto,
     threads: Annotated[int, typer.Option(help="Torch CPU threads (default 1: the kernels are memory-bound).")] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.")] = False,
+    strict_replay: Annotated[bool, typer.Option("--strict-replay", help="Exit 1 unless the input's own token_level_rewards/advantages/returns (a trainer dump) agree with this run's (the output is written either way).")] = False,
     engine: Annotated[Engine, typer.Option(help="local: this process, one output file; ray: a Ray cluster, one output file per input file.")] = Engine.local,
     ray_address: Annotated[Optional[str], typer.Option(envvar="RAY_ADDRESS", help="--engine ray: the cluster to join (default: a local one for the run).")] = None,
     ray_workers: Annotated[Optional[int], typer.Option(help="--engine ray: CPUs of the local cluster, and at most this many tasks at once (default: all CPUs).")] = None,
@@ -189,6 +190,13 @@ def compute(
             if source["ignored"]:
                 err.print(f"[dim]--config: keys rladv does not use: {', '.join(source['ignored'])}[/dim]")
         render(result, Console())
+    if strict_replay and not (result.replay and result.replay["agree"]):
+        replay = result.replay
+        why = ("the input holds none of token_level_rewards, rollout_is_weights, advantages, returns to compare"
+               if replay is None or not replay["compared"] else f"the input's {replay['first_difference']} differ from "
+               f"this run's (the report's replay section says where)")
+        typer.echo(f"--strict-replay: {why}", err=True)
+        raise typer.Exit(code=1)
 
 
 def _merge_verl_config(ctx: typer.Context, path: Optional[Path], flags: dict) -> tuple[dict, Optional[dict]]:

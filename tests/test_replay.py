@@ -361,3 +361,21 @@ def test_the_explain_line_carries_the_runs_options_or_is_left_out(tmp_path):
     batched = rladv_cli.compute_file([str(out)], rladv_cli.Config(estimator="gae", gamma=0.99, batch_key="uid"),
                                      output=str(tmp_path / "c.parquet"))
     assert explain_command(batched, row) is None
+
+
+def test_strict_replay_exit_codes(tmp_path):
+    case = CASES["mix__grpo_nostd__plain"]
+    runner = CliRunner()
+    args = lambda dump, extra: ["compute", str(dump), "--estimator", "grpo", *extra, "-o", str(tmp_path / "o.parquet"),  # noqa: E731
+                                "-q", "--strict-replay"]
+    dump = _dump(tmp_path, case, "mix__grpo__plain")
+    assert runner.invoke(app, args(dump, [])).exit_code == 0
+    differ = runner.invoke(app, args(dump, ["--no-norm-adv-by-std"]))
+    assert differ.exit_code == 1 and (tmp_path / "o.parquet").exists()
+    assert differ.output == ("--strict-replay: the input's advantages differ from this run's (the report's replay "
+                             "section says where)\n")
+    plain = tmp_path / "plain.parquet"
+    shutil.copy(GOLDEN / case["input"], plain)
+    nothing = runner.invoke(app, args(plain, []))
+    assert nothing.exit_code == 1 and nothing.output == ("--strict-replay: the input holds none of token_level_rewards, "
+                                                         "rollout_is_weights, advantages, returns to compare\n")
