@@ -6,7 +6,8 @@
              sample_data/multiturn.parquet (KL shaping on; seeded reward_baselines and sum_pi_squared added),
              then gae, grpo, rloo and reinforce_plus_plus on the --parity-tokens bench dataset. Each line gives
              the largest absolute difference of token_level_rewards, advantages and returns, and of the
-             report's advantage mean and std; the issue's bound is 1e-5.
+             report's advantage mean and std; on the sample also the CPU output replayed on the device (the
+             replay's largest difference); the issue's bound is 1e-5.
 2. kernels   each estimator function alone on the --tokens dataset as one flat batch (synchronised, best of
              5) on the device and on the CPU, in tokens/s (the issue asks for more than 1e9 on a GPU at 20M).
 3. e2e       `rladv compute --device cuda` and `--device cpu` on that dataset as fresh processes (the median
@@ -60,8 +61,10 @@ def flat(table: pa.Table, name: str) -> np.ndarray:
     return table[name].combine_chunks().flatten().to_numpy(zero_copy_only=False).astype(np.float64)
 
 
-def parity(table: pa.Table, estimator: str, device: str, **settings) -> dict:
-    """The largest absolute CPU/device differences of the output columns and of the report's advantage stats."""
+def parity(table: pa.Table, estimator: str, device: str, replay: bool = False, **settings) -> dict:
+    """The largest absolute CPU/device differences of the output columns and of the report's advantage stats;
+    with ``replay``, also the CPU output replayed on the device (the replay's own largest difference, which
+    measures the same CPU/device gap through the device's replay code)."""
     cpu, cpu_report = rladv_cli.compute(table, estimator=estimator, device="cpu", **settings)
     dev, dev_report = rladv_cli.compute(table, estimator=estimator, device=device, **settings)
     diff = {name: float(np.max(np.abs(flat(cpu, name) - flat(dev, name)), initial=0.0)) for name in COLUMNS}
@@ -69,6 +72,10 @@ def parity(table: pa.Table, estimator: str, device: str, **settings) -> dict:
     for stat in ("mean", "std"):
         x, y = getattr(a, stat), getattr(b, stat)
         diff[f"report {stat}"] = 0.0 if x is None and y is None else abs(x - y)
+    if replay:
+        columns = rladv_cli.compute(cpu, estimator=estimator, device=device, **settings)[1].replay["columns"]
+        diff["replay"] = max(float("inf") if c["max_abs_diff"] is None or c["non_finite_positions"] else c["max_abs_diff"]
+                             for c in columns.values())
     return diff
 
 
@@ -96,7 +103,7 @@ def main() -> None:
 
     print(f"\nparity (largest |cpu - {args.device}|; bound {TOLERANCE:g})")
     sample = with_every_input(pq.read_table(SAMPLE))
-    checks = [(SAMPLE.name, sample, est, {"kl_coef": 0.01}) for est in sorted(rladv_cli.ESTIMATORS)]
+    checks = [(SAMPLE.name, sample, est, {"kl_coef": 0.01, "replay": True}) for est in sorted(rladv_cli.ESTIMATORS)]
     big = dataset(parse_size(args.parity_tokens))
     big_table = pq.read_table(big)
     checks += [(big.name, big_table, est, {}) for est in estimators]

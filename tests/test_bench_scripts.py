@@ -19,6 +19,7 @@ def test_gpu_check_runs_end_to_end_against_the_cpu(tmp_path):
     checked = {(r["data"], r["estimator"]) for r in result["parity"]}
     assert ("multiturn.parquet", "remax") in checked and ("multiturn.parquet", "optimal_token_baseline") in checked
     assert ("bench_20000.parquet", "gae") in checked
+    assert all("replay" in r for r in result["parity"] if r["data"] == "multiturn.parquet")
     assert all(max(v for k, v in r.items() if k not in ("data", "estimator")) == 0.0 for r in result["parity"])
     assert [k["estimator"] for k in result["kernels"]] == ["gae", "grpo"] and result["kernels"][0]["device_s"] > 0
     assert [e["estimator"] for e in result["e2e"]] == ["gae", "grpo"] and result["e2e"][0]["cpu_s"] > 0
