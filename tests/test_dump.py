@@ -259,3 +259,55 @@ def test_convert_takes_the_step_from_meta_info_and_refuses_to_overwrite_its_inpu
     (tmp_path / "s.parquet").write_bytes(pickle.dumps(proto))
     result = runner.invoke(app, ["convert", str(tmp_path / "s.parquet")])
     assert result.exit_code == 2 and "the default output " in result.output and "give -o OUT.parquet" in result.output
+
+
+# ------------------------------------------------------------------ property: a padded dump computes as its rows
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import strategies as S  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def _as_trainer_holds_it(table: pa.Table, extra: int) -> dict:
+    """The ragged rows as [B, T] tensors right-padded to the longest response plus ``extra``, with the prompt and
+    response attention mask, and uids as a per-row array."""
+    rows = table.num_rows
+    lengths = [len(r) for r in table["response_mask"].to_pylist()]
+    width = max(lengths) + extra
+
+    def pad(name, dtype):
+        out = torch.zeros(rows, width, dtype=dtype)
+        for i, r in enumerate(table[name].to_pylist()):
+            out[i, :len(r)] = torch.tensor(r, dtype=dtype)
+        return out
+
+    batch = {"attention_mask": torch.cat([torch.ones(rows, 2, dtype=torch.long),
+                                          (torch.arange(width) < torch.tensor(lengths)[:, None]).long()], 1),
+             "response_mask": pad("response_mask", torch.long)}
+    for name in ("rm_scores", "values", "old_log_probs", "ref_log_prob"):
+        if name in table.column_names:
+            batch[name] = pad(name, torch.float32)
+    if "score" in table.column_names:
+        batch["score"] = torch.tensor(table["score"].to_pylist(), dtype=torch.float32)
+    batch["uid"] = np.array(table["uid"].to_pylist(), dtype=object)
+    return batch
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), estimator=st.sampled_from(["gae", "grpo", "rloo", "reinforce_plus_plus", "opo"]),
+       extra=st.integers(0, 5), kl=st.booleans())
+def test_a_padded_dump_computes_what_its_ragged_rows_compute(data, estimator, extra, kl):
+    """Scores land where the trainer put them (a scalar score at the last non-padding position), padding takes
+    no part, and every value agrees with the ragged rows' (row totals are summed over the padded width, as the
+    trainer sums them, so within float32 rounding)."""
+    table = data.draw(S.rollouts(max_rows=12, max_len=12, min_valid=2), label="rollout").table()
+    common = dict(estimator=estimator, device="cpu", kl_coef=0.05 if kl else 0.0)
+    try:
+        ragged, _ = rladv_cli.compute(table, **common)
+    except rladv_cli.ComputeError:
+        return
+    padded, _ = rladv_cli.compute(batch_table(_as_trainer_holds_it(table, extra))[0], **common)
+    for name in ("token_level_rewards", "advantages", "returns"):
+        for r, p in zip(ragged[name].to_pylist(), padded[name].to_pylist()):
+            np.testing.assert_allclose(p[:len(r)], r, rtol=1e-5, atol=1e-5, err_msg=name)
+            assert not any(p[len(r):]), f"{name} beyond the response"
