@@ -252,6 +252,18 @@ def _split(text: Optional[str]) -> Optional[list[str]]:
     return None if text is None else [part.strip() for part in text.split(",") if part.strip()]
 
 
+def _row_rate_column():
+    """A progress column: the pass's rows per second (blank until rich has measured it)."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class RowRate(ProgressColumn):
+        def render(self, task) -> Text:
+            return Text(f"{task.speed:,.0f} rows/s" if task.speed else "", style="progress.data.speed")
+
+    return RowRate()
+
+
 class _progress:
     """A rich progress bar per pass (rows, rate, ETA) on a terminal; a no-op callback otherwise."""
 
@@ -264,7 +276,7 @@ class _progress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("rows"), TimeRemainingColumn(), console=self.console, transient=True)
+                            TextColumn("rows"), _row_rate_column(), TimeRemainingColumn(), console=self.console, transient=True)
         self.bar.start()
         return self.update
 

@@ -1358,3 +1358,21 @@ def test_a_failed_write_names_the_file_and_leaves_nothing(tmp_path):
         assert run.stderr.strip() in [f"Error: {out_dir / name}: File too large" for name in named], run.stderr
         assert os.listdir(out_dir) == []
     assert inp.read_bytes() == (SAMPLES / "multiturn.parquet").read_bytes()
+
+
+def test_the_progress_bar_shows_rows_per_second():
+    import io
+    import time
+
+    from rich.console import Console
+
+    from rladv_cli.cli import _progress
+
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=120)
+    with _progress(console, True) as update:
+        for i in range(1, 6):
+            update("scan", i * 100, 500)
+            time.sleep(0.02)
+        console.print()
+    assert "scan pass" in buf.getvalue() and "rows/s" in buf.getvalue()
