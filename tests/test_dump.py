@@ -215,6 +215,7 @@ def test_output_paths_are_refused_as_compute_refuses_them(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["b.pt"]
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")  # the strided layout, on purpose
 def test_what_a_trainer_batch_may_hold_is_written_or_said():
     """Found by an audit: empty dicts (verl's tools_kwargs), strided nested tensors, numpy float16, mixed uids."""
     strided = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
