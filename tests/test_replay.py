@@ -379,3 +379,19 @@ def test_strict_replay_exit_codes(tmp_path):
     nothing = runner.invoke(app, args(plain, []))
     assert nothing.exit_code == 1 and nothing.output == ("--strict-replay: the input holds none of token_level_rewards, "
                                                          "rollout_is_weights, advantages, returns to compare\n")
+
+
+def test_the_bitwise_shortcut_reports_what_the_full_comparison_does():
+    """float32 columns equal bit for bit take a shortcut; the same values as float64 take the full comparison."""
+    case = CASES["mix__gae__kl_rs_is"]
+    table = pq.read_table(GOLDEN / case["input"])
+    settings = dict(estimator="gae", kl_coef=0.01, kl_penalty="mse", device="cpu", chunk_rows=13)
+    out, _ = rladv_cli.compute(table, **settings)
+    f32 = table
+    f64 = table
+    for name in ("token_level_rewards", "advantages", "returns"):
+        f32 = f32.append_column(name, out[name])
+        f64 = f64.append_column(name, out[name].cast(pa.list_(pa.float64())))
+    shortcut = rladv_cli.compute(f32, **settings)[1].replay
+    full = rladv_cli.compute(f64, **settings)[1].replay
+    assert shortcut == full and shortcut["agree"]
