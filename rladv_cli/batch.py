@@ -11,7 +11,8 @@ import torch
 from torch import Tensor
 
 from . import kernels
-from .columns import array_of, assemble_scores, flat_values, list_offsets, scalar_values, score_positions
+from .columns import (array_of, assemble_scores, flat_values, list_offsets, mask_before_rejection, scalar_values,
+                      score_positions)
 from .kernels import GroupStats
 
 
@@ -139,10 +140,10 @@ def from_arrow(table: pa.Table, first_row: int, device: torch.device) -> Batch:
     }
     if "reward_baselines" in names:
         optional["reward_baselines"] = t(scalar_values(table, "reward_baselines"))
-    # m0: the mask before rollout rejection: ``loss_mask`` when present (an rladv output, verl's [P] batch), whose
-    # tokens ``response_mask`` may have dropped already; else ``response_mask`` itself
+    # m0: the mask before rollout rejection, whose tokens ``response_mask`` may have dropped already
     m = t(mask)
-    m0 = t(flat_values(table, "loss_mask", np.float32)) if "loss_mask" in names else m
+    original = mask_before_rejection(names)
+    m0 = m if original == "response_mask" else t(flat_values(table, original, np.float32))
     s = t(scores)
     return Batch(
         row_offsets=t(offsets),

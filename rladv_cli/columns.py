@@ -34,6 +34,12 @@ def arrow_of(values: np.ndarray, kind: pa.DataType) -> pa.Array:
     return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
 
 
+def mask_before_rejection(names) -> str:
+    """The column holding the mask before rollout rejection (m0): ``loss_mask`` when among ``names`` (an rladv
+    output, verl's [P] batch), else ``response_mask``."""
+    return "loss_mask" if "loss_mask" in names else "response_mask"
+
+
 def list_offsets(arr: pa.Array) -> np.ndarray:
     """Row offsets ``(B+1,) int64`` of a (possibly sliced) Arrow list array, rebased to 0."""
     off = numpy_of(arr.offsets).astype(np.int64)

@@ -20,6 +20,7 @@ from .errors import ConfigError, InputError, RladvError, shown
 from .estimators.registry import ESTIMATORS
 from .inspection import GroupView, _read_all, _read_row, _read_rows, _scope, _uid_equals, group_view, render_group
 from .io import Dataset, TableSource
+from .validation import is_number_list
 
 PathLike = str | os.PathLike
 
@@ -98,9 +99,7 @@ def _given_advantages(row: pa.Table) -> Optional[list[Optional[float]]]:
     """The input row's own ``advantages``, when the column is a list of numbers of the row's length."""
     if "advantages" not in row.column_names:
         return None
-    t = row.schema.field("advantages").type
-    if not ((pa.types.is_list(t) or pa.types.is_large_list(t))
-            and (pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type))):
+    if not is_number_list(row.schema.field("advantages").type):
         return None
     values = row["advantages"][0].as_py()
     if values is None or len(values) != len(row["response_mask"][0].as_py()):

@@ -484,8 +484,7 @@ def _plan(ds: Dataset, kl_coef: float) -> tuple[_Plan, list[str]]:
                 bad.append(str(err))
         elif f.name in EXTRA_LISTS:
             t = f.type
-            if (pa.types.is_list(t) or pa.types.is_large_list(t)) and (
-                    pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type)):
+            if validation.is_number_list(t):
                 usable.add(f.name)
             else:
                 bad.append(f"{ds.paths[0]}: column {f.name}: has type {t}; expected a list of numbers")

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from . import kernels, validation
 from .batch import as_tensor
-from .columns import array_of, flat_values, list_offsets
+from .columns import array_of, flat_values, list_offsets, mask_before_rejection
 from .diagnostics import RowTable
 from .errors import ConfigError, InputError
 from .io import Dataset
@@ -66,10 +66,8 @@ def sweep(inputs: Sequence[str | os.PathLike] | str | os.PathLike, options: Sequ
         raise InputError(dataset.paths[0], "holds no rows")  # as compute and validate say
     labels, rows = Labels(None), RowTable()
     done = 0
-    # the mask before rejection, as compute's: loss_mask when present (an rladv output, a verl [P] batch)
-    original = "loss_mask" if "loss_mask" in dataset.columns else "response_mask"
-    for chunk in dataset.chunks(needed + (["uid"] if has_uid else []) + (["loss_mask"] if original == "loss_mask" else []),
-                                chunk_rows):
+    original = mask_before_rejection(dataset.columns)  # as compute's
+    for chunk in dataset.chunks(sorted(set(needed) | {original} | ({"uid"} if has_uid else set())), chunk_rows):
         validation.check_chunk(chunk.table, chunk.path, chunk.start)
         off = as_tensor(list_offsets(array_of(chunk.table["response_mask"])))
         m0 = as_tensor(flat_values(chunk.table, original))

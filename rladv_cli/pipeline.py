@@ -38,7 +38,7 @@ from torch import Tensor
 
 from . import __version__, kernels, replay, validation
 from .batch import Batch, PositionSums, as_tensor, from_arrow
-from .columns import array_of, arrow_of, flat_values, list_offsets, list_sums, scalar_values
+from .columns import array_of, arrow_of, flat_values, list_offsets, list_sums, mask_before_rejection, scalar_values
 from .config import Config
 from .diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions, first_rows, group_flags,
                           row_outcomes, token_stats)
@@ -261,9 +261,8 @@ class ShardWork:
     def _layout_columns(self) -> list[str]:
         """What the layout pass reads: the mask, the batch key and, to step an adaptive KL controller per
         batch, the log-probs and the mask before rejection (``loss_mask`` when present)."""
-        kl = {"old_log_probs", "ref_log_prob"} if self._adaptive_kl() else set()
-        if kl and "loss_mask" in self.scan_columns:  # the output schema has it either way: only when the input does
-            kl.add("loss_mask")
+        # the output schema holds loss_mask either way: the scan columns say whether the input does
+        kl = {"old_log_probs", "ref_log_prob", mask_before_rejection(self.scan_columns)} if self._adaptive_kl() else set()
         wanted = {"response_mask", self.cfg.batch_key} | kl
         return [c for c in self.schema.names if c in wanted]
 
@@ -280,8 +279,7 @@ class ShardWork:
             cols = {"batch_id": torch.from_numpy(labels.batch_ids(chunk.table, chunk.path, chunk.start)),
                     "length": kernels.row_lengths(offsets)}
             if adaptive:
-                m0 = as_tensor(flat_values(chunk.table, "loss_mask" if "loss_mask" in chunk.table.column_names
-                                           else "response_mask"))
+                m0 = as_tensor(flat_values(chunk.table, mask_before_rejection(chunk.table.column_names)))
                 kld = kl_penalty(as_tensor(flat_values(chunk.table, "old_log_probs")),
                                  as_tensor(flat_values(chunk.table, "ref_log_prob")), self.cfg.kl_penalty) * m0
                 cols["kl_row"] = kernels.segment_sum(kld, offsets) / (kernels.segment_sum(m0, offsets) + 1e-8)

@@ -21,6 +21,7 @@ from torch import Tensor
 from . import kernels
 from .batch import as_tensor
 from .columns import array_of, numpy_of
+from .validation import is_number_list
 
 ATOL, RTOL = 1e-5, 1e-4
 # in the order the stages make them (SEMANTICS §10): the first that differs says where the runs part
@@ -56,8 +57,7 @@ def comparable(schema: pa.Schema, computed: set[str]) -> tuple[list[str], dict[s
         t = schema.field(name).type
         if name not in computed:
             skipped[name] = "carried through: this run does not compute it"
-        elif not ((pa.types.is_list(t) or pa.types.is_large_list(t))
-                  and (pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type))):
+        elif not is_number_list(t):
             skipped[name] = f"has type {t}, not a list of numbers"
         else:
             names.append(name)

@@ -23,6 +23,11 @@ def _is_number(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t)
 
 
+def is_number_list(t: pa.DataType) -> bool:
+    """Whether Arrow type ``t`` is a list (or large list) of integers or floats."""
+    return _is_list(t) and _is_number(t.value_type)
+
+
 def _type_problem(col: Column, t: pa.DataType) -> str | None:
     """Why Arrow type ``t`` cannot hold contract column ``col`` (None when it can)."""
     if col.kind == "label":
