@@ -105,37 +105,64 @@ def _path(value: str) -> Path:
 Datasets = Annotated[list[Path], typer.Argument(parser=_path, help="Parquet file(s), folder(s) of *.parquet or quoted glob(s), read as one dataset.")]
 
 
+# The pipeline's settings (``Config`` fields), as compute and explain take them.
+Estimator = Annotated[Optional[EstimatorName], typer.Option(help="Advantage estimator, by verl's name (or from --config).")]
+VerlConfig = Annotated[Optional[Path], typer.Option("--config", parser=_path, help="A verl trainer YAML (or its algorithm: section); flags given here win.")]
+Gamma = Annotated[float, typer.Option(help="Discount factor.")]
+Lam = Annotated[float, typer.Option(help="GAE lambda.")]
+NormAdvByStd = Annotated[bool, typer.Option("--norm-adv-by-std/--no-norm-adv-by-std", help="grpo: divide by the group std.")]
+Epsilon = Annotated[float, typer.Option(help="grpo: added to the group std.")]
+RppMaskMode = Annotated[MaskMode, typer.Option(help="reinforce_plus_plus at mask-0 positions: reset (chapter) or carry (verl 0.9.1).")]
+KLCoef = Annotated[float, typer.Option(help="KL-in-reward coefficient; 0 turns KL shaping off.")]
+KLPenalty = Annotated[str, typer.Option(help="KL estimate: kl|k1, abs, mse|k2, low_var_kl|k3, or <mode>+.")]
+KLCtrlOption = Annotated[KLCtrl, typer.Option(help="KL coefficient controller.")]
+KLTarget = Annotated[float, typer.Option(help="Adaptive controller: target KL.")]
+KLHorizon = Annotated[int, typer.Option(help="Adaptive controller: horizon.")]
+RolloutRS = Annotated[Optional[str], typer.Option(help="Rollout rejection options, verl's string (e.g. token_k1,seq_max_k2).")]
+RolloutRSThreshold = Annotated[Optional[str], typer.Option(help="Rejection thresholds, verl's string (e.g. 0.5_2.0,2.5).")]
+RolloutIS = Annotated[Optional[ISLevel], typer.Option(help="Importance weights per token or per sequence.")]
+RolloutISThreshold = Annotated[str, typer.Option(help="IS truncation (a number) or IcePop band lo_hi.")]
+RolloutISBatchNormalize = Annotated[bool, typer.Option(help="Divide IS weights by their batch mean.")]
+OverlongBufferLen = Annotated[Optional[int], typer.Option(help="DAPO overlong shaping: buffer length (turns it on).")]
+OverlongPenaltyFactor = Annotated[float, typer.Option(help="DAPO overlong shaping: penalty at --max-resp-len.")]
+MaxRespLen = Annotated[Optional[int], typer.Option(help="DAPO overlong shaping: maximum response length.")]
+ToolRewardCoef = Annotated[Optional[float], typer.Option(help="Add this times the sum of a row's tool_rewards to its score (verl never adds them).")]
+RewardComponents = Annotated[Optional[str], typer.Option(help="gdpo: comma-separated float columns of reward components.")]
+RewardWeights = Annotated[Optional[str], typer.Option(help="gdpo: comma-separated weights, one per component.")]
+BatchKey = Annotated[Optional[str], typer.Option(help="Column whose values split the dataset into independent batches.")]
+
+
 @app.command()
 def compute(
     ctx: typer.Context,
     dataset: Datasets,
-    estimator: Annotated[Optional[EstimatorName], typer.Option(help="Advantage estimator, by verl's name (or from --config).")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", parser=_path, help="A verl trainer YAML (or its algorithm: section); flags given here win.")] = None,
+    estimator: Estimator = None,
+    config: VerlConfig = None,
     output: Annotated[Optional[Path], typer.Option("-o", "--output", parser=_path, help="Output Parquet (default DATASET.adv.parquet); with --engine ray, the output folder (default DATASET.adv).")] = None,
     report: Annotated[Optional[Path], typer.Option(parser=_path, help="Also write the report as JSON here.")] = None,
     html: Annotated[Optional[Path], typer.Option(parser=_path, help="Also write a self-contained HTML report (plots inline) here.")] = None,
-    gamma: Annotated[float, typer.Option(help="Discount factor.")] = 1.0,
-    lam: Annotated[float, typer.Option(help="GAE lambda.")] = 1.0,
-    norm_adv_by_std: Annotated[bool, typer.Option("--norm-adv-by-std/--no-norm-adv-by-std", help="grpo: divide by the group std.")] = True,
-    epsilon: Annotated[float, typer.Option(help="grpo: added to the group std.")] = 1e-6,
-    rpp_mask_mode: Annotated[MaskMode, typer.Option(help="reinforce_plus_plus at mask-0 positions: reset (chapter) or carry (verl 0.9.1).")] = MaskMode.reset,
-    kl_coef: Annotated[float, typer.Option(help="KL-in-reward coefficient; 0 turns KL shaping off.")] = 0.0,
-    kl_penalty: Annotated[str, typer.Option(help="KL estimate: kl|k1, abs, mse|k2, low_var_kl|k3, or <mode>+.")] = "kl",
-    kl_ctrl: Annotated[KLCtrl, typer.Option(help="KL coefficient controller.")] = KLCtrl.fixed,
-    kl_target: Annotated[float, typer.Option(help="Adaptive controller: target KL.")] = 0.1,
-    kl_horizon: Annotated[int, typer.Option(help="Adaptive controller: horizon.")] = 10000,
-    rollout_rs: Annotated[Optional[str], typer.Option(help="Rollout rejection options, verl's string (e.g. token_k1,seq_max_k2).")] = None,
-    rollout_rs_threshold: Annotated[Optional[str], typer.Option(help="Rejection thresholds, verl's string (e.g. 0.5_2.0,2.5).")] = None,
-    rollout_is: Annotated[Optional[ISLevel], typer.Option(help="Importance weights per token or per sequence.")] = None,
-    rollout_is_threshold: Annotated[str, typer.Option(help="IS truncation (a number) or IcePop band lo_hi.")] = "2.0",
-    rollout_is_batch_normalize: Annotated[bool, typer.Option(help="Divide IS weights by their batch mean.")] = False,
-    overlong_buffer_len: Annotated[Optional[int], typer.Option(help="DAPO overlong shaping: buffer length (turns it on).")] = None,
-    overlong_penalty_factor: Annotated[float, typer.Option(help="DAPO overlong shaping: penalty at --max-resp-len.")] = 1.0,
-    max_resp_len: Annotated[Optional[int], typer.Option(help="DAPO overlong shaping: maximum response length.")] = None,
-    tool_reward_coef: Annotated[Optional[float], typer.Option(help="Add this times the sum of a row's tool_rewards to its score (verl never adds them).")] = None,
-    reward_components: Annotated[Optional[str], typer.Option(help="gdpo: comma-separated float columns of reward components.")] = None,
-    reward_weights: Annotated[Optional[str], typer.Option(help="gdpo: comma-separated weights, one per component.")] = None,
-    batch_key: Annotated[Optional[str], typer.Option(help="Column whose values split the dataset into independent batches.")] = None,
+    gamma: Gamma = 1.0,
+    lam: Lam = 1.0,
+    norm_adv_by_std: NormAdvByStd = True,
+    epsilon: Epsilon = 1e-6,
+    rpp_mask_mode: RppMaskMode = MaskMode.reset,
+    kl_coef: KLCoef = 0.0,
+    kl_penalty: KLPenalty = "kl",
+    kl_ctrl: KLCtrlOption = KLCtrl.fixed,
+    kl_target: KLTarget = 0.1,
+    kl_horizon: KLHorizon = 10000,
+    rollout_rs: RolloutRS = None,
+    rollout_rs_threshold: RolloutRSThreshold = None,
+    rollout_is: RolloutIS = None,
+    rollout_is_threshold: RolloutISThreshold = "2.0",
+    rollout_is_batch_normalize: RolloutISBatchNormalize = False,
+    overlong_buffer_len: OverlongBufferLen = None,
+    overlong_penalty_factor: OverlongPenaltyFactor = 1.0,
+    max_resp_len: MaxRespLen = None,
+    tool_reward_coef: ToolRewardCoef = None,
+    reward_components: RewardComponents = None,
+    reward_weights: RewardWeights = None,
+    batch_key: BatchKey = None,
     chunk_rows: Annotated[int, typer.Option(help="Rows held in memory at once (results do not depend on it).")] = 512,
     cache_mib: Annotated[int, typer.Option(help="Keep the decoded dataset in memory between passes when it fits this many MiB (0: re-read each pass).")] = 512,
     device: Annotated[Device, typer.Option(help="Torch device; auto = cuda when available.")] = Device.auto,
@@ -150,25 +177,9 @@ def compute(
     from rich.console import Console
 
     from .api import compute_file
-    from .config import Config
     from .report import render
 
-    flags = dict(
-        estimator=estimator.value if estimator else None, gamma=gamma, lam=lam, norm_adv_by_std=norm_adv_by_std,
-        epsilon=epsilon, rpp_mask_mode=rpp_mask_mode.value, kl_coef=kl_coef, kl_penalty=kl_penalty,
-        kl_ctrl=kl_ctrl.value, kl_target=kl_target, kl_horizon=kl_horizon, rollout_rs=rollout_rs,
-        rollout_rs_threshold=rollout_rs_threshold, rollout_is=rollout_is.value if rollout_is else None,
-        rollout_is_threshold=rollout_is_threshold, rollout_is_batch_normalize=rollout_is_batch_normalize,
-        overlong_buffer_len=overlong_buffer_len, overlong_penalty_factor=overlong_penalty_factor,
-        max_resp_len=max_resp_len, tool_reward_coef=tool_reward_coef, reward_components=_split(reward_components), reward_weights=_split(reward_weights),
-        batch_key=batch_key, chunk_rows=chunk_rows, cache_mib=cache_mib, device=device.value, threads=threads,
-    )
-    settings, source = _merge_verl_config(ctx, config, flags)
-    if settings.get("estimator") is None:
-        given = f"{shown(config)} sets no algorithm.adv_estimator and " if config is not None else ""
-        _fail(f"--estimator is required: {given}no --estimator was given (rladv estimators lists them)")
-    cfg = _run(lambda: Config(**settings))
-    _refuse_inert(ctx, cfg, engine)
+    cfg, source = _resolve_config(ctx, config, engine)
     err = Console(stderr=True)
     paths = [str(p) for p in dataset]
     with _progress(err, enabled=not quiet and err.is_terminal) as progress:
@@ -197,6 +208,32 @@ def compute(
                f"this run's (the report's replay section says where)")
         typer.echo(f"--strict-replay: {why}", err=True)
         raise typer.Exit(code=1)
+
+
+def _settings(params: dict) -> dict:
+    """The ``Config`` fields among a command's parameters, as ``Config`` takes them (enum values, split lists)."""
+    from .config import Config
+
+    settings = {k: v for k, v in params.items() if k in Config.model_fields}
+    for key, value in settings.items():
+        if isinstance(value, Enum):
+            settings[key] = value.value
+        elif key in ("reward_components", "reward_weights"):
+            settings[key] = _split(value)
+    return settings
+
+
+def _resolve_config(ctx: typer.Context, path: Optional[Path], engine: Optional["Engine"] = None):
+    """The run's ``Config`` from the command's flags over ``--config`` (a verl YAML), and what the file gave."""
+    from .config import Config
+
+    settings, source = _merge_verl_config(ctx, path, _settings(ctx.params))
+    if settings.get("estimator") is None:
+        given = f"{shown(path)} sets no algorithm.adv_estimator and " if path is not None else ""
+        _fail(f"--estimator is required: {given}no --estimator was given (rladv estimators lists them)")
+    cfg = _run(lambda: Config(**settings))
+    _refuse_inert(ctx, cfg, engine)
+    return cfg, source
 
 
 def _merge_verl_config(ctx: typer.Context, path: Optional[Path], flags: dict) -> tuple[dict, Optional[dict]]:
@@ -365,26 +402,44 @@ def inspect(
 
 @app.command()
 def explain(
+    ctx: typer.Context,
     dataset: Datasets,
-    estimator: Annotated[EstimatorName, typer.Option(help="Estimator whose derivation to show.")],
-    row: Annotated[int, typer.Option(help="Row to explain (0-based).")],
-    gamma: Annotated[float, typer.Option(help="Discount factor.")] = 1.0,
-    lam: Annotated[float, typer.Option(help="GAE lambda.")] = 1.0,
-    norm_adv_by_std: Annotated[bool, typer.Option("--norm-adv-by-std/--no-norm-adv-by-std", help="grpo: divide by the group std.")] = True,
-    epsilon: Annotated[float, typer.Option(help="grpo: added to the group std.")] = 1e-6,
-    rpp_mask_mode: Annotated[MaskMode, typer.Option(help="reinforce_plus_plus at mask-0 positions.")] = MaskMode.reset,
-    kl_coef: Annotated[float, typer.Option(help="KL-in-reward coefficient.")] = 0.0,
-    kl_penalty: Annotated[str, typer.Option(help="KL estimate.")] = "kl",
+    row: Annotated[int, typer.Option(help="Row to explain (0-based across the files given; with one file, its row).")],
+    estimator: Estimator = None,
+    config: VerlConfig = None,
+    gamma: Gamma = 1.0,
+    lam: Lam = 1.0,
+    norm_adv_by_std: NormAdvByStd = True,
+    epsilon: Epsilon = 1e-6,
+    rpp_mask_mode: RppMaskMode = MaskMode.reset,
+    kl_coef: KLCoef = 0.0,
+    kl_penalty: KLPenalty = "kl",
+    kl_ctrl: KLCtrlOption = KLCtrl.fixed,
+    kl_target: KLTarget = 0.1,
+    kl_horizon: KLHorizon = 10000,
+    rollout_rs: RolloutRS = None,
+    rollout_rs_threshold: RolloutRSThreshold = None,
+    rollout_is: RolloutIS = None,
+    rollout_is_threshold: RolloutISThreshold = "2.0",
+    rollout_is_batch_normalize: RolloutISBatchNormalize = False,
+    overlong_buffer_len: OverlongBufferLen = None,
+    overlong_penalty_factor: OverlongPenaltyFactor = 1.0,
+    max_resp_len: MaxRespLen = None,
+    tool_reward_coef: ToolRewardCoef = None,
+    reward_components: RewardComponents = None,
+    reward_weights: RewardWeights = None,
+    batch_key: BatchKey = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
-    """Show how one row's advantages are derived: the recursion per token, or its group's baseline and scale."""
+    """Show how one row's advantages are derived, with compute's settings: the recursion per token, or its group's baseline and scale."""
     from rich.console import Console
 
+    from .config import RUN_ONLY
     from .explain import explain as run_explain, render_explanation
 
-    result = _run(lambda: run_explain([str(p) for p in dataset], row, estimator.value, gamma=gamma, lam=lam,
-                                      norm_adv_by_std=norm_adv_by_std, epsilon=epsilon,
-                                      rpp_mask_mode=rpp_mask_mode.value, kl_coef=kl_coef, kl_penalty=kl_penalty))
+    cfg, _ = _resolve_config(ctx, config)
+    settings = cfg.model_dump(exclude={"estimator", *RUN_ONLY})
+    result = _run(lambda: run_explain([str(p) for p in dataset], row, cfg.estimator, **settings))
     typer.echo(result.model_dump_json(indent=2)) if as_json else render_explanation(result, Console())
 
 

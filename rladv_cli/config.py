@@ -17,6 +17,7 @@ from .estimators.registry import ESTIMATORS
 
 INT_MAX = 2**31 - 1
 KL_MODES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+RUN_ONLY = frozenset({"chunk_rows", "cache_mib", "device", "threads"})  # how a run goes, never its numbers
 
 
 class Config(BaseModel):
@@ -330,3 +331,19 @@ def setting_notes(settings: Mapping[str, Any]) -> list[str]:
         notes.append(f"kl_coef {coef:g} is negative (verl accepts it): KL shaping then adds {-coef:g} * KL to the "
                      "rewards, so diverging from the reference policy raises them")
     return notes
+
+
+def command_flags(settings: Mapping[str, Any]) -> list[str]:
+    """The command-line flags that set ``settings`` (``Config`` field names; None values are left out)."""
+    out = []
+    for key, value in settings.items():
+        flag = "--" + key.replace("_", "-")
+        if key == "norm_adv_by_std":
+            out.append("--norm-adv-by-std" if value else "--no-norm-adv-by-std")
+        elif isinstance(value, bool):
+            out += [flag] if value else []
+        elif isinstance(value, (list, tuple)):
+            out += [flag, ",".join(str(v) for v in value)]
+        elif value is not None:
+            out += [flag, str(value)]
+    return out

@@ -62,7 +62,7 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
     est = ESTIMATORS[estimator]
     one = _read_row(ds, row)
     uid = str(one["uid"][0].as_py()) if "uid" in one.column_names else None
-    scope = _scope(est)
+    scope = _scope(est, settings)
     if scope == "dataset":
         table, index = _read_all(ds), np.arange(ds.num_rows)
     elif scope == "group" and uid is not None:

@@ -1028,9 +1028,12 @@ class GroupView(_Model):
     error: Optional[str] = None
 
 
-def _scope(est: Estimator) -> str:
-    """Rows an estimator needs to give one row its exact advantage: the row, its group, or the whole dataset."""
-    if est.whiten or est.batch_wide:
+def _scope(est: Estimator, settings: dict) -> str:
+    """Rows an estimator needs, with these settings (``Config`` fields), to give one row its exact advantage:
+    the row, its group, or the whole dataset (batch whitening or a batch-wide scale; an adaptive KL coefficient
+    stepped batch by batch; rollout correction, whose batch statistics and checks take every row)."""
+    adaptive_kl = settings.get("kl_coef") and settings.get("kl_ctrl") == "adaptive" and settings.get("batch_key")
+    if est.whiten or est.batch_wide or adaptive_kl or settings.get("rollout_rs") or settings.get("rollout_is"):
         return "dataset"
     return "group" if est.groups else "row"
 
@@ -1087,8 +1090,8 @@ def _compute_rows(ds: Dataset, est: Estimator, target: np.ndarray, uid: Optional
                   ) -> tuple[pa.Table, np.ndarray, str]:
     """Run ``compute`` on the rows ``est`` needs and return the output rows ``target`` (dataset indices) plus
     the scope used. Group-local estimators run on the uid's rows only; whitened/batch-wide ones on the whole
-    dataset (in memory)."""
-    scope = _scope(est)
+    dataset (in memory), as are runs whose settings tie rows together (``_scope``)."""
+    scope = _scope(est, settings)
     if scope == "dataset":
         out = _compute_on(_read_all(ds), est.name, settings)
         return out.take(pa.array(target)), target, scope
@@ -1311,7 +1314,7 @@ def group_view(inputs: Sequence[PathLike] | PathLike, uid: str, *, estimator: st
     for i in range(table.num_rows):
         path, file_row = ds.locate(int(index[i]))
         validation.check_chunk(table.slice(i, 1), path, file_row)
-    scope, error, out = _scope(est), None, None
+    scope, error, out = _scope(est, settings), None, None
     try:
         out, _, scope = _compute_rows(ds, est, index, uid, settings)
     except RladvError as err:
@@ -1423,22 +1426,6 @@ def render_group(view: GroupView, console) -> None:
         console.print(f"[yellow]{r.code}[/yellow] {r.message}")
 
 
-def _flags(estimator: str, settings: dict) -> list[str]:
-    """``rladv compute`` flags that reproduce ``settings`` (Config field names)."""
-    out = ["--estimator", estimator]
-    for key, value in settings.items():
-        flag = "--" + key.replace("_", "-")
-        if key == "norm_adv_by_std":
-            out.append("--norm-adv-by-std" if value else "--no-norm-adv-by-std")
-        elif isinstance(value, bool):
-            out += [flag] if value else []
-        elif isinstance(value, (list, tuple)):
-            out += [flag, ",".join(str(v) for v in value)]
-        elif value is not None:
-            out += [flag, str(value)]
-    return out
-
-
 def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLike, *, estimator: str = "grpo",
                  **settings) -> list[str]:
     """Write a minimal reproducer of group ``uid`` into ``folder`` (created when missing): ``group.parquet`` (the
@@ -1447,7 +1434,7 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
     outside the group; the command file says so. Returns the paths written."""
     import shlex
 
-    from .config import Config
+    from .config import Config, command_flags
     from .io import SideFiles
 
     Config(estimator=estimator, **settings)
@@ -1467,14 +1454,15 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
 
     parquet = pa.BufferOutputStream()
     pq.write_table(table.select([c for c in ds.columns if c in needed]), parquet, compression="zstd")
-    command = ["rladv", "compute", "group.parquet", *_flags(estimator, settings), "-o", "group.adv.parquet"]
+    command = ["rladv", "compute", "group.parquet", "--estimator", estimator, *command_flags(settings), "-o", "group.adv.parquet"]
     text = " ".join(shlex.quote(part) for part in command) + "\n"
     text += ("# run it in this folder. Row totals are summed as verl sums a row padded to its batch's longest "
              "response, so alone the group's totals (and advantages) can differ from the full run's by float32 "
              "rounding\n")
-    if _scope(ESTIMATORS[estimator]) == "dataset":
-        text += (f"# note: {estimator} also depends on rows outside this group (batch whitening or batch-wide "
-                 "scale); on this file alone the numbers differ from the full dataset's\n")
+    if _scope(ESTIMATORS[estimator], settings) == "dataset":
+        text += (f"# note: with these settings {estimator} also depends on rows outside this group (batch "
+                 "whitening, a batch-wide scale, an adaptive KL coefficient or rollout correction's batch "
+                 "statistics); on this file alone the numbers can differ from the full dataset's\n")
     created = not os.path.isdir(folder)
     if created:
         try:

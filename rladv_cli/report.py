@@ -238,32 +238,18 @@ def tool_rewards_line(t: dict[str, Any]) -> str:
     return line
 
 
-# the settings rladv explain takes, as its options (norm_adv_by_std: a switch); settings that change no number
-EXPLAIN_OPTIONS = {"gamma": "--gamma", "lam": "--lam", "epsilon": "--epsilon", "rpp_mask_mode": "--rpp-mask-mode",
-                   "kl_coef": "--kl-coef", "kl_penalty": "--kl-penalty"}
-NO_NUMBERS = frozenset({"estimator", "chunk_rows", "cache_mib", "device", "threads"})
-
-
-def explain_command(report: Report, row: int) -> Optional[str]:
-    """The ``rladv explain`` line that derives dataset row ``row`` with the run's settings, or None when the run
-    used a setting explain cannot apply (``--batch-key``, rollout correction, adaptive KL, ...)."""
-    from .config import Config
+def explain_command(report: Report, row: int) -> str:
+    """The ``rladv explain`` line that derives dataset row ``row`` with the run's settings (those that differ
+    from the defaults)."""
+    from .config import RUN_ONLY, Config, command_flags
 
     cfg = report.config
     defaults = Config(estimator=cfg["estimator"]).model_dump()
-    args = []
-    for key, default in defaults.items():
-        value = cfg.get(key, default)
-        if key in NO_NUMBERS or value == default:
-            continue
-        if key == "norm_adv_by_std":
-            args.append("--no-norm-adv-by-std")
-        elif key in EXPLAIN_OPTIONS:
-            args += [EXPLAIN_OPTIONS[key], shlex.quote(str(value))]
-        else:
-            return None
+    changed = {k: cfg[k] for k, default in defaults.items()
+               if k != "estimator" and k not in RUN_ONLY and k in cfg and cfg[k] != default}
     files = " ".join(shlex.quote(p) for p in report.inputs.paths)
-    return " ".join([f"rladv explain {files} --estimator {cfg['estimator']} --row {row}", *args])
+    args = " ".join(shlex.quote(a) for a in command_flags(changed))
+    return f"rladv explain {files} --estimator {cfg['estimator']} --row {row}" + (f" {args}" if args else "")
 
 
 def replay_title(r: dict[str, Any]) -> str:
@@ -350,9 +336,8 @@ def render(report: Report, console) -> None:
         if r.replay["hint"]:
             rp.add_row("->", r.replay["hint"])
             worst = r.replay["columns"][r.replay["first_difference"]]["worst"]
-            command = explain_command(r, worst["dataset_row"]) if worst else None
-            if command:
-                rp.add_row("->", f"that row, token by token: {command}")
+            if worst:
+                rp.add_row("->", f"that row, token by token: {explain_command(r, worst['dataset_row'])}")
         console.print(rp)
     if r.rollout_rejection:
         rr = Table(title="rollout correction", show_header=False, box=None)

@@ -117,3 +117,28 @@ def test_cli_explain_errors_name_the_file_and_its_row_as_compute_does(tmp_path, 
     compute = runner.invoke(app, ["compute", *paths, "--estimator", "grpo", "-o", str(tmp_path / "o.parquet")])
     assert compute.exit_code == 2 and compute.output == res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.parquet", "b.parquet"]
+
+
+def test_explain_takes_every_setting_that_decides_the_numbers():
+    """compute and explain share the pipeline's options: a run's advantages can always be derived again."""
+    import typer.main
+
+    from rladv_cli.config import RUN_ONLY, Config
+
+    commands = typer.main.get_command(app).commands
+    for name in ("compute", "explain"):
+        params = {p.name for p in commands[name].params}
+        assert set(Config.model_fields) - RUN_ONLY <= params, name
+    assert {"chunk_rows", "cache_mib", "device", "threads"} == RUN_ONLY
+
+
+def test_explain_reads_a_verl_config_and_refuses_what_it_leaves_inert(tmp_path):
+    path = write(tmp_path, uid=["a", "a"], response_mask=[[1], [1]], rm_scores=[[1.0], [0.0]])
+    yaml = tmp_path / "ppo.yaml"
+    yaml.write_text("algorithm:\n  adv_estimator: grpo\n  norm_adv_by_std_in_grpo: false\n")
+    res = CliRunner().invoke(app, ["explain", str(path), "--row", "1", "--config", str(yaml), "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["advantages"] == [-0.5]  # Dr.GRPO: R - mean
+    res = CliRunner().invoke(app, ["explain", str(path), "--row", "1", "--estimator", "grpo", "--max-resp-len", "4"])
+    assert res.exit_code == 2 and "--max-resp-len has no effect without --overlong-buffer-len" in res.output
+    res = CliRunner().invoke(app, ["explain", str(path), "--row", "1"])
+    assert res.exit_code == 2 and "--estimator is required" in res.output

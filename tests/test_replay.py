@@ -4,6 +4,7 @@ the runs part. verl 0.9.1's own outputs (tests/golden) are the trainer dumps her
 import io
 import json
 import math
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -339,28 +340,53 @@ def test_an_output_replays_exactly_and_one_changed_token_is_found(name, data, s,
     assert report.replay["first_difference"] == "advantages" and report.replay["columns"]["token_level_rewards"]["agree"]
 
 
-def test_the_explain_line_carries_the_runs_options_or_is_left_out(tmp_path):
-    """The terminal's 'that row, token by token' line is a command that reproduces the run's numbers for that row:
-    with the options rladv explain takes, and not printed when the run used one it cannot apply."""
+EXPLAINED_RUNS = {  # settings that tie rows together in every way explain has to honour
+    "gae, defaults": dict(estimator="gae", gamma=0.99, lam=0.9, kl_coef=0.05),
+    "grpo by step, Dr.GRPO": dict(estimator="grpo", batch_key="step", norm_adv_by_std=False, epsilon=1e-4),
+    "gae, rejection by step": dict(estimator="gae", lam=0.95, rollout_rs="token_k1", rollout_rs_threshold="0.9_1.1",
+                                   batch_key="step"),
+    "reinforce++, adaptive KL by step": dict(estimator="reinforce_plus_plus", kl_coef=0.2, kl_ctrl="adaptive",
+                                             kl_target=0.01, kl_horizon=10, batch_key="step", rpp_mask_mode="carry"),
+    "rloo, adaptive KL by step": dict(estimator="rloo", kl_coef=0.2, kl_ctrl="adaptive", kl_target=0.01,
+                                      kl_horizon=10, batch_key="step", kl_penalty="low_var_kl"),
+    "grpo, overlong and IS": dict(estimator="grpo", overlong_buffer_len=4, max_resp_len=16, rollout_is="token",
+                                  rollout_rs="seq_max_k2", rollout_rs_threshold="0.05"),
+    "gdpo, components": dict(estimator="gdpo", reward_components=("c1", "c2"), reward_weights=(1.0, 0.5)),
+}
+
+
+@pytest.mark.parametrize("name", EXPLAINED_RUNS)
+def test_the_explain_line_reproduces_the_runs_numbers_for_any_row(name, tmp_path):
+    """The terminal's 'that row, token by token' line is a command that reproduces the run's advantages for
+    that row, whatever the run's settings: batches, rejection, adaptive KL, overlong shaping, components."""
+    from rladv_cli.report import explain_command
+
+    table = pq.read_table(GOLDEN / "inputs" / "mix.parquet")
+    rng = np.random.default_rng(0)
+    table = (table.append_column("step", pa.array(np.arange(table.num_rows) // 24))
+             .append_column("c1", pa.array(rng.choice([0.0, 1.0], table.num_rows)))
+             .append_column("c2", pa.array(rng.choice([0.0, 0.5, 1.0], table.num_rows))))
+    path = tmp_path / "in.parquet"
+    pq.write_table(table, path)
+    report = rladv_cli.compute_file([str(path)], rladv_cli.Config(**EXPLAINED_RUNS[name], chunk_rows=7),
+                                    output=str(tmp_path / "out.parquet"))
+    computed = pq.read_table(tmp_path / "out.parquet")["advantages"]
+    for row in (0, 30, 71):  # one row in each step
+        command = explain_command(report, row)
+        assert command.startswith(f"rladv explain {path} --estimator {EXPLAINED_RUNS[name]['estimator']} --row {row}")
+        shown = CliRunner().invoke(app, ["explain", *shlex.split(command)[2:], "--json"])
+        assert shown.exit_code == 0, shown.output
+        np.testing.assert_allclose(json.loads(shown.stdout)["advantages"], computed[row].as_py(), rtol=1e-6, atol=1e-7)
+
+
+def test_the_explain_line_names_only_the_settings_that_differ_from_the_defaults(tmp_path):
     from rladv_cli.report import explain_command
 
     path = tmp_path / "in.parquet"
     pq.write_table(pq.read_table(GOLDEN / "inputs" / "mix.parquet"), path)
-    out = tmp_path / "a.parquet"
-    assert CliRunner().invoke(app, ["compute", str(path), "--estimator", "gae", "-o", str(out), "-q"]).exit_code == 0
-    report = rladv_cli.compute_file([str(out)], rladv_cli.Config(estimator="gae", gamma=0.99, lam=0.9, kl_coef=0.05,
-                                                                 chunk_rows=7), output=str(tmp_path / "b.parquet"))
-    row = report.replay["columns"]["advantages"]["worst"]["dataset_row"]
-    command = explain_command(report, row)
-    assert command == f"rladv explain {out} --estimator gae --row {row} --gamma 0.99 --lam 0.9 --kl-coef 0.05"
-    args = command.split()[2:]
-    shown = CliRunner().invoke(app, ["explain", *args, "--json"])
-    assert shown.exit_code == 0
-    advantages = json.loads(shown.stdout)["advantages"]
-    assert advantages == pq.read_table(tmp_path / "b.parquet")["advantages"][row].as_py()
-    batched = rladv_cli.compute_file([str(out)], rladv_cli.Config(estimator="gae", gamma=0.99, batch_key="uid"),
-                                     output=str(tmp_path / "c.parquet"))
-    assert explain_command(batched, row) is None
+    report = rladv_cli.compute_file([str(path)], rladv_cli.Config(estimator="gae", gamma=0.99, lam=0.9, kl_coef=0.05,
+                                                                  chunk_rows=7, cache_mib=0), output=str(tmp_path / "b.parquet"))
+    assert explain_command(report, 3) == f"rladv explain {path} --estimator gae --row 3 --gamma 0.99 --lam 0.9 --kl-coef 0.05"
 
 
 def test_strict_replay_exit_codes(tmp_path):
