@@ -31,6 +31,8 @@ FIRST_ROWS = 5
 # per-row fields of a row that is not compared (its list's length is not the response's); the others are 0
 NOT_COMPARED = {"at": -1, "nonfinite_at": -1, "input": math.nan, "rladv": math.nan, "factor": math.nan, "scaled": False,
                 "varies": False}
+# half precisions a trainer may compute or store in, finest first: (name, dtype, relative step allowed)
+HALF_PRECISIONS = (("float16", torch.float16, 2.0**-10), ("bfloat16", torch.bfloat16, 2.0**-7))
 
 HINTS = {
     "token_level_rewards": "the rewards differ before any estimator runs: the scores (rm_scores or score, "
@@ -85,7 +87,7 @@ def compare_rows(given: pa.Array, got: Tensor, row_offsets: Tensor, valid: Tenso
     those of them where ``valid`` is 0; ``nonfinite`` those where ``Δ`` is not finite and ``nonfinite_at`` the
     first one's position (-1: none); ``sum`` ``Σ |Δ|`` and ``max`` the largest ``|Δ|`` over the finite ones;
     ``at`` its position in the row (-1: none); ``input``/``rladv`` the values there; ``factor``, ``scaled`` and
-    ``varies`` (``_scale``) where some row differs.
+    ``varies`` (``_scale``) and ``unrounded_{float16,bfloat16}`` (``_unrounded``) where some row differs.
     """
     device = got.device
     lengths = numpy_of(pc.list_value_length(given).fill_null(-1)).astype(np.int64)
@@ -119,6 +121,7 @@ def compare_rows(given: pa.Array, got: Tensor, row_offsets: Tensor, valid: Tenso
         "nonfinite": kernels.segment_sum((w & ~finite).double(), off), "nonfinite_at": none,
         "sum": kernels.segment_sum(d, off), "max": dmax, "at": none, "input": nan, "rladv": nan,
         "factor": nan, "scaled": torch.zeros_like(dmax, dtype=torch.bool), "varies": torch.zeros_like(dmax, dtype=torch.bool),
+        **{f"unrounded_{name}": torch.zeros_like(dmax) for name, _, _ in HALF_PRECISIONS},
     }
     if bool((dmax > 0).any()) or not bool(finite.all()):
         position = torch.arange(g.numel(), device=device) - kernels.broadcast_rows(off[:-1], off)
@@ -128,6 +131,7 @@ def compare_rows(given: pa.Array, got: Tensor, row_offsets: Tensor, valid: Tenso
                        rladv=torch.where(at >= 0, g[pick], math.nan), nonfinite_at=_first(w & ~finite, position, off))
     if bool(bad.any()):
         per_row["factor"], per_row["scaled"], per_row["varies"] = _scale(exp, g, w, off)
+        per_row.update(_unrounded(exp, g, bad, off))
     if every_row:
         return {"length_ok": length_ok, **per_row}
     full = {}
@@ -142,7 +146,7 @@ def _identical(length_ok: Tensor, where: Optional[Tensor], off: Tensor) -> dict[
     zero = torch.zeros(length_ok.numel(), dtype=torch.float64, device=length_ok.device)
     n = kernels.row_lengths(off).double() if where is None else kernels.segment_sum(where.double(), off)
     per_row = {"length_ok": length_ok, "n": n, "bad": zero, "bad_masked": zero, "nonfinite": zero, "sum": zero,
-               "max": zero}
+               "max": zero, **{f"unrounded_{name}": zero for name, _, _ in HALF_PRECISIONS}}
     for k, fill in NOT_COMPARED.items():
         per_row[k] = torch.full_like(zero, fill, dtype=torch.long if k in ("at", "nonfinite_at") else
                                      torch.bool if k in ("scaled", "varies") else torch.float64)
@@ -169,6 +173,17 @@ def _scale(given: Tensor, got: Tensor, where: Tensor, off: Tensor) -> tuple[Tens
     return factor, (off_scale == 0) & (square > 0), varies
 
 
+def _unrounded(given: Tensor, got: Tensor, bad: Tensor, off: Tensor) -> dict[str, Tensor]:
+    """Per row and half precision, the differing positions (``bad``) that rounding to it does not explain:
+    the input's value is not a number of that precision, or lies further from rladv's than one step of it
+    (``HALF_PRECISIONS``; ``ATOL`` beside) allows; ``(B,)`` float64 each."""
+    out = {}
+    for name, dtype, step in HALF_PRECISIONS:
+        rounded = (given.to(dtype).double() == given) & ((given - got).abs() <= step * got.abs() + ATOL)
+        out[f"unrounded_{name}"] = kernels.segment_sum((bad & ~rounded).double(), off)
+    return out
+
+
 def report(rows, names: list[str], skipped: dict[str, str], locate: Callable[[int], tuple[str, int]],
            group_id: Optional[Tensor] = None, has_loss_mask: bool = False) -> Optional[dict]:
     """The report's ``replay`` section from the per-row ``rp_*`` columns of ``rows`` (a ``RowTable``):
@@ -185,7 +200,8 @@ def report(rows, names: list[str], skipped: dict[str, str], locate: Callable[[in
     columns, first = {}, None
     for name in names:
         col = {k: rows[f"rp_{name}_{k}"] for k in ("length_ok", "n", "bad", "bad_masked", "nonfinite", "nonfinite_at",
-                                                   "sum", "max", "at", "input", "rladv", "factor", "scaled", "varies")}
+                                                   "sum", "max", "at", "input", "rladv", "factor", "scaled", "varies",
+                                                   *(f"unrounded_{p}" for p, _, _ in HALF_PRECISIONS))}
         columns[name] = _column(col, locate, group_id)
         if first is None and not columns[name]["agree"]:
             first = name
@@ -207,6 +223,10 @@ def _hint(name: str, c: dict, names: list[str], has_loss_mask: bool) -> str:
     if not finite_differences:
         return (f"{c['length_mismatch_rows']} row(s) of the input's {name} are null or not the response's length: the "
                 "file's lists do not line up with response_mask (rows cut, padded or shifted?)")
+    if c["half_precision"] is not None and not c["length_mismatch_rows"]:
+        return (f"every differing value of the input's {name} is a {c['half_precision']} number within one "
+                f"{c['half_precision']} step of rladv's: the run that wrote them computed or stored them in "
+                f"{c['half_precision']}, and they agree to that precision")
     if name != "token_level_rewards" or has_loss_mask or c["differing_masked_positions"] < finite_differences:
         hint = HINTS[name]
     else:
@@ -234,6 +254,8 @@ def _column(col: dict[str, Tensor], locate, group_id: Optional[Tensor]) -> dict:
         "differing_masked_positions": int(col["bad_masked"].sum()), "differing_rows": int(differ.sum()),
         "max_abs_diff": None, "mean_abs_diff": float(col["sum"].sum() / finite.sum()) if float(finite.sum()) else None,
         "worst": None, "first_rows": where(first), "proportional": None,
+        "half_precision": next((p for p, _, _ in HALF_PRECISIONS if bool((col["bad"] > 0).any())
+                                and float(col[f"unrounded_{p}"].sum()) == 0), None),
     }
     compared = col["length_ok"] & (col["n"] > 0)
     if bool(compared.any()):

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -145,6 +146,36 @@ def test_another_baseline_is_not_called_a_scale():
                                   estimator="gae", gamma=0.9, lam=0.8)
     found = report.replay["columns"]["advantages"]["proportional"]
     assert found["unit"] == "row" and (found["lo"], found["hi"]) == (pytest.approx(0.5), pytest.approx(3.0))
+
+
+@pytest.mark.parametrize("dtype, arrow_type, name", [(torch.bfloat16, pa.float32(), "bfloat16"),
+                                                     (torch.float16, pa.float32(), "float16"),
+                                                     (torch.float16, pa.float16(), "float16")])
+def test_values_a_trainer_rounded_to_half_precision_are_named(dtype, arrow_type, name):
+    """Advantages rounded to bfloat16 or float16 (stored as such, or as float32 after the rounding) differ beyond
+    the tolerance; the hint names the precision instead of blaming the settings."""
+    table = pq.read_table(GOLDEN / "inputs" / "mix.parquet")
+    out, _ = rladv_cli.compute(table, estimator="gae", lam=0.95)
+    rounded = [torch.tensor(r).to(dtype).float().numpy() for r in out["advantages"].to_pylist()]
+    given = table.append_column("advantages", pa.array([r.astype(arrow_type.to_pandas_dtype()) for r in rounded],
+                                                        pa.list_(arrow_type)))
+    _, report = rladv_cli.compute(given, estimator="gae", lam=0.95)
+    c = report.replay["columns"]["advantages"]
+    assert c["differing_positions"] > 0 and c["half_precision"] == name
+    assert report.replay["hint"].startswith(f"every differing value of the input's advantages is a {name} number")
+    # a settings difference whose values happen to be rounded to bfloat16 is still a settings difference
+    other, _ = rladv_cli.compute(table, estimator="gae", lam=0.9)
+    rounded = [torch.tensor(r).to(dtype).float().tolist() for r in other["advantages"].to_pylist()]
+    _, report = rladv_cli.compute(table.append_column("advantages", pa.array(rounded, pa.list_(pa.float32()))),
+                                  estimator="gae", lam=0.95)
+    assert report.replay["columns"]["advantages"]["half_precision"] is None
+    assert report.replay["hint"].startswith("the estimator or its settings differ")
+    # one value off beyond the rounding among rounded ones: not explained by the precision
+    rounded = [torch.tensor(r).to(dtype).float().tolist() for r in out["advantages"].to_pylist()]
+    rounded[5][0] += 0.5
+    _, report = rladv_cli.compute(table.append_column("advantages", pa.array(rounded, pa.list_(pa.float32()))),
+                                  estimator="gae", lam=0.95)
+    assert report.replay["columns"]["advantages"]["half_precision"] is None
 
 
 def test_kl_left_out_is_found_at_the_rewards(tmp_path):
