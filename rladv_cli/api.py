@@ -6,7 +6,7 @@ import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -53,16 +53,19 @@ def _config(config: Optional[Config], settings: dict) -> Config:
 
 
 def compute(table: pa.Table, config: Optional[Config] = None, *, progress: Optional[Callable] = None,
-            **settings) -> tuple[pa.Table, Report]:
+            pad_widths: Optional[Mapping[object, int]] = None, **settings) -> tuple[pa.Table, Report]:
     """Advantages for an in-memory Arrow table: ``(table with rladv's columns added, report)``.
 
     ``settings`` are ``Config`` fields (``estimator="grpo", kl_coef=0.01, ...``) and override ``config``.
+    ``pad_widths`` (batch key value, or None without ``batch_key`` -> length) are the longest responses of the
+    batches of a larger dataset these rows were taken from: row totals are summed as verl sums them padded to
+    their batch's longest response, so with it the rows' numbers are the larger run's, not only close to them.
     """
     from .pipeline import Pipeline
 
     cfg = _config(config, settings)
     source = TableSource(table)
-    pipeline = Pipeline(source, cfg, progress)
+    pipeline = Pipeline(source, cfg, progress, pad_widths)
     parts: list[pa.Table] = []
     report = pipeline.run(parts.append)
     schema = output_schema(table.schema, pipeline.is_cfg is not None)

@@ -18,7 +18,8 @@ from pydantic import BaseModel, Field
 from .config import Config
 from .errors import ConfigError, InputError, RladvError, shown
 from .estimators.registry import ESTIMATORS
-from .inspection import GroupView, _read_all, _read_row, _read_rows, _scope, _uid_equals, group_view, render_group
+from .inspection import (GroupView, _read_all, _read_row, _read_rows, _scope, _uid_equals, group_view, pad_widths,
+                         render_group)
 from .io import Dataset, TableSource
 from .validation import is_number_list
 
@@ -63,14 +64,17 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
     one = _read_row(ds, row)
     uid = str(one["uid"][0].as_py()) if "uid" in one.column_names else None
     scope = _scope(est, settings)
+    widths = None
     if scope == "dataset":
         table, index = _read_all(ds), np.arange(ds.num_rows)
     elif scope == "group" and uid is not None:
         table, index = _read_rows(ds, lambda c: _uid_equals(c.table, uid))
     else:
         table, index = one, np.array([row])
+    if scope != "dataset":  # rows out of the dataset, summed as the whole run sums them
+        widths = pad_widths(ds, cfg.batch_key)
     try:
-        out, report = compute(table, cfg)
+        out, report = compute(table, cfg, pad_widths=widths)
     except RladvError as err:  # it names the in-memory table and its rows: name the files and theirs
         raise _in_files(err, ds, index) from None
     mine = out.slice(int(np.searchsorted(index, row)), 1)

@@ -1079,18 +1079,33 @@ def _group_rows(ds: Dataset, uid: str) -> tuple[pa.Table, np.ndarray]:
     return table, index
 
 
-def _compute_on(table: pa.Table, estimator: str, settings: dict) -> pa.Table:
+def pad_widths(ds: Dataset, batch_key: Optional[str]) -> Optional[dict]:
+    """Each batch's longest response in the dataset (batch key value, None without one -> length), for
+    ``compute(pad_widths=...)`` on rows taken out of it; None where the columns for it are missing (``compute``
+    then says what is)."""
+    if "response_mask" not in ds.columns or (batch_key is not None and batch_key not in ds.columns):
+        return None
+    labels, widths = Labels(batch_key), np.zeros(0, dtype=np.int64)
+    for c in ds.chunks(["response_mask", *([batch_key] if batch_key else [])], 65536):
+        ids = labels.batch_ids(c.table, c.path, c.start)
+        widths = np.pad(widths, (0, len(labels.batches) - widths.size))
+        np.maximum.at(widths, ids, pc.list_value_length(c.table["response_mask"]).fill_null(0).to_numpy())
+    return {value: int(widths[i]) for value, i in labels.batches.items()}
+
+
+def _compute_on(table: pa.Table, estimator: str, settings: dict, widths: Optional[dict] = None) -> pa.Table:
     from .api import compute
 
-    out, _ = compute(table, estimator=estimator, **settings)
+    out, _ = compute(table, estimator=estimator, pad_widths=widths, **settings)
     return out
 
 
 def _compute_rows(ds: Dataset, est: Estimator, target: np.ndarray, uid: Optional[str], settings: dict,
                   ) -> tuple[pa.Table, np.ndarray, str]:
     """Run ``compute`` on the rows ``est`` needs and return the output rows ``target`` (dataset indices) plus
-    the scope used. Group-local estimators run on the uid's rows only; whitened/batch-wide ones on the whole
-    dataset (in memory), as are runs whose settings tie rows together (``_scope``)."""
+    the scope used. Group-local estimators run on the uid's rows only, padded to their batches' longest
+    responses in the dataset (``pad_widths``), so they round as in a run over it; whitened/batch-wide ones on
+    the whole dataset (in memory), as are runs whose settings tie rows together (``_scope``)."""
     scope = _scope(est, settings)
     if scope == "dataset":
         out = _compute_on(_read_all(ds), est.name, settings)
@@ -1099,7 +1114,7 @@ def _compute_rows(ds: Dataset, est: Estimator, target: np.ndarray, uid: Optional
         table, index = _read_rows(ds, lambda c: _uid_equals(c.table, uid))
     else:
         table, index = _read_rows(ds, lambda c: np.isin(c.first_row + np.arange(c.table.num_rows), target))
-    out = _compute_on(table, est.name, settings)
+    out = _compute_on(table, est.name, settings, pad_widths(ds, settings.get("batch_key")))
     pos = np.searchsorted(index, target)
     return out.take(pa.array(pos)), target, scope
 
@@ -1148,9 +1163,10 @@ def row_view(inputs: Sequence[PathLike] | PathLike, row: int, *, estimator: Opti
     Without ``estimator`` rewards/advantages/returns are the file's own columns (an ``rladv compute`` output has
     them). With one, ``rladv_cli.compute`` runs with ``settings`` (``Config`` fields) on the rows that estimator
     needs: the row alone (e.g. ``remax``), its uid group (group estimators), or the whole dataset for whitened
-    ones (``gae``, ``reinforce_plus_plus*``) and ``gpg``, whose numbers depend on every row of the batch. Group
-    runs pad only the group, so with dense token rewards a row total can differ from a whole-dataset run by a
-    float32 ulp (SEMANTICS §7.2). A failing computation is reported in ``error``, not raised.
+    ones (``gae``, ``reinforce_plus_plus*``) and ``gpg``, whose numbers depend on every row of the batch, and
+    where the settings tie rows together (``_scope``). Rows run on their own are padded to their batch's
+    longest response in the dataset, as the whole run pads them (``pad_widths``), so their totals round the
+    same (SEMANTICS §7.2). A failing computation is reported in ``error``, not raised.
     """
     est = _estimator(estimator)
     ds = Dataset(_paths(inputs))
@@ -1303,8 +1319,9 @@ def group_view(inputs: Sequence[PathLike] | PathLike, uid: str, *, estimator: st
     ``rladv_cli.compute`` runs with ``settings`` on the uid's rows only for group-local estimators (their
     numbers depend on the group alone); whitened estimators (``gae``, ``reinforce_plus_plus*``) and ``gpg``
     depend on the whole batch, so they run on the whole dataset (held in memory) and the members are taken
-    from it. Group runs pad only the group: with dense token rewards a total can differ from a whole-dataset
-    run by a float32 ulp (SEMANTICS §7.2). With ``batch_key`` the uid's rows in different batches are
+    from it (as for settings that tie rows together, ``_scope``). A group run on its own is padded to its
+    batch's longest response in the dataset (``pad_widths``), so its totals round as in the whole run
+    (SEMANTICS §7.2). With ``batch_key`` the uid's rows in different batches are
     different groups: ``groups`` has one entry per batch. A failing computation (e.g. ``grpo_passk`` on a
     singleton) is reported in ``error``, not raised.
     """

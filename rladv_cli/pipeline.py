@@ -29,7 +29,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Mapping, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -458,8 +458,9 @@ class Pipeline:
     reduced here over whole per-row arrays and handed to the next pass. Whatever runs the shards, the
     reductions see the same arrays, so the numbers are the same."""
 
-    def __init__(self, source, cfg: Config, progress: Optional[Progress] = None):
-        self.source, self.cfg = source, cfg
+    def __init__(self, source, cfg: Config, progress: Optional[Progress] = None,
+                 pad_widths: Optional[Mapping[object, int]] = None):
+        self.source, self.cfg, self.pad_widths = source, cfg, pad_widths
         self.est = ESTIMATORS[cfg.estimator]
         self.device = resolve_device(cfg.device)
         names = set(source.columns)
@@ -567,7 +568,8 @@ class Pipeline:
     # ----------------------------------------------------------------- reductions
     def _merge_layout(self, results: list[ShardResult]) -> None:
         """Batch ids renumbered by first appearance in the dataset; each batch's pad width (verl pads each
-        batch to its longest response, which fixes how row totals round); with an adaptive KL controller and
+        batch to its longest response, which fixes how row totals round; at least ``pad_widths[batch value]``
+        when given, so rows taken out of a larger dataset round as they do in it); with an adaptive KL controller and
         several batches, each batch's coefficient, stepping the controller in batch order."""
         for result in results:
             renumber = self.labels.absorb(result.labels)
@@ -579,6 +581,8 @@ class Pipeline:
         n_batches = len(self.labels.batches)
         self.work.pad_width = torch.zeros(n_batches, dtype=torch.long).scatter_reduce(
             0, batch_of_row, self.rows["length"], "amax")
+        for value, b in self.labels.batches.items() if self.pad_widths is not None else ():
+            self.work.pad_width[b] = max(int(self.work.pad_width[b]), self.pad_widths.get(value, 0))
         if "kl_row" in self.rows:
             ctrl = KLController(self.cfg.kl_ctrl, self.cfg.kl_coef, self.cfg.kl_target, self.cfg.kl_horizon)
             beta = torch.zeros(n_batches, dtype=torch.float64)

@@ -1,5 +1,6 @@
 """`rladv explain`: the derivation of one row, checked on SEMANTICS' worked examples."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -142,3 +143,27 @@ def test_explain_reads_a_verl_config_and_refuses_what_it_leaves_inert(tmp_path):
     assert res.exit_code == 2 and "--max-resp-len has no effect without --overlong-buffer-len" in res.output
     res = CliRunner().invoke(app, ["explain", str(path), "--row", "1"])
     assert res.exit_code == 2 and "--estimator is required" in res.output
+
+
+@pytest.mark.parametrize("batch_key", [None, "step"])
+def test_a_rows_numbers_are_the_whole_runs_to_the_bit(tmp_path, batch_key):
+    """explain and inspect compute a group (or a row) on its own; its row totals are still summed padded to
+    the batch's longest response in the whole dataset, so near-tied groups (where an ulp of a total moves the
+    advantage by ~1e-4) give the run's numbers exactly."""
+    from rladv_cli.inspection import group_view
+
+    import rladv_cli
+
+    sample = pq.read_table(Path(__file__).parents[1] / "sample_data" / "multiturn.parquet")
+    path = tmp_path / "mt.parquet"
+    pq.write_table(sample.append_column("step", pa.array([i % 2 for i in range(sample.num_rows)])), path)
+    settings = dict(kl_coef=0.01, kl_penalty="k3", batch_key=batch_key)
+    out, _ = rladv_cli.compute(pq.read_table(path), estimator="grpo", **settings)
+    for row in range(0, out.num_rows, 3):
+        assert explain([path], row, "grpo", **settings).advantages == out["advantages"][row].as_py(), row
+    uid = out["uid"][11].as_py()
+    view = group_view([path], uid, estimator="grpo", **settings)
+    members = {(m.path, m.row): m for m in view.members}
+    for row in map(int, np.flatnonzero(np.array(out["uid"].to_pylist()) == uid)):
+        first = out["response_mask"][row].as_py().index(1)
+        assert members[(str(path), row)].advantage == pytest.approx(out["advantages"][row].as_py()[first], rel=0, abs=0)
