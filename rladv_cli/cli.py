@@ -392,6 +392,8 @@ def inspect(
             view = _run(lambda: inspection.group_view(paths, uid, estimator=name or "grpo", **settings))
             render = inspection.render_group
         typer.echo(view.model_dump_json(indent=2)) if as_json else render(view, console)
+        if view.error:  # shown in the view; rladv compute would stop there too
+            raise typer.Exit(code=2)
         return
     result = _run(lambda: inspection.inspect(paths, expected_n=expected_n, kl_coef=kl_coef, kl_penalty=kl_penalty,
                                              estimator=name, chunk_rows=chunk_rows, html_path=html))

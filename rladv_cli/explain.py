@@ -8,7 +8,6 @@ intermediate columns are recomputed here with the plain recursion, for reading.
 from __future__ import annotations
 
 import os
-import re
 from typing import Optional, Sequence
 
 import numpy as np
@@ -16,11 +15,11 @@ import pyarrow as pa
 from pydantic import BaseModel, Field
 
 from .config import Config
-from .errors import ConfigError, InputError, RladvError, shown
+from .errors import ConfigError, RladvError
 from .estimators.registry import ESTIMATORS
-from .inspection import (GroupView, _read_all, _read_row, _read_rows, _scope, _uid_equals, group_view, pad_widths,
-                         render_group)
-from .io import Dataset, TableSource
+from .inspection import (GroupView, _in_files, _read_all, _read_row, _read_rows, _scope, _uid_equals, group_view,
+                         pad_widths, render_group)
+from .io import Dataset
 from .validation import is_number_list
 
 PathLike = str | os.PathLike
@@ -109,27 +108,6 @@ def _given_advantages(row: pa.Table) -> Optional[list[Optional[float]]]:
     if values is None or len(values) != len(row["response_mask"][0].as_py()):
         return None
     return [None if v is None else float(v) for v in values]
-
-
-_TABLE = TableSource(pa.table({})).paths[0]  # how ``compute`` names an in-memory table
-_TABLE_ROW = re.compile(re.escape(_TABLE) + r"(?:(:?) row (\d+))?")
-
-
-def _in_files(err: RladvError, ds: Dataset, index: np.ndarray) -> RladvError:
-    """``err``, raised computing the rows ``index`` (dataset-wide) read into one table, as ``rladv compute``
-    would give it: naming the file and the row within it instead of the table and the row within that."""
-    if isinstance(err, InputError) and err.path == _TABLE:
-        path, row = ds.locate(int(index[err.row])) if err.row is not None else (ds.paths[0], None)
-        return InputError(path, err.message, row=row, column=err.column, kind=err.kind)
-
-    def where(m: re.Match) -> str:
-        if m.group(2) is None:
-            return shown(ds.paths[0])  # a whole-table problem (a column's type): every file has the schema
-        path, row = ds.locate(int(index[int(m.group(2))]))
-        return f"{shown(path)}{m.group(1)} row {row}"
-
-    message = _TABLE_ROW.sub(where, str(err))
-    return err if message == str(err) else type(err)(message)
 
 
 def _token_derivation(name: str, cfg: Config, row, whitening: dict) -> dict:

@@ -70,6 +70,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Sequence
@@ -80,9 +81,9 @@ import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import validation
-from .errors import ConfigError, InputError, OutputError, RladvError
+from .errors import ConfigError, InputError, OutputError, RladvError, shown
 from .estimators.registry import ESTIMATORS, Estimator
-from .io import Dataset, check_output_path
+from .io import Dataset, TableSource, check_output_path
 from .columns import array_of, assemble_scores, flat_values, list_offsets, list_sums, score_positions
 from .labels import Labels, uid_merges
 from .distributions import histogram
@@ -1079,6 +1080,27 @@ def _group_rows(ds: Dataset, uid: str) -> tuple[pa.Table, np.ndarray]:
     return table, index
 
 
+_TABLE = TableSource(pa.table({})).paths[0]  # how ``compute`` names an in-memory table
+_TABLE_ROW = re.compile(re.escape(_TABLE) + r"(?:(:?) row (\d+))?")
+
+
+def _in_files(err: RladvError, ds: Dataset, index: np.ndarray) -> RladvError:
+    """``err``, raised computing the rows ``index`` (dataset-wide) read into one table, as ``rladv compute``
+    would give it: naming the file and the row within it instead of the table and the row within that."""
+    if isinstance(err, InputError) and err.path == _TABLE:
+        path, row = ds.locate(int(index[err.row])) if err.row is not None else (ds.paths[0], None)
+        return InputError(path, err.message, row=row, column=err.column, kind=err.kind)
+
+    def where(m: re.Match) -> str:
+        if m.group(2) is None:
+            return shown(ds.paths[0])  # a whole-table problem (a column's type): every file has the schema
+        path, row = ds.locate(int(index[int(m.group(2))]))
+        return f"{shown(path)}{m.group(1)} row {row}"
+
+    message = _TABLE_ROW.sub(where, str(err))
+    return err if message == str(err) else type(err)(message)
+
+
 def pad_widths(ds: Dataset, batch_key: Optional[str]) -> Optional[dict]:
     """Each batch's longest response in the dataset (batch key value, None without one -> length), for
     ``compute(pad_widths=...)`` on rows taken out of it; None where the columns for it are missing (``compute``
@@ -1108,15 +1130,18 @@ def _compute_rows(ds: Dataset, est: Estimator, target: np.ndarray, uid: Optional
     the whole dataset (in memory), as are runs whose settings tie rows together (``_scope``)."""
     scope = _scope(est, settings)
     if scope == "dataset":
-        out = _compute_on(_read_all(ds), est.name, settings)
-        return out.take(pa.array(target)), target, scope
-    if scope == "group" and uid is not None:
-        table, index = _read_rows(ds, lambda c: _uid_equals(c.table, uid))
+        table, index, widths = _read_all(ds), np.arange(ds.num_rows), None
     else:
-        table, index = _read_rows(ds, lambda c: np.isin(c.first_row + np.arange(c.table.num_rows), target))
-    out = _compute_on(table, est.name, settings, pad_widths(ds, settings.get("batch_key")))
-    pos = np.searchsorted(index, target)
-    return out.take(pa.array(pos)), target, scope
+        if scope == "group" and uid is not None:
+            table, index = _read_rows(ds, lambda c: _uid_equals(c.table, uid))
+        else:
+            table, index = _read_rows(ds, lambda c: np.isin(c.first_row + np.arange(c.table.num_rows), target))
+        widths = pad_widths(ds, settings.get("batch_key"))
+    try:
+        out = _compute_on(table, est.name, settings, widths)
+    except RladvError as err:
+        raise _in_files(err, ds, index) from None
+    return out.take(pa.array(np.searchsorted(index, target))), target, scope
 
 
 def _list(table: pa.Table, name: str, i: int = 0):

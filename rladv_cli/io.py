@@ -349,9 +349,9 @@ class ReadOnce:
 
 
 def default_output(inputs: Sequence[str | os.PathLike]) -> str:
-    """``DATASET.adv.parquet`` beside a single input file; several inputs or a folder need ``-o``."""
-    if len(inputs) != 1 or Path(inputs[0]).is_dir():
-        raise OutputError("-o OUT.parquet is required when the dataset is a folder or several files")
+    """``DATASET.adv.parquet`` beside a single input file; several inputs, a folder or a glob pattern need ``-o``."""
+    if len(inputs) != 1 or not Path(inputs[0]).is_file():
+        raise OutputError("-o OUT.parquet is required when the dataset is a folder, a glob pattern or several files")
     p = Path(inputs[0])
     return str(p.with_name(p.name.removesuffix(".parquet") + ".adv.parquet"))
 

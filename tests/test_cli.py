@@ -323,6 +323,20 @@ def test_folder_input_needs_output(tmp_path):
     assert listing(tmp_path) == before and listing(folder) == ["a.parquet"]
 
 
+@pytest.mark.parametrize("pattern", ["part-*.parquet", "part-0*.parquet"])
+def test_a_glob_pattern_needs_output(tmp_path, pattern):
+    """A quoted glob is a dataset like a folder, even when it matches one file: without -o there is no
+    file name to write beside (it once wrote 'part-*.adv.parquet')."""
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    write(folder / "part-0.parquet", good_columns())
+    write(folder / "part-1.parquet", good_columns())
+    before = listing(folder)
+    result = rladv("compute", str(folder / pattern), "--estimator", "grpo")
+    assert_one_line_error(result, "-o OUT.parquet is required when the dataset is a folder, a glob pattern")
+    assert listing(folder) == before
+
+
 def test_folder_input_with_output(tmp_path):
     folder = tmp_path / "data"
     folder.mkdir()

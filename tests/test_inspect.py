@@ -648,3 +648,21 @@ def test_export_never_writes_onto_an_input(tmp_path):
     assert result.exit_code == 2 and "nope" in result.output and not (tmp_path / "new").exists()
     result = CliRunner().invoke(app, ["inspect", str(data), "--uid", "x", "--export", str(data)])
     assert result.exit_code == 2 and "exists and is not a folder" in result.output
+
+
+def test_a_bad_row_elsewhere_stops_the_computation_naming_its_file_and_row(tmp_path):
+    """--row/--uid with a whitened estimator computes the whole dataset: a bad row elsewhere is reported as
+    compute reports it (file, row within it, column), and the command exits 2 as compute would."""
+    from typer.testing import CliRunner
+
+    from rladv_cli.cli import app
+
+    cols = {"uid": ["a", "a", "b", "b"], "response_mask": [[1, 1], [1], [1, 1], [1, 3]], "score": [1.0, 0.0, 0.5, 0.0],
+            "values": [[0.1, 0.2], [0.3], [0.1, 0.2], [0.0, 0.1]]}
+    a = write(tmp_path / "a.parquet", {k: v[:2] for k, v in cols.items()})
+    b = write(tmp_path / "b.parquet", {k: v[2:] for k, v in cols.items()})
+    for args in (["--row", "0", "--estimator", "gae"], ["--uid", "a", "--estimator", "reinforce_plus_plus"]):
+        result = CliRunner().invoke(app, ["inspect", str(a), str(b), *args], env={"COLUMNS": "300"})
+        assert result.exit_code == 2, result.output
+        assert f"compute failed: {b}: row 1, column response_mask: has value 3" in result.output
+    assert row_view([a, b], 0, estimator="grpo").error is None  # grpo computes the group alone: row 3 is not read
