@@ -253,29 +253,21 @@ def _merge_verl_config(ctx: typer.Context, path: Optional[Path], flags: dict) ->
     return merged, source
 
 
-def _refuse_inert(ctx: typer.Context, cfg, engine: "Engine") -> None:
+def _refuse_inert(ctx: typer.Context, cfg, engine: Optional["Engine"]) -> None:
     """Options typed on the command line that the other settings (flags, or the --config file) leave without
-    effect are errors, as --rollout-rs-threshold without --rollout-rs is. Only what was typed is judged: a verl
-    YAML writes verl's defaults for keys its author never thought about."""
-    typed = lambda *names: [f"--{n.replace('_', '-')}" for n in names if _typed(ctx, n)]  # noqa: E731
-    inert = []
-    if cfg.rollout_is is None:
-        inert += [(flag, "--rollout-is token|sequence") for flag in typed("rollout_is_threshold")]
-        if cfg.rollout_is_batch_normalize:
-            inert += [(flag, "--rollout-is token|sequence") for flag in typed("rollout_is_batch_normalize")]
-    if cfg.overlong_buffer_len is None:
-        inert += [(flag, "--overlong-buffer-len") for flag in typed("overlong_penalty_factor", "max_resp_len")]
-    if not cfg.use_kl:
-        if _typed(ctx, "kl_ctrl") and cfg.kl_ctrl == "adaptive":
-            inert.append(("--kl-ctrl adaptive", "--kl-coef (KL reward shaping is off)"))
-        inert += [(flag, "--kl-coef (KL reward shaping is off)") for flag in typed("kl_target", "kl_horizon")]
-    elif cfg.kl_ctrl != "adaptive":
-        inert += [(flag, "--kl-ctrl adaptive") for flag in typed("kl_target", "kl_horizon")]
+    effect (``Config.inert``) are errors, as --rollout-rs-threshold without --rollout-rs is, unless they say
+    the default (``--kl-ctrl fixed``, ``--gamma 1.0``). Only what was typed is judged: a verl YAML writes verl's
+    defaults for keys its author never thought about."""
+    defaults = type(cfg).model_fields
+    inert = [(name, why) for name, why in cfg.inert().items()
+             if _typed(ctx, name) and getattr(cfg, name) != defaults[name].default]
     if engine is not Engine.ray:
-        inert += [(flag, "--engine ray") for flag in typed("ray_address", "ray_workers")]
+        inert += [(name, "without --engine ray") for name in ("ray_address", "ray_workers") if _typed(ctx, name)]
     if inert:
-        flag, needs = inert[0]
-        _fail(f"{flag} has no effect without {needs}")
+        name, why = inert[0]
+        value = ctx.params[name]
+        flag = ("--norm-adv-by-std" if value else "--no-norm-adv-by-std") if name == "norm_adv_by_std" else f"--{name.replace('_', '-')}"
+        _fail(f"{flag} has no effect {why}")
 
 
 def _typed(ctx: typer.Context, name: str) -> bool:
@@ -515,6 +507,7 @@ def estimators(
             "observation_credit": e.observation_credit,
             "singleton": e.singleton,
             "summary": e.summary,
+            "settings": [f"--{name.replace('_', '-')}" for name in e.settings],
         }
         for e in ESTIMATORS.values()
     ]
@@ -526,11 +519,11 @@ def estimators(
 
     table = Table(header_style="bold", show_lines=True)
     table.add_column("estimator", no_wrap=True, min_width=max(len(n) for n in ESTIMATORS))
-    for col in ("needs", "critic", "groups", "baseline", "credit across a tool observation"):
+    for col in ("needs", "settings", "critic", "groups", "baseline", "credit across a tool observation"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["name"], ", ".join(r["needs"]), "yes" if r["critic"] else "no", "yes" if r["groups"] else "no",
-                      r["baseline"], r["observation_credit"])
+        table.add_row(r["name"], ", ".join(r["needs"]), ", ".join(r["settings"]) or "-", "yes" if r["critic"] else "no",
+                      "yes" if r["groups"] else "no", r["baseline"], r["observation_credit"])
     Console().print(table)
 
 

@@ -13,7 +13,7 @@ from typing import Any, Literal, Mapping, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
-from .estimators.registry import ESTIMATORS
+from .estimators.registry import ESTIMATOR_SETTINGS, ESTIMATORS
 
 INT_MAX = 2**31 - 1
 KL_MODES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
@@ -140,6 +140,27 @@ class Config(BaseModel):
     @property
     def use_kl(self) -> bool:
         return self.kl_coef != 0.0
+
+    def inert(self) -> dict[str, str]:
+        """The settings whose value cannot change this run's numbers, given the others, each with why (the
+        end of "--flag has no effect ..."): rladv refuses them typed on the command line, and leaves them out
+        of the command lines it prints."""
+        out = {}
+        reads = ESTIMATORS[self.estimator].settings
+        for name in ESTIMATOR_SETTINGS:
+            if name not in reads:
+                read = ", ".join(_flag(r) for r in reads) or "none of --gamma, --lam, --norm-adv-by-std, --epsilon, --rpp-mask-mode"
+                out[name] = f"with --estimator {self.estimator}, which reads {read}"
+        if not self.use_kl:
+            out.update(dict.fromkeys(("kl_penalty", "kl_ctrl", "kl_target", "kl_horizon"),
+                                     "without --kl-coef (KL reward shaping is off)"))
+        elif self.kl_ctrl != "adaptive":
+            out.update(dict.fromkeys(("kl_target", "kl_horizon"), "without --kl-ctrl adaptive"))
+        if self.rollout_is is None:
+            out.update(dict.fromkeys(("rollout_is_threshold", "rollout_is_batch_normalize"), "without --rollout-is token|sequence"))
+        if self.overlong_buffer_len is None:
+            out.update(dict.fromkeys(("overlong_penalty_factor", "max_resp_len"), "without --overlong-buffer-len"))
+        return out
 
     @property
     def notes(self) -> list[str]:
@@ -333,11 +354,15 @@ def setting_notes(settings: Mapping[str, Any]) -> list[str]:
     return notes
 
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 def command_flags(settings: Mapping[str, Any]) -> list[str]:
     """The command-line flags that set ``settings`` (``Config`` field names; None values are left out)."""
     out = []
     for key, value in settings.items():
-        flag = "--" + key.replace("_", "-")
+        flag = _flag(key)
         if key == "norm_adv_by_std":
             out.append("--norm-adv-by-std" if value else "--no-norm-adv-by-std")
         elif isinstance(value, bool):

@@ -88,7 +88,7 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
     if est.groups and est.accumulate is None:  # one advantage per row: explained by its group
         view = group_view(ds.paths, uid, estimator=estimator, **settings)
         return Explanation(**base, formula=[est.summary, f"baseline: {est.baseline}", f"singleton: {est.singleton}"],
-                           constants={**whitening, **({"epsilon": cfg.epsilon} if est.std_scaled else {})},
+                           constants={**whitening, **({"epsilon": cfg.epsilon} if "epsilon" in est.settings else {})},
                            columns=[], tokens=[], group=view)
     derivation = _token_derivation(est.name, cfg, mine, whitening)
     if base["input_advantages"] is not None:  # beside the advantage, for a replay's differing row

@@ -1275,6 +1275,17 @@ INERT = [
     pytest.param(["--kl-coef", "0.1", "--kl-target", "0.2"], "--kl-ctrl adaptive", id="kl-target-with-fixed"),
     pytest.param(["--ray-workers", "4"], "--engine ray", id="ray-workers-with-local"),
     pytest.param(["--ray-address", "auto"], "--engine ray", id="ray-address-with-local"),
+    pytest.param(["--kl-penalty", "k3"], "--kl-penalty has no effect without --kl-coef", id="kl-penalty-without-kl-coef"),
+    pytest.param(["--estimator", "grpo_vectorized", "--no-norm-adv-by-std"],
+                 "--no-norm-adv-by-std has no effect with --estimator grpo_vectorized, which reads --epsilon",
+                 id="no-std-with-grpo-vectorized"),
+    pytest.param(["--estimator", "rloo", "--no-norm-adv-by-std"], "which reads none of --gamma", id="no-std-with-rloo"),
+    pytest.param(["--estimator", "rloo", "--epsilon", "1e-4"], "--epsilon has no effect with --estimator rloo",
+                 id="epsilon-with-rloo"),
+    pytest.param(["--lam", "0.95"], "--lam has no effect with --estimator grpo, which reads --norm-adv-by-std, --epsilon",
+                 id="lam-with-grpo"),
+    pytest.param(["--estimator", "gae", "--rpp-mask-mode", "carry"],
+                 "--rpp-mask-mode has no effect with --estimator gae, which reads --gamma, --lam", id="rpp-mode-with-gae"),
     pytest.param(["--estimator", "gdpo", "--reward-components", ""], "--reward-components", id="components-empty"),
     pytest.param(["--estimator", "gdpo", "--reward-components", "acc,acc"], "'acc'", id="components-twice"),
 ]
@@ -1309,6 +1320,9 @@ def test_options_with_effect_and_yaml_defaults_are_accepted(tmp_path, monkeypatc
         ["--estimator", "grpo", "--overlong-buffer-len", "4", "--max-resp-len", "8", "--overlong-penalty-factor", "2"],
         ["--estimator", "grpo", "--kl-coef", "0.1", "--kl-ctrl", "adaptive", "--kl-target", "0.2", "--kl-horizon", "50"],
         ["--estimator", "grpo", "--no-rollout-is-batch-normalize", "--kl-ctrl", "fixed"],
+        ["--estimator", "grpo", "--gamma", "1.0", "--lam", "1", "--kl-penalty", "kl"],  # the defaults: harmless
+        ["--estimator", "grpo_passk", "--no-norm-adv-by-std", "--epsilon", "1e-4"],
+        ["--estimator", "reinforce_plus_plus", "--gamma", "0.9", "--rpp-mask-mode", "carry"],
     ]
     for i, flags in enumerate(runs):
         result = rladv("compute", inp, *flags, "-q", "-o", tmp_path / f"o{i}.parquet")

@@ -167,3 +167,22 @@ def test_a_rows_numbers_are_the_whole_runs_to_the_bit(tmp_path, batch_key):
     for row in map(int, np.flatnonzero(np.array(out["uid"].to_pylist()) == uid)):
         first = out["response_mask"][row].as_py().index(1)
         assert members[(str(path), row)].advantage == pytest.approx(out["advantages"][row].as_py()[first], rel=0, abs=0)
+
+
+@pytest.mark.parametrize("name", sorted(__import__("rladv_cli").ESTIMATORS))
+def test_an_estimator_reads_exactly_the_settings_it_declares(name):
+    """Estimator.settings decides which flags are refused as inert and left out of printed command lines: each
+    declared setting changes the estimator's numbers on the golden mix data, and every other one does not."""
+    import rladv_cli
+    from rladv_cli.estimators.registry import ESTIMATOR_SETTINGS, ESTIMATORS
+
+    table = pq.read_table(Path(__file__).parent / "golden" / "inputs" / "mix.parquet")
+    rng = np.random.default_rng(1)
+    table = table.append_column("c1", pa.array(rng.choice([0.0, 0.5, 1.0], table.num_rows)))
+    extra = {"reward_components": ("c1",)} if name == "gdpo" else {}
+    other = {"gamma": 0.9, "lam": 0.8, "norm_adv_by_std": False, "epsilon": 0.5, "rpp_mask_mode": "carry"}
+    base, _ = rladv_cli.compute(table, estimator=name, **extra)
+    for setting in ESTIMATOR_SETTINGS:
+        changed, _ = rladv_cli.compute(table, estimator=name, **extra, **{setting: other[setting]})
+        same = changed["advantages"].equals(base["advantages"]) and changed["returns"].equals(base["returns"])
+        assert same == (setting not in ESTIMATORS[name].settings), setting

@@ -418,6 +418,13 @@ def test_the_explain_line_names_only_the_settings_that_differ_from_the_defaults(
     report = rladv_cli.compute_file([str(path)], rladv_cli.Config(estimator="gae", gamma=0.99, lam=0.9, kl_coef=0.05,
                                                                   chunk_rows=7, cache_mib=0), output=str(tmp_path / "b.parquet"))
     assert explain_command(report, 3) == f"rladv explain {path} --estimator gae --row 3 --gamma 0.99 --lam 0.9 --kl-coef 0.05"
+    # settings without effect (a verl YAML writes lam and the KL controller's for every estimator) are left out
+    inert = rladv_cli.compute_file([str(path)], rladv_cli.Config(estimator="grpo", lam=0.95, gamma=0.99, kl_target=0.5,
+                                                                 kl_penalty="k3", max_resp_len=64),
+                                   output=str(tmp_path / "c.parquet"))
+    command = explain_command(inert, 3)
+    assert command == f"rladv explain {path} --estimator grpo --row 3"
+    assert CliRunner().invoke(app, ["explain", *shlex.split(command)[2:]]).exit_code == 0
 
 
 def test_strict_replay_exit_codes(tmp_path):

@@ -27,7 +27,8 @@ class Estimator:
     singleton: what the reference does with a one-row group (None when groups are not used)
     int_uids: groups are formed as verl's ``as_torch_index`` forms them: when every uid of a batch converts
                with ``int()``, uids that convert to the same integer (``"01"``, ``"1"``) are one group
-    std_scaled: divides by the group std plus ``epsilon`` (reads ``--epsilon``)
+    settings:  the estimator's own ``Config`` settings (``ESTIMATOR_SETTINGS``) that it reads; a flag typed for
+               another one is refused (it could not change a number)
     """
 
     name: str
@@ -45,7 +46,7 @@ class Estimator:
     folds_sessions: bool = False
     batch_wide: bool = False
     int_uids: bool = False
-    std_scaled: bool = False
+    settings: tuple[str, ...] = ()
     row_checks: tuple[tuple[str, str], ...] = ()
 
     def accumulator(self) -> Callable | None:
@@ -65,27 +66,30 @@ def _load(impl: str) -> Callable:
     return getattr(importlib.import_module(f"rladv_cli.estimators.{module}"), attr)
 
 
+# the settings of one estimator or another (gamma: discount, lam: GAE, the rest: std scaling and REINFORCE++)
+ESTIMATOR_SETTINGS = ("gamma", "lam", "norm_adv_by_std", "epsilon", "rpp_mask_mode")
 _GROUP_CREDIT = "row total R_i sums every position (observations included); advantage broadcast to actor tokens"
 
 ESTIMATORS: dict[str, Estimator] = {
     e.name: e
     for e in (
         Estimator(
-            "gae", "gae:gae", ("values",), groups=False, whiten=True,
+            "gae", "gae:gae", ("values",), groups=False, whiten=True, settings=("gamma", "lam"),
             baseline="critic values V_t",
             observation_credit="skipped: state carried across mask-0 spans (bootstraps from the next actor token)",
             singleton=None,
             summary="Generalised Advantage Estimation with gamma, lam; whitened over the batch",
         ),
         Estimator(
-            "grpo", "grpo:grpo", (), groups=True, whiten=False, std_scaled=True,
+            "grpo", "grpo:grpo", (), groups=True, whiten=False, settings=("norm_adv_by_std", "epsilon"),
             baseline="group mean (divided by group std unless --no-norm-adv-by-std)",
             observation_credit=_GROUP_CREDIT, singleton="advantage R/(1+eps): the raw score, not 0",
             summary="(R - mean_g) / (std_g + eps) per uid group",
             folds_sessions=True,
         ),
         Estimator(
-            "grpo_vectorized", "grpo:grpo_vectorized", (), groups=True, whiten=False, int_uids=True, std_scaled=True,
+            "grpo_vectorized", "grpo:grpo_vectorized", (), groups=True, whiten=False, int_uids=True,
+            settings=("epsilon",),
             baseline="group mean / group std (always; verl ignores the std flag here)",
             observation_credit=_GROUP_CREDIT, singleton="advantage R/(1+eps): the raw score, not 0",
             summary="grpo through verl's group_mean_std; always divides by std",
@@ -104,6 +108,7 @@ ESTIMATORS: dict[str, Estimator] = {
         ),
         Estimator(
             "reinforce_plus_plus", "reinforce:reinforce_plus_plus", (), groups=False, whiten=True,
+            settings=("gamma", "rpp_mask_mode"),
             baseline="none (batch whitening)",
             observation_credit="--rpp-mask-mode reset (default): return resets at mask-0 positions; carry: passes through",
             singleton=None,
@@ -138,7 +143,7 @@ ESTIMATORS: dict[str, Estimator] = {
             batch_wide=True,
         ),
         Estimator(
-            "grpo_passk", "passk:grpo_passk", (), groups=True, whiten=False, std_scaled=True,
+            "grpo_passk", "passk:grpo_passk", (), groups=True, whiten=False, settings=("norm_adv_by_std", "epsilon"),
             baseline="second-best total of the group; only the best row gets a non-zero advantage",
             observation_credit=_GROUP_CREDIT, singleton="error: verl requires 2+ rows per group",
             summary="best row: (r1 - r2) / (std_g + eps); others 0",
@@ -163,7 +168,7 @@ ESTIMATORS: dict[str, Estimator] = {
             accumulate="otb:accumulate_compact",
         ),
         Estimator(
-            "gdpo", "gdpo:gdpo", (), groups=True, whiten=True, std_scaled=True,
+            "gdpo", "gdpo:gdpo", (), groups=True, whiten=True, settings=("epsilon",),
             baseline="per-component group mean / std, weighted sum, then batch whitening",
             observation_credit="components are per-row scalars; advantage broadcast to actor tokens",
             singleton="each component keeps c/(1+eps) before whitening",
