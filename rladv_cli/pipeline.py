@@ -769,6 +769,8 @@ class Pipeline:
             ),
             output=None,
             config={**cfg.model_dump(), "score_column": "rm_scores" if "rm_scores" in self.source.columns else "score",
+                    **({"score_column_ignored": "score"} if {"rm_scores", "score"} <= set(self.source.columns)
+                       and not cfg.reward_components else {}),
                     "device_resolved": str(self.device)},
             tokens=Tokens(total=tokens_total, actor=actor, observation=tokens_total - actor - padding,
                           padding=padding, rejected=actor - used, used=used),

@@ -251,6 +251,34 @@ def explain_command(report: Report, row: int) -> str:
     return f"rladv explain {files} --estimator {run.estimator} --row {row}" + (f" {args}" if args else "")
 
 
+TERMINAL_BATCHES = 6  # per-batch rollout-correction columns the terminal shows (the JSON and the page: all)
+
+
+def _rejection_table(rr: dict[str, Any]):
+    """The rollout-correction metrics: one column, or with ``--batch-key`` one column per batch."""
+    from rich.table import Table
+
+    value = lambda v: _fmt(v) if isinstance(v, (int, float)) else str(v)  # noqa: E731
+    per_batch = rr.get("batches") if isinstance(rr.get("batches"), dict) else None
+    if per_batch is None:
+        t = Table(title="rollout correction", show_header=False, box=None)
+        for k, v in rr.items():
+            t.add_row(k, value(v))
+        return t
+    names = list(per_batch)
+    shown = names[:TERMINAL_BATCHES]
+    more = f"; first {len(shown)} of {len(names)} batches, the JSON report has all" if len(names) > len(shown) else ""
+    t = Table(title=f"rollout correction per batch{more}", header_style="bold", box=None)
+    for col in ("", *shown):
+        t.add_column(col, justify="right" if col else "left")
+    keys: list[str] = []
+    for metrics in per_batch.values():
+        keys += [k for k in metrics if k not in keys]
+    for k in keys:
+        t.add_row(k, *("-" if k not in per_batch[n] else value(per_batch[n][k]) for n in shown))
+    return t
+
+
 def replay_title(r: dict[str, Any]) -> str:
     tol = r["tolerance"]
     verdict = ("they agree" if r["agree"] else f"first difference: {r['first_difference']}" if r["first_difference"]
@@ -294,6 +322,9 @@ def render(report: Report, console) -> None:
         f"{r.inputs.rows} rows, {r.inputs.tokens} tokens from {len(r.inputs.paths)} file(s)"
         + (f" -> {r.output}" if r.output else "")
     )
+    if r.config.get("score_column_ignored"):
+        console.print(f"[dim]scores from {r.config['score_column']}; the dataset's {r.config['score_column_ignored']} "
+                      "column is not read (the contract takes one of the two)[/dim]")
     t = Table(title="tokens and groups", show_header=False, box=None, pad_edge=False)
     t.add_row("actor / observation / padding", f"{r.tokens.actor} / {r.tokens.observation} / {r.tokens.padding}")
     t.add_row("rejected / used", f"{r.tokens.rejected} / {r.tokens.used}")
@@ -307,7 +338,7 @@ def render(report: Report, console) -> None:
     for col in ("", "mean", "std", "min", "max", "+", "-", "0"):
         s.add_column(col, justify="right" if col else "left")
     for name, st in (
-        ("score/row", r.scores.score_total),
+        (f"{r.config.get('score_column', 'score')}/row", r.scores.score_total),
         ("reward/row", r.scores.reward_total),
         ("advantage", r.advantages),
         ("return", r.returns),
@@ -339,10 +370,7 @@ def render(report: Report, console) -> None:
                 rp.add_row("->", f"that row, token by token: {explain_command(r, worst['dataset_row'])}")
         console.print(rp)
     if r.rollout_rejection:
-        rr = Table(title="rollout correction", show_header=False, box=None)
-        for k, v in r.rollout_rejection.items():
-            rr.add_row(k, _fmt(v) if isinstance(v, (int, float)) else str(v))
-        console.print(rr)
+        console.print(_rejection_table(r.rollout_rejection))
     if r.warnings:
         w = Table(title="warnings", header_style="bold")
         for col in ("code", "count", "rows", "what it means"):

@@ -360,6 +360,40 @@ def test_folder_input_with_output(tmp_path):
     assert listing(folder) == ["README.txt", "a.parquet", "b.parquet"]
 
 
+def _rendered(report) -> str:
+    import io
+
+    from rich.console import Console
+
+    from rladv_cli.report import render
+
+    console = Console(file=io.StringIO(), width=2000, color_system=None)
+    render(report, console)
+    return console.file.getvalue()
+
+
+def test_terminal_says_which_score_column_it_read_and_shows_rejection_per_batch(tmp_path):
+    import rladv_cli
+
+    table = read(SAMPLES / "multiturn.parquet")
+    table = table.append_column("step", pa.array([i % 3 for i in range(table.num_rows)]))
+    both = table.append_column("score", pa.array([9.0] * table.num_rows))  # would change every total if read
+    _, report = rladv_cli.compute(both, estimator="grpo")
+    text = _rendered(report)
+    assert "scores from rm_scores; the dataset's score column is not read" in text and "rm_scores/row" in text
+    _, alone = rladv_cli.compute(table, estimator="grpo")
+    assert "is not read" not in _rendered(alone) and alone.scores == report.scores
+    _, batched = rladv_cli.compute(table, estimator="grpo", batch_key="step", rollout_rs="token_k1",
+                                   rollout_rs_threshold="0.5_2.0")
+    lines = _rendered(batched).splitlines()
+    header = next(i for i, line in enumerate(lines) if "rollout correction per batch" in line)
+    assert lines[header + 1].split() == ["step=0", "step=1", "step=2"]
+    row = next(line for line in lines[header:] if line.strip().startswith("rollout_rs_token_k1_masked_fraction"))
+    per_batch = batched.rollout_rejection["batches"]
+    assert row.split()[1:] == [f"{per_batch[b]['rollout_rs_token_k1_masked_fraction']:.4g}" for b in per_batch]
+    assert "{" not in "\n".join(lines[header:])
+
+
 def test_terminal_warnings_name_the_file_of_each_row_when_there_are_several(tmp_path):
     import io
 
