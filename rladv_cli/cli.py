@@ -580,6 +580,3 @@ def _raise_on_termination() -> None:
         if signal.getsignal(sig) is signal.SIG_DFL:
             signal.signal(sig, handler)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

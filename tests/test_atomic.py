@@ -45,7 +45,7 @@ KILL_POINTS = [("time", True), ("size", True), ("size", True), ("time", False), 
 
 def _rladv() -> list[str]:
     script = Path(sys.executable).parent / "rladv"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "rladv_cli.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "rladv_cli"]
 
 
 def _digest(path: Path) -> str:

@@ -919,17 +919,34 @@ def test_import_cli_does_not_import_torch():
 
 def test_help_subprocess():
     script = Path(sys.executable).parent / "rladv"
-    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "rladv_cli.cli"]
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "rladv_cli"]
     p = subprocess.run(cmd + ["--help"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert "compute" in p.stdout and "validate" in p.stdout and "estimators" in p.stdout
     assert "Traceback" not in p.stderr
 
 
+@pytest.mark.parametrize("module", ["rladv_cli.cli", "typer"])
+def test_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback(module):
+    """SIGINT delivered inside the start-up imports (here: as ``module`` is imported, deterministically) exits
+    130 and prints nothing; it used to print a KeyboardInterrupt traceback from inside the import."""
+    code = ("import importlib.abc, os, signal, sys\n"
+            "class Interrupt(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path, target=None):\n"
+            f"        if name == {module!r}:\n"
+            "            os.kill(os.getpid(), signal.SIGINT)\n"
+            "sys.meta_path.insert(0, Interrupt())\n"
+            "sys.argv = ['rladv', 'estimators']\n"
+            "from rladv_cli.__main__ import main\n"
+            "main()\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (p.returncode, p.stdout, p.stderr) == (130, "", "")
+
+
 def test_the_executable_leaves_with_the_commands_code_and_flushed_output(tmp_path):
     """``main`` skips the interpreter's teardown (``os._exit``): the exit code, the piped stdout, the one-line
     error and the written files must be what a normal exit gives."""
-    cmd = [sys.executable, "-m", "rladv_cli.cli"]
+    cmd = [sys.executable, "-m", "rladv_cli"]
     ok = subprocess.run(cmd + ["estimators", "--json"], capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and len(json.loads(ok.stdout)) > 10
     bad = subprocess.run(cmd + ["compute", str(tmp_path / "missing.parquet"), "--estimator", "grpo"],

@@ -202,7 +202,7 @@ SUBPROCESS_SAMPLE = ["nan-rm_scores", "string-score", "truncated-half", "gamma-a
 
 def _rladv_command() -> list[str]:
     script = Path(sys.executable).parent / "rladv"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "rladv_cli.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "rladv_cli"]
 
 
 def test_sample_as_subprocess(tmp_path):

@@ -29,7 +29,7 @@ TIMEOUT = 90  # seconds, for each wait: a loaded 2-core machine starts Ray slowl
 
 def _rladv() -> list[str]:
     script = Path(sys.executable).parent / "rladv"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "rladv_cli.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "rladv_cli"]
 
 
 def _dataset(folder: Path) -> dict[str, str]:
