@@ -336,7 +336,8 @@ def validate(
     typer.echo(f"Error: {bad} of {summary.rows} rows break the data contract ({len(summary.problems)} kind(s)):", err=True)
     for p in summary.problems:
         more = f"; first rows {', '.join(p.rows)}" if p.count > 1 else ""
-        typer.echo(one_line(f"  {p.count} row(s) with {p.kind}, e.g. {p.example}{more}"), err=True)
+        column = f" in {p.column}" if p.column else ""
+        typer.echo(one_line(f"  {p.count} row(s) with {p.kind}{column}, e.g. {p.example}{more}"), err=True)
     raise typer.Exit(code=2)
 
 
@@ -366,6 +367,8 @@ def inspect(
         _fail(f"--kl-coef must be a finite number, got {kl_coef}")
     if chunk_rows < 1:
         _fail(f"--chunk-rows must be at least 1, got {chunk_rows}")
+    if row is not None and uid is not None:
+        _fail("--row shows one trajectory and --uid one group; give one of them")
     settings = {"kl_coef": kl_coef, "kl_penalty": kl_penalty} if kl_coef else {}
     console = Console()
     if export is not None:

@@ -178,9 +178,10 @@ class Config(BaseModel):
                 raise ConfigError(first["msg"].removeprefix("Value error, ")) from None
             name = str(first["loc"][0])
             msg = first["msg"].removeprefix("Value error, ")
-            if first["type"] == "extra_forbidden":
+            if first["type"] == "extra_forbidden":  # only a Python caller can pass an unknown keyword
                 close = difflib.get_close_matches(name, type(self).model_fields, n=1)
-                msg = "not an option" + (f"; did you mean --{close[0].replace('_', '-')}?" if close else "")
+                raise ConfigError(f"{name}: not a setting" + (f"; did you mean {close[0]}?" if close else
+                                                             " (rladv_cli.Config's fields are the settings)")) from None
             raise ConfigError(f"--{name.replace('_', '-')}: {msg}") from None
 
 

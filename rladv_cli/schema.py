@@ -107,11 +107,13 @@ def json_schemas() -> dict[str, dict]:
 
 
 def write_json_schemas(folder: str) -> list[str]:
-    """Regenerate ``schemas/*.json`` (``python -m rladv_cli.schema schemas``); returns the paths written."""
+    """Regenerate ``schemas/*.json`` (``python -m rladv_cli.schema schemas``; the folder is made when missing);
+    returns the paths written."""
     import json
     from pathlib import Path
 
     written = []
+    Path(folder).mkdir(parents=True, exist_ok=True)
     for name, schema in json_schemas().items():
         path = Path(folder) / name
         path.write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")

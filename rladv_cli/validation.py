@@ -115,7 +115,8 @@ def check_chunk(table: pa.Table, path: str, start: int, validated: frozenset[str
     """
     lengths, first_list = None, None
     flat: dict[str, np.ndarray] = {}
-    for name in table.column_names:
+    # response_mask first: other lists' lengths are measured against it, whichever columns a pass reads
+    for name in sorted(table.column_names, key=lambda n: n != "response_mask"):
         col = COLUMNS.get(name)
         if col is None or (name in validated and not col.token_aligned):
             continue

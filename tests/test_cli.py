@@ -826,7 +826,18 @@ def test_validate_reports_every_problem_with_counts_and_first_rows(tmp_path):
     lines = v.stderr.strip().splitlines()
     n_bad = sum(1 for i in range(len(cols["response_mask"])) if i % 2)
     assert v.exit_code == 2 and lines[0].startswith(f"Error: {n_bad} of {len(cols['response_mask'])} rows")
-    assert f"{n_bad} row(s) with mask value other than 0 or 1" in lines[1] and f"{bad}:1, {bad}:3" in lines[1]
+    assert f"{n_bad} row(s) with mask value other than 0 or 1 in response_mask" in lines[1] and f"{bad}:1, {bad}:3" in lines[1]
+
+
+def test_validate_and_compute_give_the_same_message_for_a_short_list(tmp_path):
+    """Lists are measured against response_mask in both, whichever columns each reads first."""
+    cols = good_columns()
+    cols = {"values": [v[:-1] if i == 2 else v for i, v in enumerate(cols["values"])],
+            **{k: v for k, v in cols.items() if k != "values"}}  # values before response_mask in the file
+    bad = write(tmp_path / "bad.parquet", cols)
+    example = rladv("validate", bad).stderr.strip().splitlines()[1].split(", e.g. ", 1)[1]
+    error = assert_one_line_error(rladv("compute", bad, "--estimator", "gae", "-o", tmp_path / "o.parquet"), "values")
+    assert error == f"Error: {example}" and "but response_mask has 2" in example
 
 
 def test_validate_missing_column_for_estimator(tmp_path):
@@ -1133,6 +1144,7 @@ def test_inspect_export_writes_a_reproducer_that_reproduces(tmp_path, monkeypatc
     for a, b in zip(group["advantages"].to_pylist(), whole["advantages"].to_pylist()):
         np.testing.assert_allclose(a, b, atol=1e-6)
     assert_one_line_error(rladv("inspect", inp, "--export", out_dir), "--export needs --uid")
+    assert_one_line_error(rladv("inspect", inp, "--row", "3", "--uid", uid), "--row shows one trajectory and --uid one group")
 
 
 def test_html_report_is_written_with_the_output_and_never_onto_it(tmp_path):

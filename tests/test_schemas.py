@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from rladv_cli.schema import COLUMNS, RolloutRow, json_schemas
+from rladv_cli.schema import COLUMNS, RolloutRow, json_schemas, write_json_schemas
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_data"
@@ -17,6 +17,13 @@ def test_committed_schemas_match_models():
     for name, schema in generated.items():
         committed = json.loads((SCHEMAS / name).read_text())
         assert committed == schema, f"{name} drifted from the code; run: python -m rladv_cli.schema schemas"
+
+
+def test_regenerating_into_a_new_folder_writes_the_committed_files(tmp_path):
+    written = write_json_schemas(str(tmp_path / "new" / "schemas"))  # made when missing (was a traceback)
+    assert sorted(Path(p).name for p in written) == sorted(p.name for p in SCHEMAS.glob("*.json"))
+    for p in written:
+        assert Path(p).read_bytes() == (SCHEMAS / Path(p).name).read_bytes()
 
 
 def test_rollout_schema_lists_every_contract_column():

@@ -205,4 +205,4 @@ def test_validate_accepts_null_lists_and_counts_bad_values(tmp_path):
     assert runner.invoke(app, ["validate", str(path)]).exit_code == 0
     pq.write_table(two_groups([[float("nan")], None, [], [1.0, float("nan")]]), path)
     result = runner.invoke(app, ["validate", str(path)])
-    assert result.exit_code == 2 and "2 row(s) with NaN, infinity or beyond float32 in a list" in result.output
+    assert result.exit_code == 2 and "2 row(s) with NaN, infinity or beyond float32 in a list in tool_rewards" in result.output

@@ -608,3 +608,16 @@ def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(ConfigError, match="not a regular file"):
         settings_from_verl_yaml(str(fifo))
+
+
+def test_a_misspelt_keyword_is_named_as_the_python_caller_wrote_it():
+    import pyarrow as pa
+
+    import rladv_cli
+    from rladv_cli.errors import ConfigError
+
+    table = pa.table({"response_mask": pa.array([[1]], pa.list_(pa.int8())), "score": [1.0], "uid": ["a"]})
+    with pytest.raises(ConfigError, match=r"^kl_coeff: not a setting; did you mean kl_coef\?$"):
+        rladv_cli.compute(table, estimator="grpo", kl_coeff=0.1)
+    with pytest.raises(ConfigError, match=r"^zzz: not a setting \(rladv_cli.Config's fields are the settings\)$"):
+        rladv_cli.Config(estimator="grpo", zzz=1)
