@@ -25,6 +25,21 @@
  * float64 (rows; 0 address: not wanted). sums[i] = Σ x_t over row i, added in token order in float64, as
  * torch.segment_reduce adds a float64 row on the CPU; nonzero[i] = the count of x_t != 0.
  *
+ * compare_rows(given, given_f64, given_offsets, got, valid, got_offsets, rows, on_valid, atol, rtol, out): one
+ * list column of the input (given: float32, or float64 when given_f64; given_offsets int64, rows + 1, from 0)
+ * against this run's float32 values (got, got_offsets int64), per row, into out (float64, rows x
+ * COMPARE_FIELDS): length_ok, n, bad, bad_masked, nonfinite, nonfinite_at, sum, max, at, input, rladv, factor,
+ * scaled, varies, unrounded_float16, unrounded_bfloat16. A row whose lengths differ has length_ok 0, every
+ * count 0, the positions -1 and the values NaN. Otherwise, over its positions t where on_valid is 0 or
+ * valid[t] is 1, with d = |given_t − got_t| in float64: n counts them, bad those with not
+ * (d <= atol + rtol·|got_t|) (a NaN d counts), bad_masked those of them where valid[t] is 0, nonfinite those
+ * where d is not finite and nonfinite_at the first one's position (-1: none); sum adds the finite d in token
+ * order, max is the largest finite d (0 when none), at the first position holding it (-1: none) and input,
+ * rladv the two values there. For a row with bad positions (NaN, 0, 0 for the others): factor = Σ given·got /
+ * Σ got² (finite given only; NaN when Σ got² is 0), scaled whether given_t ≈ factor·got_t (the same tolerance,
+ * relative to given_t) at every position, varies whether got takes two values. unrounded_* count the bad positions whose given value is not a float16 (bfloat16)
+ * number within 2^-10 (2^-7) of |got_t| plus atol of it.
+ *
  * The GIL is released while the loops run.
  */
 #define PY_SSIZE_T_CLEAN
@@ -245,6 +260,101 @@ fail:
     return -1;
 }
 
+#define COMPARE_FIELDS 16
+
+static inline double given_at(const void *given, int f64, int64_t k)
+{
+    return f64 ? ((const double *)given)[k] : (double)((const float *)given)[k];
+}
+
+/* Whether v is a number of a binary format with `bits` significant bits, smallest normal exponent `min_exp`
+ * and largest finite value `max_value` (±inf: yes, NaN: no): what converting it there and back leaves equal. */
+static int representable(double v, int bits, int min_exp, double max_value)
+{
+    double a = fabs(v);
+    int e;
+    if (isnan(v))
+        return 0;
+    if (isinf(v) || a == 0.0)
+        return 1;
+    if (a > max_value)
+        return 0;
+    frexp(a, &e); /* a = m·2^e, m in [0.5, 1): its leading bit is 2^(e-1) */
+    int quantum = (e - 1 >= min_exp ? e - 1 : min_exp) - (bits - 1);
+    double units = ldexp(a, -quantum);
+    return units == floor(units);
+}
+
+static void compare(const void *given, int f64, const int64_t *given_offsets, const float *got, const uint8_t *valid,
+                    const int64_t *got_offsets, Py_ssize_t rows, int on_valid, double atol, double rtol, double *out)
+{
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        double *o = out + i * COMPARE_FIELDS;
+        int64_t s = got_offsets[i], len = got_offsets[i + 1] - s, g0 = given_offsets[i];
+        int64_t n = 0, bad = 0, bad_masked = 0, nonfinite = 0, nonfinite_at = -1, at = -1, off_scale = 0;
+        int64_t unrounded16 = 0, unrounded_bf16 = 0;
+        double sum = 0.0, largest = -1.0, input = NAN, rladv = NAN, cross = 0.0, square = 0.0, factor = NAN;
+        double lo = INFINITY, hi = -INFINITY;
+        int length_ok = given_offsets[i + 1] - g0 == len;
+        for (int64_t t = 0; length_ok && t < len; t++) {
+            int64_t k = s + t;
+            if (on_valid && !valid[k])
+                continue;
+            double want = given_at(given, f64, g0 + t), have = (double)got[k], d = fabs(want - have);
+            n++;
+            cross += isfinite(want) ? want * have : 0.0, square += have * have;
+            lo = have < lo ? have : lo, hi = have > hi ? have : hi;
+            if (!(d <= atol + rtol * fabs(have))) {
+                bad++;
+                bad_masked += !valid[k];
+                unrounded16 += !(representable(want, 11, -14, 65504.0) && d <= 0x1p-10 * fabs(have) + atol);
+                unrounded_bf16 += !(representable(want, 8, -126, 0x1.fep127) && d <= 0x1p-7 * fabs(have) + atol);
+            }
+            if (!isfinite(d)) {
+                nonfinite++;
+                if (nonfinite_at < 0)
+                    nonfinite_at = t;
+                continue;
+            }
+            sum += d;
+            if (d > largest)
+                largest = d, at = t, input = want, rladv = have;
+        }
+        int differs = bad > 0; /* a factor, and whether want ≈ factor·have everywhere, only for a row that differs */
+        if (differs && square > 0.0)
+            factor = cross / square;
+        for (int64_t t = 0; differs && t < len; t++) {
+            int64_t k = s + t;
+            if (on_valid && !valid[k])
+                continue;
+            double want = given_at(given, f64, g0 + t);
+            off_scale += !(fabs(want - factor * (double)got[k]) <= atol + rtol * fabs(want));
+        }
+        o[0] = length_ok, o[1] = (double)n, o[2] = (double)bad, o[3] = (double)bad_masked;
+        o[4] = (double)nonfinite, o[5] = (double)nonfinite_at, o[6] = sum, o[7] = largest < 0.0 ? 0.0 : largest;
+        o[8] = (double)at, o[9] = input, o[10] = rladv, o[11] = factor, o[12] = differs && off_scale == 0 && square > 0.0;
+        o[13] = differs && hi > lo, o[14] = (double)unrounded16, o[15] = (double)unrounded_bf16;
+    }
+}
+
+static PyObject *compare_rows(PyObject *self, PyObject *args)
+{
+    unsigned long long given, given_offsets, got, valid, got_offsets, out;
+    int given_f64, on_valid;
+    Py_ssize_t rows;
+    double atol, rtol;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "KiKKKKniddK", &given, &given_f64, &given_offsets, &got, &valid, &got_offsets, &rows,
+                          &on_valid, &atol, &rtol, &out))
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    compare((const void *)(uintptr_t)given, given_f64, (const int64_t *)(uintptr_t)given_offsets,
+            (const float *)(uintptr_t)got, (const uint8_t *)(uintptr_t)valid, (const int64_t *)(uintptr_t)got_offsets,
+            rows, on_valid, atol, rtol, (double *)(uintptr_t)out);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyObject *count_keys(PyObject *self, PyObject *args)
 {
     unsigned long long x, valid, label, y, offsets, keys_out, counts_out;
@@ -305,6 +415,9 @@ static PyMethodDef methods[] = {
     {"count_keys", count_keys, METH_VARARGS,
      "count_keys(x, valid, label, y, offsets, rows, shift, bucket_bits, max_keys, expected, keys_out, counts_out): "
      "distinct sketch keys of the valid tokens and their counts; returns (distinct, levels, x_min, x_max, y_min, y_max)."},
+    {"compare_rows", compare_rows, METH_VARARGS,
+     "compare_rows(given, given_f64, given_offsets, got, valid, got_offsets, rows, on_valid, atol, rtol, out): per-row "
+     "comparison of an input list column with this run's float32 values, float64 (rows x 16)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -347,6 +347,31 @@ def row_moments(x: Tensor, mask: Tensor, row_offsets: Tensor) -> tuple[Tensor, T
     return summary["count"], summary["sum"], summary["m2"]
 
 
+COMPARE_FIELDS = ("length_ok", "n", "bad", "bad_masked", "nonfinite", "nonfinite_at", "sum", "max", "at", "input",
+                  "rladv", "factor", "scaled", "varies", "unrounded_float16", "unrounded_bfloat16")
+
+
+def compare_native(given: np.ndarray, given_offsets: np.ndarray, got: Tensor, valid: Tensor, row_offsets: Tensor,
+                   on_valid: bool, atol: float, rtol: float) -> dict[str, Tensor] | None:
+    """Per row, an input list column (values ``given``, float32 or float64, over ``given_offsets (B+1,)`` from 0)
+    against this run's ``got (N,)`` over ``row_offsets``, where ``valid (N,) bool`` is set (``on_valid``) or
+    everywhere: one pass in C (``_rows.compare_rows`` says what each of ``COMPARE_FIELDS`` holds), float64
+    ``(B,)`` each. None where the C loops are not built or ``got`` is not float32 on the CPU."""
+    if not _native_runs(_rows, got) or given.dtype not in (np.float32, np.float64):
+        return None
+    given = np.ascontiguousarray(given)
+    given_offsets = np.ascontiguousarray(given_offsets, dtype=np.int64)
+    if given_offsets[0] != 0 or given_offsets[-1] != given.size:
+        raise ValueError("compare_native: given_offsets must run from 0 to the number of given values")
+    valid = valid.to(torch.uint8).contiguous()
+    offsets = _native_offsets(row_offsets, got, valid)
+    out = torch.empty(offsets.numel() - 1, len(COMPARE_FIELDS), dtype=torch.float64)
+    _rows.compare_rows(given.ctypes.data, int(given.dtype == np.float64), given_offsets.ctypes.data,
+                       got.contiguous().data_ptr(), valid.data_ptr(), offsets.data_ptr(), offsets.numel() - 1,
+                       int(on_valid), atol, rtol, out.data_ptr())
+    return dict(zip(COMPARE_FIELDS, out.T))
+
+
 SUMMARY_FIELDS = ("count", "sum", "m2", "min", "max", "positive", "negative", "zero", "mass_positive", "mass_negative")
 
 

@@ -86,28 +86,68 @@ def compare_rows(given: pa.Array, got: Tensor, row_offsets: Tensor, valid: Tenso
     ``n`` positions compared; ``bad`` those with ``|Δ| > ATOL + RTOL·|got|`` (a NaN counts), ``bad_masked``
     those of them where ``valid`` is 0; ``nonfinite`` those where ``Δ`` is not finite and ``nonfinite_at`` the
     first one's position (-1: none); ``sum`` ``Σ |Δ|`` and ``max`` the largest ``|Δ|`` over the finite ones;
-    ``at`` its position in the row (-1: none); ``input``/``rladv`` the values there; ``factor``, ``scaled`` and
-    ``varies`` (``_scale``) and ``unrounded_{float16,bfloat16}`` (``_unrounded``) where some row differs.
+    ``at`` its position in the row (-1: none); ``input``/``rladv`` the values there; for the rows that differ,
+    ``factor``, ``scaled`` and ``varies`` (``_scale``; NaN, False, False for the others), and
+    ``unrounded_{float16,bfloat16}`` (``_unrounded``). In one C pass per row (``kernels.compare_native``) on
+    the CPU, in torch elsewhere.
     """
     device = got.device
     lengths = numpy_of(pc.list_value_length(given).fill_null(-1)).astype(np.int64)
     length_ok = torch.from_numpy(lengths).to(device) == kernels.row_lengths(row_offsets)
     every_row = bool(length_ok.all())
     flat = given.flatten()
+    values = numpy_of(flat)  # nulls inside a list become NaN
     if every_row and flat.type == pa.float32() and not flat.null_count:  # the same bits everywhere: nothing to find
-        same = as_tensor(numpy_of(flat), device) == got
+        same = as_tensor(values, device) == got
         if bool((same | ~valid).all() if on_valid else same.all()):
             return _identical(length_ok, valid if on_valid else None, row_offsets)
-    exp = torch.from_numpy(numpy_of(flat).astype(np.float64)).to(device)  # nulls inside a list become NaN
+    if values.dtype not in (np.float32, np.float64):
+        values = values.astype(np.float64)
+    given_off = np.zeros(len(lengths) + 1, dtype=np.int64)
+    given_off[1:] = np.cumsum(np.maximum(lengths, 0))
+    native = kernels.compare_native(values, given_off, got, valid, row_offsets, on_valid, ATOL, RTOL)
+    if native is not None:
+        # (a null list of an empty row has the C loop's length; nothing is compared there either way)
+        per_row = {**native, "length_ok": length_ok, "at": native["at"].long(), "nonfinite_at": native["nonfinite_at"].long(),
+                   "scaled": native["scaled"] > 0, "varies": native["varies"] > 0}
+        if not (bool((per_row["max"] > 0).any()) or bool((per_row["nonfinite"] > 0).any())):
+            per_row.update(at=torch.full_like(per_row["at"], -1), input=torch.full_like(per_row["input"], math.nan),
+                           rladv=torch.full_like(per_row["rladv"], math.nan))  # as _differences: no worst place
+    else:
+        exp, g, w, mask, off = _positions(values, given_off, length_ok, got, valid, row_offsets, on_valid)
+        per_row = _in_all_rows(_differences(exp, g, w, mask, off), length_ok)
+        if bool((per_row["bad"] > 0).any()):
+            bad = w & ~((exp - g).abs() <= ATOL + RTOL * g.abs())
+            differs = kernels.segment_sum(bad.double(), off) > 0
+            factor, scaled, varies = _scale(exp, g, w, off)
+            per_row.update(_in_all_rows({"factor": torch.where(differs, factor, math.nan), "scaled": scaled & differs,
+                                         "varies": varies & differs, **_unrounded(exp, g, bad, off)}, length_ok))
+    if not bool((per_row["bad"] > 0).any()):  # a scale or a precision is looked for only where some row differs
+        zero = torch.zeros_like(per_row["sum"])
+        per_row.update(factor=torch.full_like(zero, math.nan), scaled=zero.bool(), varies=zero.bool(),
+                       **{f"unrounded_{name}": zero for name, _, _ in HALF_PRECISIONS})
+    return per_row
+
+
+def _positions(values: np.ndarray, given_off: np.ndarray, length_ok: Tensor, got: Tensor, valid: Tensor,
+               row_offsets: Tensor, on_valid: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The compared rows' positions (rows whose lengths agree): the input's values and this run's as float64,
+    where they are compared (``on_valid``: the estimator's mask, else everywhere), the mask and the rows'
+    offsets; ``(exp, g, w, valid, off)``."""
+    device = got.device
+    exp = torch.from_numpy(values.astype(np.float64)).to(device)
     off = row_offsets
-    if not every_row:
-        given_off = torch.zeros(len(lengths) + 1, dtype=torch.long)
-        given_off[1:] = torch.cumsum(torch.from_numpy(np.maximum(lengths, 0)), 0)
-        keep_given, _ = kernels.select_rows(length_ok.cpu(), given_off)
+    if not bool(length_ok.all()):
+        keep_given, _ = kernels.select_rows(length_ok.cpu(), torch.from_numpy(given_off))
         keep_got, off = kernels.select_rows(length_ok, row_offsets)
         exp, got, valid = exp[keep_given.to(device)], got[keep_got], valid[keep_got]
     g = got.double()
-    w = valid if on_valid else torch.ones_like(g, dtype=torch.bool)
+    return exp, g, valid if on_valid else torch.ones_like(g, dtype=torch.bool), valid, off
+
+
+def _differences(exp: Tensor, g: Tensor, w: Tensor, valid: Tensor, off: Tensor) -> dict[str, Tensor]:
+    """``compare_rows``'s counts, sums, largest difference and its place for the compared rows, in torch (where
+    the C loop does not run: on a GPU, or without the C build); the same numbers as ``kernels.compare_native``."""
     d = torch.where(w, (exp - g).abs(), 0.0)
     finite = torch.isfinite(d)
     bad = w & ~(d <= ATOL + RTOL * g.abs())
@@ -120,25 +160,26 @@ def compare_rows(given: pa.Array, got: Tensor, row_offsets: Tensor, valid: Tenso
         "bad_masked": kernels.segment_sum((bad & ~valid).double(), off),
         "nonfinite": kernels.segment_sum((w & ~finite).double(), off), "nonfinite_at": none,
         "sum": kernels.segment_sum(d, off), "max": dmax, "at": none, "input": nan, "rladv": nan,
-        "factor": nan, "scaled": torch.zeros_like(dmax, dtype=torch.bool), "varies": torch.zeros_like(dmax, dtype=torch.bool),
-        **{f"unrounded_{name}": torch.zeros_like(dmax) for name, _, _ in HALF_PRECISIONS},
     }
     if bool((dmax > 0).any()) or not bool(finite.all()):
-        position = torch.arange(g.numel(), device=device) - kernels.broadcast_rows(off[:-1], off)
+        position = torch.arange(g.numel(), device=g.device) - kernels.broadcast_rows(off[:-1], off)
         at = _first(w & finite & (d == kernels.broadcast_rows(dmax, off)), position, off)  # each row's largest
         pick = torch.where(at >= 0, off[:-1] + at, 0)
         per_row.update(at=at, input=torch.where(at >= 0, exp[pick], math.nan),
                        rladv=torch.where(at >= 0, g[pick], math.nan), nonfinite_at=_first(w & ~finite, position, off))
-    if bool(bad.any()):
-        per_row["factor"], per_row["scaled"], per_row["varies"] = _scale(exp, g, w, off)
-        per_row.update(_unrounded(exp, g, bad, off))
-    if every_row:
-        return {"length_ok": length_ok, **per_row}
-    full = {}
-    for k, v in per_row.items():  # rows not compared: nothing compared, no position
-        fill = NOT_COMPARED.get(k, 0)
-        full[k] = torch.full((length_ok.numel(),), fill, dtype=v.dtype, device=device).masked_scatter(length_ok, v)
-    return {"length_ok": length_ok, **full}
+    return per_row
+
+
+def _in_all_rows(fields: dict[str, Tensor], length_ok: Tensor) -> dict[str, Tensor]:
+    """Per-row ``fields`` of the compared rows spread over every row (``length_ok``); the others get
+    ``NOT_COMPARED``'s values (nothing compared, no position)."""
+    if bool(length_ok.all()):
+        return {"length_ok": length_ok, **fields}
+    full = {"length_ok": length_ok}
+    for k, v in fields.items():
+        full[k] = torch.full((length_ok.numel(),), NOT_COMPARED.get(k, 0), dtype=v.dtype,
+                             device=v.device).masked_scatter(length_ok, v)
+    return full
 
 
 def _identical(length_ok: Tensor, where: Optional[Tensor], off: Tensor) -> dict[str, Tensor]:

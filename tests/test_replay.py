@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -459,3 +459,58 @@ def test_the_bitwise_shortcut_reports_what_the_full_comparison_does():
     shortcut = rladv_cli.compute(f32, **settings)[1].replay
     full = rladv_cli.compute(f64, **settings)[1].replay
     assert shortcut == full and shortcut["agree"]
+
+
+finite_or_not = st.one_of(st.floats(-4, 4, width=32), st.sampled_from([math.nan, math.inf, -math.inf, 0.0, 1e-6]))
+
+
+@settings(deadline=None)
+@given(data=st.data())
+def test_the_c_comparison_gives_the_torch_comparisons_fields(data):
+    """kernels.compare_native (C passes per row) and the torch path (GPUs, no C build) give the same per-row
+    fields: counts, sums, the largest difference and its place, the scale factor, whether values are rounded
+    to half precision, rows not compared; on random lists with NaN/inf, null lists and null values, lists of
+    the wrong length, values rounded to float16 or bfloat16, float16/32/64 input and either mask rule."""
+    from rladv_cli import kernels
+    from rladv_cli.replay import compare_rows
+
+    lengths = data.draw(st.lists(st.integers(0, 6), min_size=1, max_size=8), label="lengths")
+    off = torch.tensor([0, *np.cumsum(lengths)], dtype=torch.long)
+    n = int(off[-1])
+    got = torch.tensor(data.draw(st.lists(st.floats(-4, 4, width=32), min_size=n, max_size=n)), dtype=torch.float32)
+    valid = torch.tensor(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=torch.bool)
+    rows = []
+    for i, L in enumerate(lengths):
+        kind = data.draw(st.sampled_from(["near", "far", "null", "short", "long", "scaled", "float16", "bfloat16"]),
+                         label=f"row {i}")
+        base = got[off[i]:off[i + 1]].tolist()
+        if kind == "null":
+            rows.append(None)
+        elif kind in ("short", "long"):
+            rows.append(base[:-1] if kind == "short" and L else base + [0.5])
+        elif kind == "scaled":
+            rows.append([v * data.draw(st.sampled_from([2.0, 2.0 + 1e-3])) for v in base])
+        elif kind in ("float16", "bfloat16"):
+            rows.append(torch.tensor(base, dtype=torch.float32).to(getattr(torch, kind)).double().tolist())
+        else:
+            rows.append([data.draw(st.one_of(st.none(), finite_or_not)) if kind == "far" else v + data.draw(
+                st.sampled_from([0.0, 1e-7, 3e-5])) for v in base])
+    arrow_type = data.draw(st.sampled_from([pa.float32(), pa.float64(), pa.float16()]), label="type")
+    given = pa.array([None if r is None else [None if v is None or (arrow_type == pa.float16() and abs(v) > 6e4)
+                                              else v for v in r] for r in rows], pa.list_(arrow_type))
+    on_valid = data.draw(st.booleans(), label="on_valid")
+    native = compare_rows(given, got, off, valid, on_valid)
+    saved = kernels._rows
+    kernels._rows = None
+    try:
+        plain = compare_rows(given, got, off, valid, on_valid)
+    finally:
+        kernels._rows = saved
+    assert set(native) == set(plain)
+    for k in plain:
+        a, b = native[k], plain[k]
+        assert a.dtype == b.dtype, k
+        if k in ("sum", "factor"):  # sums of float64 products: the last bit may depend on the order
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=0, equal_nan=True)
+        else:
+            assert torch.equal(a, b) or torch.equal(a.isnan(), b.isnan()) and torch.equal(a[~a.isnan()], b[~b.isnan()]), k
