@@ -288,12 +288,23 @@ class GroupStats:
         return GroupStats(*(getattr(self, f.name).to(device) for f in fields(self)))
 
 
+def _two_pass_std(members: Tensor, mean: Tensor) -> Tensor:
+    """Per-row ``torch.std`` of ``members [G, s]`` (s ≥ 2) as torch computes it for one 1-D CPU tensor:
+    ``sqrt(Σ (x − μ)² / (s − 1))`` in float64 about the float32 mean ``μ (G,)``, rounded once to float32.
+
+    ``members.std(dim=1)`` is not that for ``G ≥ 2``: torch takes another reduction path, which rounds otherwise
+    and on a group whose totals are a few ulps apart moves an advantage by ~1e-3 (0.18410 against verl's 0.18368).
+    """
+    deviation = members.double() - mean.double()[:, None]
+    return ((deviation * deviation).sum(dim=1) / (members.shape[1] - 1)).sqrt().to(members.dtype)
+
+
 def group_stats(row_total: Tensor, group_index: Tensor, num_groups: int, valid_count: Tensor) -> GroupStats:
     """Group statistics of ``row_total (B,) float32`` with dense ``group_index (B,) int64`` in ``[0, G)`` and
     each row's valid-token count ``valid_count (B,)``; rows are in dataset order.
 
     Groups are bucketed by size and each bucket reduced as a ``[G_s, s]`` matrix of its members in row order,
-    so every statistic uses the same float32 reduction as verl's per-group 1-D tensors. Sequential sums use
+    so every statistic rounds as verl's per-group 1-D tensors do (the std by ``_two_pass_std``). Sequential sums use
     ``index_add_`` in row order, as verl's scatter does. Computed on the CPU whatever the inputs' device
     (``B`` values; a GPU's reductions round otherwise) and returned on that device.
     """
@@ -318,8 +329,8 @@ def group_stats(row_total: Tensor, group_index: Tensor, num_groups: int, valid_c
         ids = torch.nonzero(size == s).flatten()
         rows = order[start[ids, None] + torch.arange(s)]  # [G_s, s] dataset rows, in row order
         members, n = row_total[rows], lengths[rows]
-        mean[ids] = members.mean(dim=1)
-        std[ids] = members.std(dim=1)
+        mean[ids] = group_mean = members.mean(dim=1)
+        std[ids] = _two_pass_std(members, group_mean)
         weighted[ids] = (n * members).sum(dim=1) / n.sum(dim=1)
         best, at = torch.topk(members, 2, dim=1)
         top_gap[ids] = best[:, 0] - best[:, 1]

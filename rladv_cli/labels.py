@@ -126,6 +126,16 @@ class Labels:
         self._check_not_null(table, "session_id", path, start, "every output needs its session")
         return self._pair_ids(group_ids, table["session_id"], self.sessions)
 
+    def colliding_sessions(self) -> np.ndarray:
+        """Ids ``(K,) int64`` of the sessions that share verl's string key ``f"{uid}_{session_id}"`` with another
+        session of their batch (verl 0.9.1's V1 trainer folds those into one; rladv keeps the pairs apart)."""
+        uid_of = {g: key for key, g in self.groups.items()}
+        by_key: dict[tuple, list[int]] = defaultdict(list)
+        for (g, session), s in self.sessions.items():
+            batch, uid = uid_of[g]
+            by_key[batch, f"{uid}_{session}"].append(s)
+        return np.array([s for ids in by_key.values() if len(ids) > 1 for s in ids], dtype=np.int64)
+
 
 def verl_index_keys(uids: list) -> list:
     """The group key verl's ``as_torch_index`` (``grpo_vectorized``) gives each uid of one batch.

@@ -736,6 +736,12 @@ class Pipeline:
             warn.add_rows("credit_reset_at_mask",
                           "{n} row(s): reinforce_plus_plus in reset mode cut a reward off from earlier tokens at a mask-0 "
                           "position (--rpp-mask-mode carry passes it through, as verl 0.9.1 does)", rows["credit_reset_at_mask"])
+        if self.fold:
+            warn.add_rows("session_key_collision",
+                          "{n} row(s) belong to sessions whose uid and session_id join to another session's verl key "
+                          "f'{{uid}}_{{session_id}}' in the same batch: verl 0.9.1 folds such sessions into one, rladv keeps "
+                          "them apart (ids from verl, an integer session_id, never collide)",
+                          torch.isin(rows["session"], torch.from_numpy(self.labels.colliding_sessions())))
         # rejected: by this run's rollout rejection, or already in the input (response_mask below its loss_mask)
         rejected = rows["actor"] - rows["used"]
         warn.add_rows("row_fully_rejected", "{n} row(s) lost every valid token to rollout rejection",

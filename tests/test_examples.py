@@ -426,6 +426,27 @@ def test_grpo_folds_each_session_to_its_final_output():
     assert report.sessions["folded"] is True and report.sessions["sessions"] == 2
 
 
+def test_sessions_that_verl_would_key_alike_stay_apart_and_are_reported():
+    """verl 0.9.1 keys a session by the string f"{uid}_{session_id}": ("a_b", "c") and ("a", "b_c") are one
+    session there. rladv keeps the (uid, session_id) pairs apart and names the rows."""
+    t = pa.table({"uid": ["a_b", "a_b", "a", "a", "z", "z"], "session_id": ["c", "d", "b_c", "e", "b_c", "x"],
+                  "output_index": pa.array([0, 0, 1, 0, 0, 0], pa.int64()),
+                  "response_mask": pa.array([[1, 1]] * 6, pa.list_(pa.int8())),
+                  "score": [1.0, 0.0, 0.5, 0.25, 1.0, 1.0]})
+    out, report = rladv_cli.compute(t, estimator="grpo", device="cpu")
+    # groups {0, 1}: R = [1, 0], ±0.5 / (0.7071068 + 1e-6); {2, 3}: R = [0.5, 0.25], ±0.125 / (0.1767767 + 1e-6);
+    # {4, 5} all equal. verl: rows 0 and 2 are one session (final output row 2), row 0 takes row 2's advantage
+    close(out["advantages"].to_pylist(), [[0.7071058] * 2, [-0.7071058] * 2, [0.7071028] * 2, [-0.7071028] * 2,
+                                          [0.0] * 2, [0.0] * 2])
+    warning = next(w for w in report.warnings if w.code == "session_key_collision")
+    assert warning.count == 2 and warning.rows == [0, 2]
+    _, report = rladv_cli.compute(t.set_column(1, "session_id", pa.array(["c", "d", "bc", "e", "b_c", "x"])),
+                                  estimator="grpo", device="cpu")
+    assert "session_key_collision" not in {w.code for w in report.warnings}
+    _, report = rladv_cli.compute(t, estimator="rloo", device="cpu")  # verl folds sessions for grpo only
+    assert "session_key_collision" not in {w.code for w in report.warnings}
+
+
 def test_other_estimators_count_every_output():
     out, report = rladv_cli.compute(sessions_table(), estimator="rloo", device="cpu")
     close(out["advantages"].to_pylist(), [[0.5] * 2, [0.5, 0.5, 0], [-1.0]])

@@ -2,6 +2,7 @@
 import os
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import torch
 from hypothesis import given, settings
@@ -183,6 +184,38 @@ def test_group_stats_match_torch_mean_and_std_of_each_group():
         else:
             assert stats.mean[k] == 0 and stats.std[k] == 1 and stats.top_row[k] == -1
         np.testing.assert_allclose(stats.seq_mean[k], members.double().mean(), rtol=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(1, 9), min_size=1, max_size=8), copies=st.integers(2, 4),
+       seed=st.integers(0, 2**31 - 1), base=st.sampled_from([0.625, 0.8132702, 3.7, 1e4]))
+def test_group_std_is_each_groups_own_1d_torch_std_when_groups_share_a_size(sizes, copies, seed, base):
+    """verl stacks each group into its own 1-D tensor; several groups of one size (reduced together here)
+    must round as those do, also when the totals are a few ulps apart (σ ~ ulp, where rounding shows)."""
+    g = torch.Generator().manual_seed(seed)
+    gid = torch.tensor([k for k, s in enumerate(sizes * copies) for _ in range(s)])
+    gid = gid[torch.randperm(gid.numel(), generator=g)]
+    ulps = torch.randint(-8, 9, (gid.numel(),), generator=g).float()
+    total = base + ulps * torch.finfo(torch.float32).eps * base
+    stats = kernels.group_stats(total, gid, len(sizes) * copies, torch.ones_like(gid))
+    for k in range(len(sizes) * copies):
+        members = total[gid == k].clone()
+        if members.numel() > 1:
+            assert stats.mean[k] == torch.mean(members) and stats.std[k] == torch.std(members), k
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "grpo_passk"])
+def test_a_near_tied_group_beside_another_of_its_size_gets_verls_advantages(estimator):
+    """The repro that found the bucketed std (tests/test_verl_pipeline_differential.py): verl 0.9.1's grpo
+    gives row 0 0.18367821 (σ = 2.9802322e-07 about the float32 mean); a [2, 2] std gave 0.18410304."""
+    from rladv_cli import compute
+    table = pa.table({"uid": ["a", "a", "b", "b"], "responses": [[1]] * 4, "response_mask": [[1]] * 4,
+                      "score": [0.625, 0.6249995827674866, 1.0, 2.0]})
+    advantages = compute(table, estimator=estimator)[0].column("advantages").to_pylist()
+    if estimator == "grpo":
+        assert advantages[0][0] == pytest.approx(0.18367821, abs=1e-7)
+    else:  # pass@k: the best row gets (r1 - r2) / (σ + ε), the other 0
+        assert advantages[0][0] == pytest.approx((0.625 - 0.6249995827674866) / (2.9802322e-07 + 1e-6), rel=1e-6)
 
 
 @settings(max_examples=40, deadline=None)
