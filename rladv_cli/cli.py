@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from enum import Enum
+from inspect import Parameter, signature as pysignature
 from pathlib import Path
 from typing import Annotated, Callable, Optional
 
@@ -131,38 +132,41 @@ RewardComponents = Annotated[Optional[str], typer.Option(help="gdpo: comma-separ
 RewardWeights = Annotated[Optional[str], typer.Option(help="gdpo: comma-separated weights, one per component.")]
 BatchKey = Annotated[Optional[str], typer.Option(help="Column whose values split the dataset into independent batches.")]
 
+SETTINGS_OPTIONS = (  # (Config field, option, default) after --config, in this order, on every command that computes
+    ("gamma", Gamma, 1.0), ("lam", Lam, 1.0), ("norm_adv_by_std", NormAdvByStd, True), ("epsilon", Epsilon, 1e-6),
+    ("rpp_mask_mode", RppMaskMode, MaskMode.reset), ("kl_coef", KLCoef, 0.0), ("kl_penalty", KLPenalty, "kl"),
+    ("kl_ctrl", KLCtrlOption, KLCtrl.fixed), ("kl_target", KLTarget, 0.1), ("kl_horizon", KLHorizon, 10000),
+    ("rollout_rs", RolloutRS, None), ("rollout_rs_threshold", RolloutRSThreshold, None),
+    ("rollout_is", RolloutIS, None), ("rollout_is_threshold", RolloutISThreshold, "2.0"),
+    ("rollout_is_batch_normalize", RolloutISBatchNormalize, False), ("overlong_buffer_len", OverlongBufferLen, None),
+    ("overlong_penalty_factor", OverlongPenaltyFactor, 1.0), ("max_resp_len", MaxRespLen, None),
+    ("tool_reward_coef", ToolRewardCoef, None), ("reward_components", RewardComponents, None),
+    ("reward_weights", RewardWeights, None), ("batch_key", BatchKey, None),
+)
+
+
+def takes_settings(command: Callable) -> Callable:
+    """Give a typer command every option of ``SETTINGS_OPTIONS`` right after its ``config`` parameter (typer
+    reads the signature); the command receives them in ``**settings`` and reads them from ``ctx.params``."""
+    signature = pysignature(command, eval_str=True)
+    params = [p for p in signature.parameters.values() if p.kind is not Parameter.VAR_KEYWORD]
+    at = [p.name for p in params].index("config") + 1
+    added = [Parameter(name, Parameter.POSITIONAL_OR_KEYWORD, annotation=option, default=default)
+             for name, option, default in SETTINGS_OPTIONS]
+    command.__signature__ = signature.replace(parameters=params[:at] + added + params[at:])
+    return command
+
 
 @app.command()
+@takes_settings
 def compute(
     ctx: typer.Context,
     dataset: Datasets,
     estimator: Estimator = None,
-    config: VerlConfig = None,
     output: Annotated[Optional[Path], typer.Option("-o", "--output", parser=_path, help="Output Parquet (default DATASET.adv.parquet); with --engine ray, the output folder (default DATASET.adv).")] = None,
     report: Annotated[Optional[Path], typer.Option(parser=_path, help="Also write the report as JSON here.")] = None,
     html: Annotated[Optional[Path], typer.Option(parser=_path, help="Also write a self-contained HTML report (plots inline) here.")] = None,
-    gamma: Gamma = 1.0,
-    lam: Lam = 1.0,
-    norm_adv_by_std: NormAdvByStd = True,
-    epsilon: Epsilon = 1e-6,
-    rpp_mask_mode: RppMaskMode = MaskMode.reset,
-    kl_coef: KLCoef = 0.0,
-    kl_penalty: KLPenalty = "kl",
-    kl_ctrl: KLCtrlOption = KLCtrl.fixed,
-    kl_target: KLTarget = 0.1,
-    kl_horizon: KLHorizon = 10000,
-    rollout_rs: RolloutRS = None,
-    rollout_rs_threshold: RolloutRSThreshold = None,
-    rollout_is: RolloutIS = None,
-    rollout_is_threshold: RolloutISThreshold = "2.0",
-    rollout_is_batch_normalize: RolloutISBatchNormalize = False,
-    overlong_buffer_len: OverlongBufferLen = None,
-    overlong_penalty_factor: OverlongPenaltyFactor = 1.0,
-    max_resp_len: MaxRespLen = None,
-    tool_reward_coef: ToolRewardCoef = None,
-    reward_components: RewardComponents = None,
-    reward_weights: RewardWeights = None,
-    batch_key: BatchKey = None,
+    config: VerlConfig = None,
     chunk_rows: Annotated[int, typer.Option(help="Rows held in memory at once (results do not depend on it).")] = 512,
     cache_mib: Annotated[int, typer.Option(help="Keep the decoded dataset in memory between passes when it fits this many MiB (0: re-read each pass).")] = 512,
     device: Annotated[Device, typer.Option(help="Torch device; auto = cuda when available.")] = Device.auto,
@@ -172,6 +176,7 @@ def compute(
     engine: Annotated[Engine, typer.Option(help="local: this process, one output file; ray: a Ray cluster, one output file per input file.")] = Engine.local,
     ray_address: Annotated[Optional[str], typer.Option(envvar="RAY_ADDRESS", help="--engine ray: the cluster to join (default: a local one for the run).")] = None,
     ray_workers: Annotated[Optional[int], typer.Option(help="--engine ray: CPUs of the local cluster, and at most this many tasks at once (default: all CPUs).")] = None,
+    **settings,
 ) -> None:
     """Compute advantages and returns and write them beside every input column."""
     from rich.console import Console
@@ -276,6 +281,14 @@ def _typed(ctx: typer.Context, name: str) -> bool:
     return source is not None and getattr(source, "name", "") == "COMMANDLINE"
 
 
+def _only_typed(ctx: typer.Context, allowed: tuple[str, ...], why: str) -> None:
+    """Stop with ``--flag: why`` when a setting of ``SETTINGS_OPTIONS`` (or --config) other than ``allowed``
+    was typed on the command line."""
+    for name in ("config", *(n for n, _, _ in SETTINGS_OPTIONS)):
+        if name not in allowed and _typed(ctx, name):
+            _fail(f"--{name.replace('_', '-')}: {why}")
+
+
 def _split(text: Optional[str]) -> Optional[list[str]]:
     """``"a, b"`` -> ``["a", "b"]``; None stays None."""
     return None if text is None else [part.strip() for part in text.split(",") if part.strip()]
@@ -342,91 +355,88 @@ def validate(
 
 
 @app.command()
+@takes_settings
 def inspect(
+    ctx: typer.Context,
     dataset: Datasets,
     estimator: Annotated[Optional[EstimatorName], typer.Option(help="Judge the checks for this estimator; with --row/--uid, compute its advantages.")] = None,
     row: Annotated[Optional[int], typer.Option(help="Show one trajectory token by token: N is 0-based across all the files given, in the order they are read (with one file, its row).")] = None,
     uid: Annotated[Optional[str], typer.Option(help="Show one group: totals, baseline, each member's advantage and why.")] = None,
     expected_n: Annotated[Optional[int], typer.Option(help="Expected rows per group (verl's rollout.n).")] = None,
-    kl_coef: Annotated[float, typer.Option(help="Check KL shaping's effect on totals with this coefficient.")] = 0.0,
-    kl_penalty: Annotated[str, typer.Option(help="KL estimate for --kl-coef.")] = "kl",
     export: Annotated[Optional[Path], typer.Option(parser=_path, help="With --uid: write a minimal reproducer (group.parquet + command.txt) into this folder.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (CONTRACT §5 for the checklist).")] = False,
     strict: Annotated[bool, typer.Option(help="Exit 1 when any check fails.")] = False,
     chunk_rows: Annotated[int, typer.Option(help="Rows held in memory at once.")] = 8192,
     html: Annotated[Optional[Path], typer.Option(parser=_path, help="Also write the checklist and findings as a self-contained HTML page here.")] = None,
+    config: VerlConfig = None,
+    **settings,
 ) -> None:
-    """Debug a dataset: layout, groups, scores, masks and a pass/warn/fail checklist (no torch unless --row/--uid)."""
+    """Debug a dataset: layout, groups, scores, masks and a pass/warn/fail checklist (no torch unless --row/--uid).
+
+    --row, --uid and --export compute with every setting of compute; the checklist takes --kl-coef/--kl-penalty."""
     from rich.console import Console
 
     from . import inspection
 
     paths = [str(p) for p in dataset]
-    name = estimator.value if estimator else None
-    if not math.isfinite(kl_coef):
-        _fail(f"--kl-coef must be a finite number, got {kl_coef}")
     if chunk_rows < 1:
         _fail(f"--chunk-rows must be at least 1, got {chunk_rows}")
     if row is not None and uid is not None:
         _fail("--row shows one trajectory and --uid one group; give one of them")
-    settings = {"kl_coef": kl_coef, "kl_penalty": kl_penalty} if kl_coef else {}
+    if export is not None and uid is None:
+        _fail("--export needs --uid")
+    merged, _ = _merge_verl_config(ctx, config, _settings(ctx.params))
+    name = merged.pop("estimator", None)
     console = Console()
+    if row is None and uid is None:
+        _only_typed(ctx, ("config", "kl_coef", "kl_penalty"), "the checklist takes only --kl-coef and --kl-penalty "
+                    "of compute's settings; the others apply with --row or --uid")
+        kl_coef, kl_penalty = merged.get("kl_coef", 0.0), merged.get("kl_penalty", "kl")
+        if not math.isfinite(kl_coef):
+            _fail(f"--kl-coef must be a finite number, got {kl_coef}")
+        result = _run(lambda: inspection.inspect(paths, expected_n=expected_n, kl_coef=kl_coef, kl_penalty=kl_penalty,
+                                                 estimator=name, chunk_rows=chunk_rows, html_path=html))
+        typer.echo(result.to_json(), nl=False) if as_json else inspection.render_inspection(result, console)
+        if strict and result.status == "fail":
+            raise typer.Exit(code=1)
+        return
+    if html is not None:
+        _fail("--html writes the dataset's checklist; it does not combine with --row or --uid")
+    if name is None and row is not None:
+        _only_typed(ctx, (), "without --estimator, --row shows the file's own columns; compute's settings need --estimator")
+        options = {}
+    else:
+        from .config import RUN_ONLY, Config
+
+        name = name or "grpo"
+        cfg = _run(lambda: Config(estimator=name, **merged))
+        _refuse_inert(ctx, cfg, None)
+        options = cfg.model_dump(exclude={"estimator", *RUN_ONLY})
     if export is not None:
-        if uid is None:
-            _fail("--export needs --uid")
-        written = _run(lambda: inspection.export_group(paths, uid, export, estimator=name or "grpo", **settings))
+        written = _run(lambda: inspection.export_group(paths, uid, export, estimator=name, **options))
         typer.echo("\n".join(written))
         return
-    if row is not None or uid is not None:
-        if html is not None:
-            _fail("--html writes the dataset's checklist; it does not combine with --row or --uid")
-        if row is not None:
-            view = _run(lambda: inspection.row_view(paths, row, estimator=name, **settings))
-            render = inspection.render_row
-        else:
-            view = _run(lambda: inspection.group_view(paths, uid, estimator=name or "grpo", **settings))
-            render = inspection.render_group
-        typer.echo(view.model_dump_json(indent=2)) if as_json else render(view, console)
-        if view.error:  # shown in the view; rladv compute would stop there too
-            raise typer.Exit(code=2)
-        return
-    result = _run(lambda: inspection.inspect(paths, expected_n=expected_n, kl_coef=kl_coef, kl_penalty=kl_penalty,
-                                             estimator=name, chunk_rows=chunk_rows, html_path=html))
-    typer.echo(result.to_json(), nl=False) if as_json else inspection.render_inspection(result, console)
-    if strict and result.status == "fail":
-        raise typer.Exit(code=1)
+    if row is not None:
+        view = _run(lambda: inspection.row_view(paths, row, estimator=name, **options))
+        render = inspection.render_row
+    else:
+        view = _run(lambda: inspection.group_view(paths, uid, estimator=name, **options))
+        render = inspection.render_group
+    typer.echo(view.model_dump_json(indent=2)) if as_json else render(view, console)
+    if view.error:  # shown in the view; rladv compute would stop there too
+        raise typer.Exit(code=2)
 
 
 @app.command()
+@takes_settings
 def explain(
     ctx: typer.Context,
     dataset: Datasets,
     row: Annotated[int, typer.Option(help="Row to explain (0-based across the files given; with one file, its row).")],
     estimator: Estimator = None,
     config: VerlConfig = None,
-    gamma: Gamma = 1.0,
-    lam: Lam = 1.0,
-    norm_adv_by_std: NormAdvByStd = True,
-    epsilon: Epsilon = 1e-6,
-    rpp_mask_mode: RppMaskMode = MaskMode.reset,
-    kl_coef: KLCoef = 0.0,
-    kl_penalty: KLPenalty = "kl",
-    kl_ctrl: KLCtrlOption = KLCtrl.fixed,
-    kl_target: KLTarget = 0.1,
-    kl_horizon: KLHorizon = 10000,
-    rollout_rs: RolloutRS = None,
-    rollout_rs_threshold: RolloutRSThreshold = None,
-    rollout_is: RolloutIS = None,
-    rollout_is_threshold: RolloutISThreshold = "2.0",
-    rollout_is_batch_normalize: RolloutISBatchNormalize = False,
-    overlong_buffer_len: OverlongBufferLen = None,
-    overlong_penalty_factor: OverlongPenaltyFactor = 1.0,
-    max_resp_len: MaxRespLen = None,
-    tool_reward_coef: ToolRewardCoef = None,
-    reward_components: RewardComponents = None,
-    reward_weights: RewardWeights = None,
-    batch_key: BatchKey = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    **settings,
 ) -> None:
     """Show how one row's advantages are derived, with compute's settings: the recursion per token, or its group's baseline and scale."""
     from rich.console import Console

@@ -162,6 +162,12 @@ class Config(BaseModel):
             out.update(dict.fromkeys(("overlong_penalty_factor", "max_resp_len"), "without --overlong-buffer-len"))
         return out
 
+    def changed(self) -> dict[str, Any]:
+        """The settings that differ from their defaults and have an effect (not ``inert``), estimator and
+        ``RUN_ONLY`` left out: what a printed command line needs to give this run's numbers."""
+        defaults, skip = Config(estimator=self.estimator).model_dump(), {"estimator", *RUN_ONLY, *self.inert()}
+        return {k: v for k, v in self.model_dump().items() if k not in skip and v != defaults[k]}
+
     @property
     def notes(self) -> list[str]:
         """``setting_notes`` of these settings."""

@@ -1479,7 +1479,7 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
     from .config import Config, command_flags
     from .io import SideFiles
 
-    Config(estimator=estimator, **settings)
+    run = Config(estimator=estimator, **settings)
     folder = os.fspath(folder)
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise ConfigError(f"--export {folder}: exists and is not a folder")
@@ -1496,7 +1496,7 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
 
     parquet = pa.BufferOutputStream()
     pq.write_table(table.select([c for c in ds.columns if c in needed]), parquet, compression="zstd")
-    command = ["rladv", "compute", "group.parquet", "--estimator", estimator, *command_flags(settings), "-o", "group.adv.parquet"]
+    command = ["rladv", "compute", "group.parquet", "--estimator", estimator, *command_flags(run.changed()), "-o", "group.adv.parquet"]
     text = " ".join(shlex.quote(part) for part in command) + "\n"
     text += ("# run it in this folder. Row totals are summed as verl sums a row padded to its batch's longest "
              "response, so alone the group's totals (and advantages) can differ from the full run's by float32 "

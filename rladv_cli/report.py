@@ -241,13 +241,11 @@ def tool_rewards_line(t: dict[str, Any]) -> str:
 def explain_command(report: Report, row: int) -> str:
     """The ``rladv explain`` line that derives dataset row ``row`` with the run's settings (those that differ
     from the defaults and have an effect: a verl YAML sets ``lam`` for grpo too)."""
-    from .config import RUN_ONLY, Config, command_flags
+    from .config import Config, command_flags
 
     run = Config(**{k: v for k, v in report.config.items() if k in Config.model_fields})
-    defaults, skip = Config(estimator=run.estimator).model_dump(), {"estimator", *RUN_ONLY, *run.inert()}
-    changed = {k: v for k, v in run.model_dump().items() if k not in skip and v != defaults[k]}
     files = " ".join(shlex.quote(p) for p in report.inputs.paths)
-    args = " ".join(shlex.quote(a) for a in command_flags(changed))
+    args = " ".join(shlex.quote(a) for a in command_flags(run.changed()))
     return f"rladv explain {files} --estimator {run.estimator} --row {row}" + (f" {args}" if args else "")
 
 

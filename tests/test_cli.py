@@ -1175,6 +1175,40 @@ def test_inspect_row_and_uid_on_semantics_examples(tmp_path):
     np.testing.assert_allclose([m["advantage"] for m in members], [0.999998, -0.999998, 0.0], atol=1e-6)
 
 
+@pytest.mark.parametrize("settings", [
+    ["--estimator", "gae", "--gamma", "0.99", "--lam", "0.9", "--kl-coef", "0.05", "--kl-penalty", "k3"],
+    ["--estimator", "grpo", "--no-norm-adv-by-std", "--overlong-buffer-len", "8", "--max-resp-len", "40"],
+    ["--estimator", "reinforce_plus_plus", "--rpp-mask-mode", "carry", "--gamma", "0.9", "--tool-reward-coef", "0.5"],
+])
+def test_inspect_row_and_uid_take_every_setting_of_compute(tmp_path, settings):
+    """inspect --row/--uid show the advantages compute writes with the same settings, not the defaults'."""
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    full = tmp_path / "full.parquet"
+    assert rladv("compute", inp, *settings, "-o", full, "-q").exit_code == 0
+    out = read(full)
+    default = tmp_path / "default.parquet"
+    assert rladv("compute", inp, "--estimator", settings[1], "-o", default, "-q").exit_code == 0
+    assert read(default)["advantages"][7] != out["advantages"][7]  # the settings matter on these rows
+    view = json.loads(rladv("inspect", inp, "--row", "7", *settings, "--json").stdout)
+    assert view["advantage"] == out["advantages"][7].as_py()
+    uid = out["uid"][7].as_py()
+    members = json.loads(rladv("inspect", inp, "--uid", uid, *settings, "--json").stdout)["members"]
+    rows = {m["dataset_row"]: m for m in members}
+    for r, m in rows.items():
+        valid = [a for a, v in zip(out["advantages"][r].as_py(), out["response_mask"][r].as_py()) if v]
+        assert (m["advantage_min"], m["advantage_max"]) == ((min(valid), max(valid)) if valid else (None, None))
+
+
+def test_inspect_refuses_settings_it_would_not_use(tmp_path):
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    uid = read(inp)["uid"][0].as_py()
+    assert_one_line_error(rladv("inspect", inp, "--gamma", "0.9"), "--gamma: the checklist takes only --kl-coef")
+    assert_one_line_error(rladv("inspect", inp, "--row", "3", "--lam", "0.9"), "--lam: without --estimator, --row")
+    assert_one_line_error(rladv("inspect", inp, "--uid", uid, "--lam", "0.9"),
+                          "--lam has no effect with --estimator grpo")
+    assert rladv("inspect", inp, "--kl-coef", "0.1", "--kl-penalty", "k3").exit_code == 0
+
+
 # ------------------------------------------------------------------------ audit: one-line errors, no leftovers
 def _ascii_digits(text: str) -> str:
     return text.translate({0xFF10 + d: str(d) for d in range(10)} | {0xFF0E: "."})

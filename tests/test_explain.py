@@ -121,13 +121,14 @@ def test_cli_explain_errors_name_the_file_and_its_row_as_compute_does(tmp_path, 
 
 
 def test_explain_takes_every_setting_that_decides_the_numbers():
-    """compute and explain share the pipeline's options: a run's advantages can always be derived again."""
+    """compute, explain and inspect share the pipeline's options: a run's advantages can always be derived
+    again (``cli.takes_settings`` gives every Config field; this fails when a new field lacks its option)."""
     import typer.main
 
     from rladv_cli.config import RUN_ONLY, Config
 
     commands = typer.main.get_command(app).commands
-    for name in ("compute", "explain"):
+    for name in ("compute", "explain", "inspect"):
         params = {p.name for p in commands[name].params}
         assert set(Config.model_fields) - RUN_ONLY <= params, name
     assert {"chunk_rows", "cache_mib", "device", "threads"} == RUN_ONLY
