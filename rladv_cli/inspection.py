@@ -71,7 +71,7 @@ import contextlib
 import math
 import os
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Sequence
 
@@ -784,6 +784,20 @@ def _group_checks(checks: _Checks, plan: _Plan, est: Optional[Estimator], rows: 
                f"one group ({shown}); rladv compute merges them too for grpo_vectorized",
                relevant=est is None or est.int_uids,
                irrelevant=f"only grpo_vectorized merges; {est.name if est else ''} keeps them apart")
+    if plan.session:
+        uid_of = {g: u for (_, u), g in labels.groups.items()}
+        by_key: dict[str, set] = defaultdict(set)
+        for g, session in sessions:
+            by_key[f"{uid_of[g]}_{session}"].add((g, session))
+        joined = [sorted(pairs, key=repr) for pairs in by_key.values() if len(pairs) > 1]
+        joined_gids = sorted({g for pairs in joined for g, _ in pairs})
+        shown = "; ".join(" and ".join(f"({uid_of[g]!r}, {s!r})" for g, s in pairs) for pairs in joined[:3])
+        checks.add("session_key_collision", 4, len(joined), np.sort(first[joined_gids]) if joined_gids else [],
+                   "no two (uid, session_id) pairs join to the same verl session key",
+                   f"{len(joined)} verl session key(s) f'{{uid}}_{{session_id}}' shared by two or more sessions "
+                   f"({shown}): verl 0.9.1 folds them into one session, rladv compute keeps them apart and warns",
+                   relevant=est is None or est.folds_sessions,
+                   irrelevant=f"only grpo folds sessions; {est.name if est else ''} counts every output row")
 
     flags: dict[str, np.ndarray] = {"singleton": single}
     all_equal_scores = 0

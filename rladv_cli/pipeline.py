@@ -5,8 +5,9 @@ Per chunk, in verl's order (SEMANTICS §10): validate -> score assembly -> KL sh
 
 Passes over the data (each reads only the columns it needs; a one-chunk dataset is read from disk once):
   layout  row lengths and batch ids (verl pads each batch to its longest response, which fixes how row totals
-          round); with an adaptive KL controller and ``--batch-key``, also each row's KL, so each batch's
-          coefficient is known before its rewards are shaped;
+          round);
+  kl      only with an adaptive KL controller and ``--batch-key``: each row's KL, summed padded to its batch's
+          width as verl sums it, so each batch's coefficient is verl's and known before its rewards are shaped;
   scan    per-row totals ``R_i``, token counts, group labels, diagnostics, rollout-correction statistics,
           and whitening moments of estimators that need no group statistics;
   group statistics  only for whitened estimators that need group statistics (``reinforce_plus_plus_baseline``)
@@ -139,13 +140,13 @@ class ShardWork:
 
     def run(self, stage: str, shard: Shard, given: dict[str, Tensor],
             write: Optional[Callable[[pa.Table], None]] = None) -> ShardResult:
-        """One pass (``layout``, ``scan``, ``group_statistics`` or ``write``) over one shard; ``write``
+        """One pass (``layout``, ``kl``, ``scan``, ``group_statistics`` or ``write``) over one shard; ``write``
         receives the write pass's output tables."""
         self.seconds = defaultdict(float)
-        passes = {"layout": self._layout, "scan": self._scan, "group_statistics": self._group_statistics,
-                  "write": partial(self._write, write=write)}
+        passes = {"layout": self._layout, "kl": self._kl, "scan": self._scan,
+                  "group_statistics": self._group_statistics, "write": partial(self._write, write=write)}
         # the columns earlier passes over these rows read, and so validated
-        earlier = {"layout": (), "scan": self._layout_columns()}
+        earlier = {"layout": (), "kl": self._layout_columns(), "scan": self._layout_columns()}
         self.validated = frozenset(earlier.get(stage, self._layout_columns() + self.scan_columns))
         result = passes[stage](shard, given)
         result.seconds = dict(self.seconds)
@@ -255,36 +256,42 @@ class ShardWork:
                                   batch.row_offsets, norm_factor=factor)
 
     # ----------------------------------------------------------------- passes, per shard
-    def _adaptive_kl(self) -> bool:
+    def adaptive_kl(self) -> bool:
         return self.cfg.use_kl and self.cfg.kl_ctrl == "adaptive" and self.cfg.batch_key is not None
 
     def _layout_columns(self) -> list[str]:
-        """What the layout pass reads: the mask, the batch key and, to step an adaptive KL controller per
-        batch, the log-probs and the mask before rejection (``loss_mask`` when present)."""
+        """What the layout pass reads (and validates): the mask, the batch key and, for the ``kl`` pass that
+        steps an adaptive KL controller per batch, the log-probs and the mask before rejection (``loss_mask``
+        when present)."""
         # the output schema holds loss_mask either way: the scan columns say whether the input does
-        kl = {"old_log_probs", "ref_log_prob", mask_before_rejection(self.scan_columns)} if self._adaptive_kl() else set()
+        kl = {"old_log_probs", "ref_log_prob", mask_before_rejection(self.scan_columns)} if self.adaptive_kl() else set()
         wanted = {"response_mask", self.cfg.batch_key} | kl
         return [c for c in self.schema.names if c in wanted]
 
     def _layout(self, shard: Shard, given: dict[str, Tensor]) -> ShardResult:
-        """Row lengths and batch ids (numbered within the shard; the driver renumbers them); with an adaptive
-        KL controller and ``--batch-key``, also each row's KL."""
-        adaptive = self._adaptive_kl()
+        """Row lengths and batch ids (numbered within the shard; the driver renumbers them)."""
         labels, rows = Labels(self.cfg.batch_key), RowTable()
         for chunk in self._chunks(shard, self._layout_columns(), "layout"):
             with self._timed("validate"):
                 if not chunk.checked:
                     validation.check_chunk(chunk.table, chunk.path, chunk.start)
             offsets = as_tensor(list_offsets(array_of(chunk.table["response_mask"])))
-            cols = {"batch_id": torch.from_numpy(labels.batch_ids(chunk.table, chunk.path, chunk.start)),
-                    "length": kernels.row_lengths(offsets)}
-            if adaptive:
-                m0 = as_tensor(flat_values(chunk.table, mask_before_rejection(chunk.table.column_names)))
-                kld = kl_penalty(as_tensor(flat_values(chunk.table, "old_log_probs")),
-                                 as_tensor(flat_values(chunk.table, "ref_log_prob")), self.cfg.kl_penalty) * m0
-                cols["kl_row"] = kernels.segment_sum(kld, offsets) / (kernels.segment_sum(m0, offsets) + 1e-8)
-            rows.add(**cols)
+            rows.add(batch_id=torch.from_numpy(labels.batch_ids(chunk.table, chunk.path, chunk.start)),
+                     length=kernels.row_lengths(offsets))
         return ShardResult(rows.columns(), labels=labels)
+
+    def _kl(self, shard: Shard, given: dict[str, Tensor]) -> ShardResult:
+        """Each row's KL for an adaptive controller stepped per batch (``kl_row``), before the scan pass
+        needs the coefficients: the layout pass has fixed every batch's pad width, which rounds the row sums."""
+        rows = RowTable()
+        for chunk in self._chunks(shard, self._layout_columns(), "kl"):
+            table, offsets = chunk.table, as_tensor(list_offsets(array_of(chunk.table["response_mask"])))
+            m0 = as_tensor(flat_values(table, mask_before_rejection(table.column_names)))
+            kld = kl_penalty(as_tensor(flat_values(table, "old_log_probs")), as_tensor(flat_values(table, "ref_log_prob")),
+                             self.cfg.kl_penalty) * m0
+            width = self.pad_width[self._given(chunk, shard, given)["batch_id"]]
+            rows.add(kl_row=kl_row_mean(kld, m0, offsets, width))
+        return ShardResult(rows.columns())
 
     def _scan(self, shard: Shard, given: dict[str, Tensor]) -> ShardResult:
         """Per-row totals, labels, diagnostics and rollout-correction statistics; group and session ids are
@@ -335,8 +342,8 @@ class ShardWork:
         if self.cfg.overlong_buffer_len is not None:
             cols["overlong_penalty"] = b.overlong_penalty
         if p.kld is not None:
-            if self.beta_by_batch is None:  # else the layout pass measured it
-                cols["kl_row"] = kernels.segment_sum(p.kld, off) / (actor + 1e-8)
+            if self.beta_by_batch is None:  # else the kl pass measured it
+                cols["kl_row"] = kl_row_mean(p.kld, m0, off, b.pad_width)
             cols["kl_raises_reward"] = kernels.segment_sum(((p.beta * p.kld) < 0).float(), off) > 0
             sign_s = torch.sign(score_total)
             cols["kl_flips_sign"] = (sign_s != 0) & (torch.sign(reward_total) != sign_s)
@@ -530,6 +537,8 @@ class Pipeline:
     def _run(self, map_shards: MapShards) -> Report:
         t0 = time.perf_counter()
         self._merge_layout(self._map(map_shards, "layout", ()))
+        if self.work.adaptive_kl():
+            self._step_kl_controller(self._map(map_shards, "kl", ("batch_id",)))
         self._merge_scan(self._map(map_shards, "scan", ("batch_id",)))
         if self.est.int_uids and self.has_uid:
             self._merge_int_uids()
@@ -569,8 +578,7 @@ class Pipeline:
     def _merge_layout(self, results: list[ShardResult]) -> None:
         """Batch ids renumbered by first appearance in the dataset; each batch's pad width (verl pads each
         batch to its longest response, which fixes how row totals round; at least ``pad_widths[batch value]``
-        when given, so rows taken out of a larger dataset round as they do in it); with an adaptive KL controller and
-        several batches, each batch's coefficient, stepping the controller in batch order."""
+        when given, so rows taken out of a larger dataset round as they do in it)."""
         for result in results:
             renumber = self.labels.absorb(result.labels)
             cols = dict(result.rows)
@@ -583,14 +591,20 @@ class Pipeline:
             0, batch_of_row, self.rows["length"], "amax")
         for value, b in self.labels.batches.items() if self.pad_widths is not None else ():
             self.work.pad_width[b] = max(int(self.work.pad_width[b]), self.pad_widths.get(value, 0))
-        if "kl_row" in self.rows:
-            ctrl = KLController(self.cfg.kl_ctrl, self.cfg.kl_coef, self.cfg.kl_target, self.cfg.kl_horizon)
-            beta = torch.zeros(n_batches, dtype=torch.float64)
-            for b in self.labels.batch_order():
-                sel = batch_of_row == b
-                beta[b] = ctrl.value
-                ctrl.update(float(self.rows["kl_row"][sel].mean()), int(sel.sum()))
-            self.work.beta_by_batch = beta
+
+    def _step_kl_controller(self, results: list[ShardResult]) -> None:
+        """Each batch's KL coefficient: the adaptive controller stepped in batch order on verl's
+        ``current_kl``, the float32 mean of the batch's ``kl_row``."""
+        for result in results:
+            self.rows.add(**result.rows)
+        batch_of_row = self.rows["batch_id"]
+        ctrl = KLController(self.cfg.kl_ctrl, self.cfg.kl_coef, self.cfg.kl_target, self.cfg.kl_horizon)
+        beta = torch.zeros(len(self.labels.batches), dtype=torch.float64)
+        for b in self.labels.batch_order():
+            sel = batch_of_row == b
+            beta[b] = ctrl.value
+            ctrl.update(float(self.rows["kl_row"][sel].mean()), int(sel.sum()))
+        self.work.beta_by_batch = beta
 
     def _merge_scan(self, results: list[ShardResult]) -> None:
         """Per-row values in dataset order, group and session ids renumbered by first appearance, and the
@@ -932,6 +946,13 @@ class Pipeline:
                                    kl=float(kl_row[sel].mean()), coef=coef))
         return KL(enabled=True, penalty=cfg.kl_penalty, ctrl=cfg.kl_ctrl, mean=float(kl_row.mean()),
                   coef=cfg.kl_coef, batches=batches)
+
+
+def kl_row_mean(kld: Tensor, mask: Tensor, row_offsets: Tensor, width: Tensor) -> Tensor:
+    """verl's per-row KL ``masked_mean(kld, mask, axis=-1)``: the float32 row sum padded to ``width`` (as
+    verl sums a ``[B, T]`` row) over ``Σ mask + 1e-8``; ``(B,)`` float32. The adaptive controller steps on
+    their float32 mean, so a float64 mean would give another coefficient."""
+    return kernels.padded_row_sum(kld, row_offsets, width) / (kernels.segment_sum(mask, row_offsets).float() + 1e-8)
 
 
 def _final_outputs(session: Tensor, output_index: Tensor) -> Tensor:

@@ -1,7 +1,7 @@
 """``rladv compute --engine ray``: the local engine's passes, each mapped over the dataset's files (shards)
 with Ray Data and reduced on the driver in shard order, so the numbers are the local engine's.
 
-    layout, scan, [group statistics]   map: shard -> per-row arrays + partial statistics (pickled)
+    layout, [kl], scan, [group stats]  map: shard -> per-row arrays + partial statistics (pickled)
                                         driver: merge in shard order, reduce batch-wide statistics
                                         (group sums, counts, whitening moments, KL means), ray.put them
     write                               map: shard -> OUT_DIR/<stem>.adv.parquet, under a staging folder

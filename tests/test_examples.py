@@ -426,6 +426,35 @@ def test_grpo_folds_each_session_to_its_final_output():
     assert report.sessions["folded"] is True and report.sessions["sessions"] == 2
 
 
+def test_adaptive_kl_steps_on_verls_float32_current_kl():
+    """verl's apply_kl_penalty: current_kl = torch.mean(masked_mean(kld, mask, axis=-1)) on the batch padded to
+    [B, T], all float32; the controller steps on it. A float64 mean gives another coefficient, and at token
+    rewards around 20 that moved a shaped reward by one float32 ulp (found by the verl pipeline differential)."""
+    g = torch.Generator().manual_seed(7)
+    lengths = [int(n) for n in torch.randint(1, 40, (24,), generator=g)]
+    old = [(torch.randn(n, generator=g) * 3 - 1).tolist() for n in lengths]
+    ref = [(torch.randn(n, generator=g) * 3 - 1).tolist() for n in lengths]
+    step = [1] * 12 + [2] * 12
+    t = pa.table({"uid": [f"u{i // 4}" for i in range(24)], "step": step,
+                  "response_mask": pa.array([[1] * n for n in lengths], pa.list_(pa.int8())),
+                  "old_log_probs": pa.array(old, pa.list_(pa.float32())),
+                  "ref_log_prob": pa.array(ref, pa.list_(pa.float32())),
+                  "rm_scores": pa.array([[0.0] * (n - 1) + [1.0] for n in lengths], pa.list_(pa.float32()))})
+    # verl's numbers: batch 1 padded to its longest response, float32 throughout, then the controller
+    rows = range(12)
+    width = max(lengths[i] for i in rows)
+    pad = lambda lists: torch.tensor([lists[i] + [0.0] * (width - lengths[i]) for i in rows])  # noqa: E731
+    mask = torch.tensor([[1] * lengths[i] + [0] * (width - lengths[i]) for i in rows])
+    kld = (pad(old) - pad(ref)) * mask
+    current_kl = torch.mean((kld * mask).sum(-1) / (mask.sum(-1) + 1e-8), dim=0).item()
+    target = current_kl * 1.1  # |current_kl / target - 1| < 0.2: the step depends on current_kl's every bit
+    want = 0.05 * (1 + float(np.clip(current_kl / target - 1, -0.2, 0.2)) * 12 / 50)
+    _, report = rladv_cli.compute(t, estimator="grpo", kl_coef=0.05, kl_ctrl="adaptive", kl_target=target,
+                                  kl_horizon=50, batch_key="step", device="cpu")
+    assert [b.coef for b in report.kl.batches] == [0.05, want]
+    assert report.kl.batches[0].kl == current_kl
+
+
 def test_sessions_that_verl_would_key_alike_stay_apart_and_are_reported():
     """verl 0.9.1 keys a session by the string f"{uid}_{session_id}": ("a_b", "c") and ("a", "b_c") are one
     session there. rladv keeps the (uid, session_id) pairs apart and names the rows."""

@@ -302,6 +302,20 @@ def test_sessions_count_for_grpo(tmp_path):
     grpo = inspect(path, expected_n=2, estimator="grpo")
     expect(grpo, "group_size_mismatch", "pass", 0, [])                          # sessions: 2 and 2
     assert grpo.groups.session_sizes == {"2": 2}
+    expect(grpo, "session_key_collision", "pass", 0, [])
+
+
+def test_sessions_verl_would_join_are_named(tmp_path):
+    """verl keys a session by f"{uid}_{session_id}": ("a_b", "c") and ("a", "b_c") are one session there."""
+    path = write(tmp_path / "sessions.parquet", {
+        "uid": ["a_b", "a_b", "a", "a", "z", "z"], "session_id": ["c", "d", "b_c", "e", "x", "y"],
+        "response_mask": [[1]] * 6, "score": [1.0, 0.0, 0.5, 0.25, 1.0, 0.0],
+    })
+    expect(inspect(path, estimator="grpo"), "session_key_collision", "warn", 1, [0, 2])
+    expect(inspect(path, estimator="rloo"), "session_key_collision", "pass", 1, [0, 2])  # only grpo folds
+    assert "('a_b', 'c') and ('a', 'b_c')" in by_code(inspect(path))["session_key_collision"].message
+    plain = write(tmp_path / "plain.parquet", {"uid": ["a", "a"], "response_mask": [[1]] * 2, "score": [1.0, 0.0]})
+    assert "session_key_collision" not in by_code(inspect(plain))  # no session_id column, no check
 
 
 # ------------------------------------------------------------------------------------------- streaming
@@ -464,7 +478,7 @@ def test_render_row_collapses_long_rows(tmp_path):
     render_row(row_view(many, 0), c, max_tokens=20)
     out = c.file.getvalue()
     assert out.count("assistant x3") == 10 and out.count("observation x3") == 10
-    assert "│    60 │" in out and "(9 more spans)" in out
+    assert "│    60 │" in out and "(9 more spans)" in " ".join(out.split())  # the header wraps with the path's length
 
 
 def test_render_group_and_row(semantics_groups):
