@@ -343,7 +343,7 @@ class ShardWork:
             cols["overlong_penalty"] = b.overlong_penalty
         if p.kld is not None:
             if self.beta_by_batch is None:  # else the kl pass measured it
-                cols["kl_row"] = kl_row_mean(p.kld, m0, off, b.pad_width)
+                cols["kl_row"] = kernels.segment_sum(p.kld, off) / (actor + 1e-8)
             cols["kl_raises_reward"] = kernels.segment_sum(((p.beta * p.kld) < 0).float(), off) > 0
             sign_s = torch.sign(score_total)
             cols["kl_flips_sign"] = (sign_s != 0) & (torch.sign(reward_total) != sign_s)
