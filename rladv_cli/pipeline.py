@@ -511,6 +511,8 @@ class Pipeline:
         self.group_basis: Optional[Tensor] = None  # per-row value groups are judged on (R_i; gdpo: weighted components)
         self.flags: dict[str, Tensor] = {}  # per-group singleton_group / all_equal_group (group_flags)
         self.uid_merges: tuple[list[tuple], Tensor] = ([], torch.zeros(0, dtype=torch.long))
+        # the optimal-token baselines: the largest rounding effect (baseline_rounding) and the groups over 1e-6
+        self.baseline_ill_conditioned: tuple[float, Tensor] = (0.0, torch.zeros(0, dtype=torch.long))
         self.correction_stats: dict[int, object] = {}
 
     def _scan_columns(self) -> list[str]:
@@ -651,7 +653,14 @@ class Pipeline:
                 for name, v in values.items():
                     sums.setdefault(name, torch.zeros(self.labels.group_count * width, dtype=torch.float64)).index_add_(0, slots, v)
         if self.est.accumulate:
-            self.work.position_sums = PositionSums(width, {k: v.float().to(self.device) for k, v in sums.items()})
+            effect = self.est.rounding_effect()
+            if effect is not None and sums:
+                rounding = effect(sums)
+                ill = torch.nonzero(rounding >= ILL_CONDITIONED_SHIFT).flatten()
+                if ill.numel():
+                    self.baseline_ill_conditioned = (float(rounding[ill].max()), torch.unique(ill // width))
+            self.work.position_sums = PositionSums(width, {k: v.float().to(self.device) for k, v in sums.items()
+                                                           if not k.endswith("_abs")})
 
     def _group_pass(self) -> None:
         """Batch sizes and group statistics of the row totals over the whole dataset (groups never cross
@@ -774,6 +783,15 @@ class Pipeline:
                      f"of the batch mean moves every advantage by up to {worst:.1e}. verl sums the mean in float32 in an "
                      "order rladv cannot follow (rladv: float64), so its advantages differ from rladv's by a few such "
                      "steps; all values equal gives rladv 0 and verl float32 noise", len(first), sorted(first))
+        worst, ill_groups = self.baseline_ill_conditioned
+        if ill_groups.numel():
+            first = torch.sort(first_rows(rows["group_id"], self.labels.group_count)[ill_groups]).values
+            warn.add("baseline_ill_conditioned",
+                     f"{ill_groups.numel()} group(s) have positions where the baseline's weights Σ_i W[i,t] nearly cancel "
+                     f"(w = 1 - 2π + Σπ² is negative where sum_pi_squared < π², which a policy's own Σπ² never "
+                     f"is): one float32 rounding of its sums moves the baseline, and "
+                     f"the advantages, by up to {worst:.1e}. verl sums them in float32 (rladv: float64), so its "
+                     "advantages there differ from rladv's by about that much", ill_groups.numel(), first)
         kl = self._kl_report(warn)
         correction = {}
         if self.correction_stats:

@@ -1,5 +1,6 @@
 """Every worked example of SEMANTICS.md, through the library, with the numbers from the document."""
 import math
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -453,6 +454,25 @@ def test_adaptive_kl_steps_on_verls_float32_current_kl():
                                   kl_horizon=50, batch_key="step", device="cpu")
     assert [b.coef for b in report.kl.batches] == [0.05, want]
     assert report.kl.batches[0].kl == current_kl
+
+
+@pytest.mark.parametrize("estimator", ["optimal_token_baseline", "tir_optimal_token_baseline"])
+def test_an_optimal_token_baseline_whose_weights_cancel_is_reported(estimator):
+    """w = 1 - 2π + Σπ² is negative where sum_pi_squared < π² (never for a policy's own Σπ²): the baseline
+    ΣGW / ΣW then divides by a sum that cancels, and float32 rounding of the sums (verl's) moves it far."""
+    pi, spsq = [0.5, 0.6, 0.5, 0.5], [0.2, 0.000001, 0.3, 0.3]  # w = [0.2, -0.199999, 0.3, 0.3]
+    t = pa.table({"uid": ["a", "a", "b", "b"], "response_mask": pa.array([[1]] * 4, pa.list_(pa.int8())),
+                  "rm_scores": pa.array([[1.0], [0.5], [1.0], [0.0]], pa.list_(pa.float32())),
+                  "old_log_probs": pa.array([[math.log(p)] for p in pi], pa.list_(pa.float32())),
+                  "sum_pi_squared": pa.array([[s] for s in spsq], pa.list_(pa.float32()))})
+    out, report = rladv_cli.compute(t, estimator=estimator, device="cpu")
+    warning = next(w for w in report.warnings if w.code == "baseline_ill_conditioned")
+    assert (warning.count, warning.rows) == (1, [0])  # group "a" only
+    # b = (1·0.2 - 0.5·0.199999) / ~1e-6 ≈ 1e5; 2^-24·(Σ|GW| + |b|·Σ|W|) / |ΣW| ≈ 6e-8·(0.3 + 1e5·0.4) / 1e-6
+    assert 1e3 < float(re.search(r"by up to ([0-9.]+e[+-][0-9]+)", warning.message).group(1)) < 1e4
+    _, report = rladv_cli.compute(t.set_column(4, "sum_pi_squared", pa.array([[0.3]] * 4, pa.list_(pa.float32()))),
+                                  estimator=estimator, device="cpu")
+    assert "baseline_ill_conditioned" not in {w.code for w in report.warnings}
 
 
 def test_sessions_that_verl_would_key_alike_stay_apart_and_are_reported():

@@ -40,10 +40,24 @@ def _actor_position(batch: Batch) -> Tensor:
 
 
 def _accumulate(batch: Batch, position: Tensor) -> dict[str, tuple[Tensor, Tensor]]:
+    """The baseline's sums, and the sums of their terms' magnitudes (``*_abs``: how far float32 rounding of
+    the sums can move the baseline, ``baseline_rounding``)."""
     m = batch.response_mask
     returns, weights = _returns_and_weights(batch)
     where = (batch.per_token(batch.group_index), position.clamp_min(0))
-    return {"numerator": (where, returns * weights * m), "denominator": (where, weights * m)}
+    numerator, denominator = returns * weights * m, weights * m
+    return {"numerator": (where, numerator), "denominator": (where, denominator),
+            "numerator_abs": (where, numerator.abs()), "denominator_abs": (where, denominator.abs())}
+
+
+def baseline_rounding(sums: dict[str, Tensor]) -> Tensor:
+    """Per (group, position) slot, how far one float32 rounding of each term of the baseline's sums can move
+    ``b = N / (D + 1e-8)``: ``u·(Σ|G·W| + |b|·Σ|W|) / |D + 1e-8|`` with ``u = 2⁻²⁴``; ``(G·width,)`` float64
+    from the float64 sums. Large where ``Σ_i W[i,t]`` cancels (``w = 1 − 2π + Σπ²`` takes both signs): there
+    verl's float32 sums, in its own order, and rladv's float64 ones give baselines that far apart."""
+    d = sums["denominator"] + EPSILON
+    b = sums["numerator"] / d
+    return 2.0**-24 * (sums["numerator_abs"] + b.abs() * sums["denominator_abs"]) / d.abs()
 
 
 def accumulate_absolute(batch: Batch, cfg: Config) -> dict[str, tuple[tuple[Tensor, Tensor], Tensor]]:

@@ -21,6 +21,8 @@ class Estimator:
     min_group_size: smaller groups are an error (verl raises)
     accumulate: ``fn(batch, params) -> {name: (flat index, values)}`` summed per (group, position) over the
                batch before the estimator runs (its result reaches the estimator as ``batch.position_sums``)
+    rounding: ``fn(float64 sums) -> (G·width,)``: how far float32 rounding of the accumulated sums can move
+               the result, per (group, position) slot (the report warns ``baseline_ill_conditioned`` at 1e-6)
     batch_wide: a row's result depends on the whole batch beyond its group (besides whitening)
     folds_sessions: with ``session_id``/``output_index`` columns, only each session's final output enters the
                group statistics and its advantage is broadcast to the session's rows (verl 0.9.1, grpo only)
@@ -43,6 +45,7 @@ class Estimator:
     returns_are_advantages: bool = False
     min_group_size: int = 1
     accumulate: str | None = None
+    rounding: str | None = None
     folds_sessions: bool = False
     batch_wide: bool = False
     int_uids: bool = False
@@ -51,6 +54,9 @@ class Estimator:
 
     def accumulator(self) -> Callable | None:
         return _load(self.accumulate) if self.accumulate else None
+
+    def rounding_effect(self) -> Callable | None:
+        return _load(self.rounding) if self.rounding else None
 
     def checks(self) -> dict[str, Callable]:
         """Warning code -> ``fn(batch, params) -> (B,) bool`` flagging rows where this estimator's quirk bit."""
@@ -156,7 +162,7 @@ ESTIMATORS: dict[str, Estimator] = {
             observation_credit="masked rewards dropped; baseline per absolute position, observations skipped in W",
             singleton="baseline 0: advantage = reward-to-go",
             summary="reward-to-go minus an optimal per-token baseline (uses rollout_is_weights when present)",
-            accumulate="otb:accumulate_absolute",
+            accumulate="otb:accumulate_absolute", rounding="otb:baseline_rounding",
         ),
         Estimator(
             "tir_optimal_token_baseline", "otb:tir_optimal_token_baseline", ("old_log_probs", "sum_pi_squared"),
@@ -165,7 +171,7 @@ ESTIMATORS: dict[str, Estimator] = {
             observation_credit="observations removed before aligning rows: actor token k meets actor token k",
             singleton="baseline 0 (rows without actor tokens do not count)",
             summary="optimal token baseline for tool-interleaved rollouts",
-            accumulate="otb:accumulate_compact",
+            accumulate="otb:accumulate_compact", rounding="otb:baseline_rounding",
         ),
         Estimator(
             "gdpo", "gdpo:gdpo", (), groups=True, whiten=True, settings=("epsilon",),
