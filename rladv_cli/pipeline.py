@@ -759,6 +759,12 @@ class Pipeline:
             warn.add_rows("credit_reset_at_mask",
                           "{n} row(s): reinforce_plus_plus in reset mode cut a reward off from earlier tokens at a mask-0 "
                           "position (--rpp-mask-mode carry passes it through, as verl 0.9.1 does)", rows["credit_reset_at_mask"])
+        if "negative_token_weight" in rows:
+            warn.add_rows("negative_token_weight",
+                          "{n} row(s) have an actor token whose optimal-baseline weight w = 1 - 2π + sum_pi_squared is "
+                          "negative: sum_pi_squared is below π² = exp(old_log_prob)² there, which a policy's own Σπ² "
+                          "never is (another temperature or policy?); such weights can cancel in a group's baseline",
+                          rows["negative_token_weight"])
         if self.fold:
             warn.add_rows("session_key_collision",
                           "{n} row(s) belong to sessions whose uid and session_id join to another session's verl key "

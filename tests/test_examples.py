@@ -468,11 +468,12 @@ def test_an_optimal_token_baseline_whose_weights_cancel_is_reported(estimator):
     out, report = rladv_cli.compute(t, estimator=estimator, device="cpu")
     warning = next(w for w in report.warnings if w.code == "baseline_ill_conditioned")
     assert (warning.count, warning.rows) == (1, [0])  # group "a" only
+    assert [(w.count, w.rows) for w in report.warnings if w.code == "negative_token_weight"] == [(1, [1])]
     # b = (1·0.2 - 0.5·0.199999) / ~1e-6 ≈ 1e5; 2^-24·(Σ|GW| + |b|·Σ|W|) / |ΣW| ≈ 6e-8·(0.3 + 1e5·0.4) / 1e-6
     assert 1e3 < float(re.search(r"by up to ([0-9.]+e[+-][0-9]+)", warning.message).group(1)) < 1e4
     _, report = rladv_cli.compute(t.set_column(4, "sum_pi_squared", pa.array([[0.3]] * 4, pa.list_(pa.float32()))),
                                   estimator=estimator, device="cpu")
-    assert "baseline_ill_conditioned" not in {w.code for w in report.warnings}
+    assert not {"baseline_ill_conditioned", "negative_token_weight"} & {w.code for w in report.warnings}
 
 
 def test_sessions_that_verl_would_key_alike_stay_apart_and_are_reported():

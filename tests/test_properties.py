@@ -199,6 +199,7 @@ def comparable_rows(name: str, rollout: S.Rollout, rewards, s: dict, kl_on: bool
       of R is below 1e-3, or below 1e-3 of the largest |R| of the group;
     - whitened estimators: the whole batch when the std of the raw advantages over its valid tokens is
       below 1e-3 of their largest magnitude.
+    - the optimal-token baselines: groups whose baseline's weights nearly cancel (``_ill_conditioned_baselines``).
     Everything else (returns of gae / reinforce_plus_plus, rloo, singletons, rewards) is always compared.
     """
     keep, why = [True] * rollout.num_rows, ""
@@ -213,12 +214,38 @@ def comparable_rows(name: str, rollout: S.Rollout, rewards, s: dict, kl_on: bool
             g = members[u]
             if len(g) > 1 and np.std(g, ddof=1) < 1e-3 * max(1.0, max(abs(x) for x in g)):
                 keep[i], why = False, "ill-conditioned group skipped"
+    if name in ("optimal_token_baseline", "tir_optimal_token_baseline"):
+        ill = _ill_conditioned_baselines(name, rewards, rollout)
+        for i, u in enumerate(rollout.uids):
+            if u in ill:
+                keep[i], why = False, "ill-conditioned optimal-token baseline skipped"
     raw = _raw_for_whitening(name, rewards, rollout, s)
     if raw is not None:
         valid = np.concatenate([np.asarray(x, np.float64)[np.asarray(m) == 1] for x, m in zip(raw, rollout.masks)])
         if np.std(valid, ddof=1) < 1e-3 * np.max(np.abs(valid)):
             keep, why = [False] * rollout.num_rows, "ill-conditioned batch whitening skipped"
     return keep, why
+
+
+def _ill_conditioned_baselines(name: str, rewards, rollout: S.Rollout) -> set:
+    """uids whose optimal-token baseline ``b_t = Σ G·W / (Σ W + 1e-8)`` one float32 rounding of its sums moves
+    by 1e-6 or more (the drawn ``sum_pi_squared`` ignores ``π``, so ``w = 1 − 2π + Σπ²`` takes both signs and
+    ``Σ W`` can cancel; rladv warns ``baseline_ill_conditioned`` there). Float64, from the oracle's inputs."""
+    sums: dict[tuple, np.ndarray] = {}
+    for r, m, old, spsq, u in zip(rewards, rollout.masks, rollout.old_log_probs, rollout.sum_pi_squared, rollout.uids):
+        m, r = np.asarray(m, np.float64), np.asarray(r, np.float64)
+        G = np.cumsum((r * m)[::-1])[::-1]
+        W = np.cumsum((1 - 2 * np.exp(np.asarray(old, np.float64)) + np.asarray(spsq, np.float64)) * m)
+        positions = np.cumsum(m) - 1 if name == "tir_optimal_token_baseline" else np.arange(m.size)
+        for t in np.flatnonzero(m):
+            acc = sums.setdefault((u, int(positions[t])), np.zeros(4))
+            acc += [G[t] * W[t], W[t], abs(G[t] * W[t]), abs(W[t])]
+    ill = set()
+    for (u, _), (n, d, an, ad) in sums.items():
+        d += 1e-8
+        if 2.0**-24 * (an + abs(n / d) * ad) / abs(d) >= 1e-6:
+            ill.add(u)
+    return ill
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from ..batch import Batch
 from ..config import Config
-from ..kernels import broadcast_rows, cumsum_in_row, reverse_linear_scan
+from ..kernels import broadcast_rows, cumsum_in_row, reverse_linear_scan, segment_sum
 
 EPSILON = 1e-8
 
@@ -27,6 +27,15 @@ def _returns_and_weights(batch: Batch) -> tuple[Tensor, Tensor]:
     if batch.rollout_is_weights is not None:
         w = w * batch.rollout_is_weights**2
     return returns, cumsum_in_row(w * m, batch.row_offsets)
+
+
+def negative_weight_rows(batch: Batch, cfg: Config) -> Tensor:
+    """Rows ``(B,) bool`` with an actor token whose ``w = 1 − 2·exp(old_log_prob) + sum_pi_squared`` is below 0:
+    only possible where ``sum_pi_squared < π²`` (``w ≥ (1 − π)²`` when ``Σπ²`` holds ``π²``, as a policy's own
+    does), and what lets a group's weights cancel (``baseline_ill_conditioned``)."""
+    w = 1 - 2 * torch.exp(batch.old_log_probs) + batch.sum_pi_squared
+    negative = ((w < 0) & (batch.response_mask > 0)).float()
+    return segment_sum(negative, batch.row_offsets) > 0
 
 
 def _position(batch: Batch) -> Tensor:

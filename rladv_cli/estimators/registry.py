@@ -163,6 +163,7 @@ ESTIMATORS: dict[str, Estimator] = {
             singleton="baseline 0: advantage = reward-to-go",
             summary="reward-to-go minus an optimal per-token baseline (uses rollout_is_weights when present)",
             accumulate="otb:accumulate_absolute", rounding="otb:baseline_rounding",
+            row_checks=(("negative_token_weight", "otb:negative_weight_rows"),),
         ),
         Estimator(
             "tir_optimal_token_baseline", "otb:tir_optimal_token_baseline", ("old_log_probs", "sum_pi_squared"),
@@ -172,6 +173,7 @@ ESTIMATORS: dict[str, Estimator] = {
             singleton="baseline 0 (rows without actor tokens do not count)",
             summary="optimal token baseline for tool-interleaved rollouts",
             accumulate="otb:accumulate_compact", rounding="otb:baseline_rounding",
+            row_checks=(("negative_token_weight", "otb:negative_weight_rows"),),
         ),
         Estimator(
             "gdpo", "gdpo:gdpo", (), groups=True, whiten=True, settings=("epsilon",),
