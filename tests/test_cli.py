@@ -1199,6 +1199,18 @@ def test_inspect_row_and_uid_take_every_setting_of_compute(tmp_path, settings):
         assert (m["advantage_min"], m["advantage_max"]) == ((min(valid), max(valid)) if valid else (None, None))
 
 
+def test_inspect_uid_reads_a_verl_config(tmp_path):
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    yaml = tmp_path / "ppo.yaml"
+    yaml.write_text("algorithm:\n  adv_estimator: grpo\n  norm_adv_by_std_in_grpo: false\n")
+    uid = read(inp)["uid"][0].as_py()
+    view = json.loads(rladv("inspect", inp, "--uid", uid, "--config", yaml, "--json").stdout)
+    typed = json.loads(rladv("inspect", inp, "--uid", uid, "--no-norm-adv-by-std", "--json").stdout)
+    default = json.loads(rladv("inspect", inp, "--uid", uid, "--json").stdout)
+    advantages = lambda v: [m["advantage"] for m in v["members"]]  # noqa: E731
+    assert advantages(view) == advantages(typed) != advantages(default)  # Dr.GRPO: R - mean
+
+
 def test_inspect_refuses_settings_it_would_not_use(tmp_path):
     inp = copy_sample(tmp_path, "multiturn.parquet")
     uid = read(inp)["uid"][0].as_py()
