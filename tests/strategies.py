@@ -216,7 +216,13 @@ def rollouts(draw, *, max_rows: int = 24, max_len: int = 40, values: bool = True
     if baselines:
         r.reward_baselines = [draw(dyadic) for _ in range(n)]
     if pi_squared:
-        r.sum_pi_squared = [draw(float_row(st.floats(0, 1, width=32), L)) for L in lengths]
+        if r.old_log_probs is not None and draw(st.sampled_from(["policy", "policy", "policy", "any"])) == "policy":
+            # a policy's own: π² ≤ Σπ² ≤ π² + (1 − π)², π = exp(old_log_prob) (so w = 1 − 2π + Σπ² ≥ 0)
+            r.sum_pi_squared = [
+                [float(F32(np.exp(F32(lp)) ** 2 + f * (1 - np.exp(F32(lp))) ** 2)) for lp, f in zip(row, fractions)]
+                for row, fractions in ((row, draw(float_row(st.floats(0, 1), len(row)))) for row in r.old_log_probs)]
+        else:  # anything in [0, 1]: weights of both signs, which can cancel (baseline_ill_conditioned)
+            r.sum_pi_squared = [draw(float_row(st.floats(0, 1, width=32), L)) for L in lengths]
     if steps is not None:
         r.step = [step for _, step in rows]
     return r
