@@ -71,7 +71,7 @@ import contextlib
 import math
 import os
 import re
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Sequence
 
@@ -786,10 +786,7 @@ def _group_checks(checks: _Checks, plan: _Plan, est: Optional[Estimator], rows: 
                irrelevant=f"only grpo_vectorized merges; {est.name if est else ''} keeps them apart")
     if plan.session:
         uid_of = {g: u for (_, u), g in labels.groups.items()}
-        by_key: dict[str, set] = defaultdict(set)
-        for g, session in sessions:
-            by_key[f"{uid_of[g]}_{session}"].add((g, session))
-        joined = [sorted(pairs, key=repr) for pairs in by_key.values() if len(pairs) > 1]
+        joined = [sorted(pairs, key=repr) for pairs in labels.session_key_collisions(sessions)]
         joined_gids = sorted({g for pairs in joined for g, _ in pairs})
         shown = "; ".join(" and ".join(f"({uid_of[g]!r}, {s!r})" for g, s in pairs) for pairs in joined[:3])
         checks.add("session_key_collision", 4, len(joined), np.sort(first[joined_gids]) if joined_gids else [],

@@ -126,15 +126,21 @@ class Labels:
         self._check_not_null(table, "session_id", path, start, "every output needs its session")
         return self._pair_ids(group_ids, table["session_id"], self.sessions)
 
+    def session_key_collisions(self, sessions) -> list[list[tuple[int, object]]]:
+        """The ``(group id, session_id)`` pairs of ``sessions`` that share verl's string key
+        ``f"{uid}_{session_id}"`` within a batch, one list per shared key (verl 0.9.1's V1 trainer folds each
+        list into one session; rladv keeps the pairs apart)."""
+        batch_uid = {g: key for key, g in self.groups.items()}
+        by_key: dict[tuple, list] = defaultdict(list)
+        for g, session in sessions:
+            batch, uid = batch_uid[g]
+            by_key[batch, f"{uid}_{session}"].append((g, session))
+        return [pairs for pairs in by_key.values() if len(pairs) > 1]
+
     def colliding_sessions(self) -> np.ndarray:
-        """Ids ``(K,) int64`` of the sessions that share verl's string key ``f"{uid}_{session_id}"`` with another
-        session of their batch (verl 0.9.1's V1 trainer folds those into one; rladv keeps the pairs apart)."""
-        uid_of = {g: key for key, g in self.groups.items()}
-        by_key: dict[tuple, list[int]] = defaultdict(list)
-        for (g, session), s in self.sessions.items():
-            batch, uid = uid_of[g]
-            by_key[batch, f"{uid}_{session}"].append(s)
-        return np.array([s for ids in by_key.values() if len(ids) > 1 for s in ids], dtype=np.int64)
+        """Ids ``(K,) int64`` of the sessions in a ``session_key_collisions`` list."""
+        return np.array([self.sessions[pair] for pairs in self.session_key_collisions(self.sessions)
+                         for pair in pairs], dtype=np.int64)
 
 
 def verl_index_keys(uids: list) -> list:
