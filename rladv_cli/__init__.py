@@ -9,6 +9,8 @@ Public API (torch is imported only when tensors are needed)::
     report = rladv_cli.compute_ray(["shards/"], cfg, output_dir="shards.adv")   # on Ray: pip install -e ".[ray]"
     rladv_cli.validate(["rollouts.parquet"], estimator="gae")   # raises InputError on bad data
     rladv_cli.inspect(["rollouts.parquet"]).checks               # the debugger's checklist, no torch
+    rladv_cli.group_view("rollouts.parquet", "prompt-7", estimator="grpo")   # one group, member by member
+    rladv_cli.row_view("rollouts.parquet", 12, estimator="gae")  # one row, token by token
     rladv_cli.dump_batch(data_proto, "step_120.parquet", step=120)  # a trainer's batch, in the contract's layout
 """
 from __future__ import annotations
@@ -21,6 +23,8 @@ _LAZY = {
     "compute_ray": "ray_engine",
     "validate": "api",
     "inspect": "inspection",
+    "row_view": "views",
+    "group_view": "views",
     "dump_batch": "dump",
     "Config": "config",
     "Report": "report",

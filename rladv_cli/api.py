@@ -83,9 +83,8 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
     appear together or not at all. ``config_source`` (what a verl YAML contributed) is recorded in the
     report's ``config``."""
     cfg = _config(config, settings)
-    paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
-    dataset = Dataset(paths)
-    out = str(output) if output is not None else default_output(paths)
+    dataset = Dataset(inputs)
+    out = str(output) if output is not None else default_output(dataset.inputs)
     check_output_path(out, dataset.paths)
     extra = {"--report": report_path, "--html": html_path}
     for flag, path in extra.items():
@@ -180,8 +179,7 @@ def validate(inputs: Sequence[PathLike] | PathLike, estimator: Optional[str] = N
     Dataset-level problems (unreadable file, missing column, wrong type) raise ``InputError`` at once; every
     row-level problem is collected, grouped by kind with counts and first rows (``compute`` stops at the
     first one instead)."""
-    paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
-    dataset = Dataset(paths)
+    dataset = Dataset(inputs)
     if estimator is not None:
         Config(estimator=estimator)
     required = validation.required_columns(dataset.columns, estimator, kl=kl,

@@ -106,31 +106,35 @@ def _path(value: str) -> Path:
 Datasets = Annotated[list[Path], typer.Argument(parser=_path, help="Parquet file(s), folder(s) of *.parquet or quoted glob(s), read as one dataset.")]
 
 
-# The pipeline's settings (``Config`` fields), as compute and explain take them.
-Estimator = Annotated[Optional[EstimatorName], typer.Option(help="Advantage estimator, by verl's name (or from --config).")]
+# The pipeline's settings (``Config`` fields), as compute and explain take them, in --help's panels.
+_ESTIMATOR_PANEL = "Estimator settings"
+_SHAPING_PANEL = "Reward shaping (before the estimator)"
+_CORRECTION_PANEL = "Rollout correction (rejection and importance weights)"
+_RUN_PANEL = "Execution"
+Estimator = Annotated[Optional[EstimatorName], typer.Option(metavar="NAME", help=f"Advantage estimator, by verl's name: {', '.join(ESTIMATORS)} (rladv estimators describes them; or from --config).")]
 VerlConfig = Annotated[Optional[Path], typer.Option("--config", parser=_path, help="A verl trainer YAML (or its algorithm: section); flags given here win.")]
-Gamma = Annotated[float, typer.Option(help="Discount factor.")]
-Lam = Annotated[float, typer.Option(help="GAE lambda.")]
-NormAdvByStd = Annotated[bool, typer.Option("--norm-adv-by-std/--no-norm-adv-by-std", help="grpo: divide by the group std.")]
-Epsilon = Annotated[float, typer.Option(help="grpo: added to the group std.")]
-RppMaskMode = Annotated[MaskMode, typer.Option(help="reinforce_plus_plus at mask-0 positions: reset (chapter) or carry (verl 0.9.1).")]
-KLCoef = Annotated[float, typer.Option(help="KL-in-reward coefficient; 0 turns KL shaping off.")]
-KLPenalty = Annotated[str, typer.Option(help="KL estimate: kl|k1, abs, mse|k2, low_var_kl|k3, or <mode>+.")]
-KLCtrlOption = Annotated[KLCtrl, typer.Option(help="KL coefficient controller.")]
-KLTarget = Annotated[float, typer.Option(help="Adaptive controller: target KL.")]
-KLHorizon = Annotated[int, typer.Option(help="Adaptive controller: horizon.")]
-RolloutRS = Annotated[Optional[str], typer.Option(help="Rollout rejection options, verl's string (e.g. token_k1,seq_max_k2).")]
-RolloutRSThreshold = Annotated[Optional[str], typer.Option(help="Rejection thresholds, verl's string (e.g. 0.5_2.0,2.5).")]
-RolloutIS = Annotated[Optional[ISLevel], typer.Option(help="Importance weights per token or per sequence.")]
-RolloutISThreshold = Annotated[str, typer.Option(help="IS truncation (a number) or IcePop band lo_hi.")]
-RolloutISBatchNormalize = Annotated[bool, typer.Option(help="Divide IS weights by their batch mean.")]
-OverlongBufferLen = Annotated[Optional[int], typer.Option(help="DAPO overlong shaping: buffer length (turns it on).")]
-OverlongPenaltyFactor = Annotated[float, typer.Option(help="DAPO overlong shaping: penalty at --max-resp-len.")]
-MaxRespLen = Annotated[Optional[int], typer.Option(help="DAPO overlong shaping: maximum response length.")]
-ToolRewardCoef = Annotated[Optional[float], typer.Option(help="Add this times the sum of a row's tool_rewards to its score (verl never adds them).")]
-RewardComponents = Annotated[Optional[str], typer.Option(help="gdpo: comma-separated float columns of reward components.")]
-RewardWeights = Annotated[Optional[str], typer.Option(help="gdpo: comma-separated weights, one per component.")]
-BatchKey = Annotated[Optional[str], typer.Option(help="Column whose values split the dataset into independent batches.")]
+Gamma = Annotated[float, typer.Option(help="Discount factor.", rich_help_panel=_ESTIMATOR_PANEL)]
+Lam = Annotated[float, typer.Option(help="GAE lambda.", rich_help_panel=_ESTIMATOR_PANEL)]
+NormAdvByStd = Annotated[bool, typer.Option("--norm-adv-by-std/--no-norm-adv-by-std", help="grpo: divide by the group std.", rich_help_panel=_ESTIMATOR_PANEL)]
+Epsilon = Annotated[float, typer.Option(help="grpo: added to the group std.", rich_help_panel=_ESTIMATOR_PANEL)]
+RppMaskMode = Annotated[MaskMode, typer.Option(help="reinforce_plus_plus at mask-0 positions: reset (chapter) or carry (verl 0.9.1).", rich_help_panel=_ESTIMATOR_PANEL)]
+KLCoef = Annotated[float, typer.Option(help="KL-in-reward coefficient; 0 turns KL shaping off.", rich_help_panel=_SHAPING_PANEL)]
+KLPenalty = Annotated[str, typer.Option(help="KL estimate: kl|k1, abs, mse|k2, low_var_kl|k3, or <mode>+.", rich_help_panel=_SHAPING_PANEL)]
+KLCtrlOption = Annotated[KLCtrl, typer.Option(help="KL coefficient controller.", rich_help_panel=_SHAPING_PANEL)]
+KLTarget = Annotated[float, typer.Option(help="Adaptive controller: target KL.", rich_help_panel=_SHAPING_PANEL)]
+KLHorizon = Annotated[int, typer.Option(help="Adaptive controller: horizon.", rich_help_panel=_SHAPING_PANEL)]
+RolloutRS = Annotated[Optional[str], typer.Option(help="Rollout rejection options, verl's string (e.g. token_k1,seq_max_k2).", rich_help_panel=_CORRECTION_PANEL)]
+RolloutRSThreshold = Annotated[Optional[str], typer.Option(help="Rejection thresholds, verl's string (e.g. 0.5_2.0,2.5).", rich_help_panel=_CORRECTION_PANEL)]
+RolloutIS = Annotated[Optional[ISLevel], typer.Option(help="Importance weights per token or per sequence.", rich_help_panel=_CORRECTION_PANEL)]
+RolloutISThreshold = Annotated[str, typer.Option(help="IS truncation (a number) or IcePop band lo_hi.", rich_help_panel=_CORRECTION_PANEL)]
+RolloutISBatchNormalize = Annotated[bool, typer.Option(help="Divide IS weights by their batch mean.", rich_help_panel=_CORRECTION_PANEL)]
+OverlongBufferLen = Annotated[Optional[int], typer.Option(help="DAPO overlong shaping: buffer length (turns it on).", rich_help_panel=_SHAPING_PANEL)]
+OverlongPenaltyFactor = Annotated[float, typer.Option(help="DAPO overlong shaping: penalty at --max-resp-len.", rich_help_panel=_SHAPING_PANEL)]
+MaxRespLen = Annotated[Optional[int], typer.Option(help="DAPO overlong shaping: maximum response length.", rich_help_panel=_SHAPING_PANEL)]
+ToolRewardCoef = Annotated[Optional[float], typer.Option(help="Add this times the sum of a row's tool_rewards to its score (verl never adds them).", rich_help_panel=_SHAPING_PANEL)]
+RewardComponents = Annotated[Optional[str], typer.Option(help="gdpo: comma-separated float columns of reward components.", rich_help_panel=_ESTIMATOR_PANEL)]
+RewardWeights = Annotated[Optional[str], typer.Option(help="gdpo: comma-separated weights, one per component.", rich_help_panel=_ESTIMATOR_PANEL)]
+BatchKey = Annotated[Optional[str], typer.Option(help="Column whose values split the dataset into independent batches.", rich_help_panel=_ESTIMATOR_PANEL)]
 
 SETTINGS_OPTIONS = (  # (Config field, option, default) after --config, in this order, on every command that computes
     ("gamma", Gamma, 1.0), ("lam", Lam, 1.0), ("norm_adv_by_std", NormAdvByStd, True), ("epsilon", Epsilon, 1e-6),
@@ -167,15 +171,15 @@ def compute(
     report: Annotated[Optional[Path], typer.Option(parser=_path, help="Also write the report as JSON here.")] = None,
     html: Annotated[Optional[Path], typer.Option(parser=_path, help="Also write a self-contained HTML report (plots inline) here.")] = None,
     config: VerlConfig = None,
-    chunk_rows: Annotated[int, typer.Option(help="Rows held in memory at once (results do not depend on it).")] = 512,
-    cache_mib: Annotated[int, typer.Option(help="Keep the decoded dataset in memory between passes when it fits this many MiB (0: re-read each pass).")] = 512,
-    device: Annotated[Device, typer.Option(help="Torch device; auto = cuda when available.")] = Device.auto,
-    threads: Annotated[int, typer.Option(help="Torch CPU threads (default 1: the kernels are memory-bound).")] = 1,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.")] = False,
+    chunk_rows: Annotated[int, typer.Option(help="Rows held in memory at once (results do not depend on it).", rich_help_panel=_RUN_PANEL)] = 512,
+    cache_mib: Annotated[int, typer.Option(help="Keep the decoded dataset in memory between passes when it fits this many MiB (0: re-read each pass).", rich_help_panel=_RUN_PANEL)] = 512,
+    device: Annotated[Device, typer.Option(help="Torch device; auto = cuda when available.", rich_help_panel=_RUN_PANEL)] = Device.auto,
+    threads: Annotated[int, typer.Option(help="Torch CPU threads (default 1: the kernels are memory-bound).", rich_help_panel=_RUN_PANEL)] = 1,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.", rich_help_panel=_RUN_PANEL)] = False,
     strict_replay: Annotated[bool, typer.Option("--strict-replay", help="Exit 1 unless the input's own token_level_rewards/advantages/returns (a trainer dump) agree with this run's (the output is written either way).")] = False,
-    engine: Annotated[Engine, typer.Option(help="local: this process, one output file; ray: a Ray cluster, one output file per input file.")] = Engine.local,
-    ray_address: Annotated[Optional[str], typer.Option(envvar="RAY_ADDRESS", help="--engine ray: the cluster to join (default: a local one for the run).")] = None,
-    ray_workers: Annotated[Optional[int], typer.Option(help="--engine ray: CPUs of the local cluster, and at most this many tasks at once (default: all CPUs).")] = None,
+    engine: Annotated[Engine, typer.Option(help="local: this process, one output file; ray: a Ray cluster, one output file per input file.", rich_help_panel=_RUN_PANEL)] = Engine.local,
+    ray_address: Annotated[Optional[str], typer.Option(envvar="RAY_ADDRESS", help="--engine ray: the cluster to join (default: a local one for the run).", rich_help_panel=_RUN_PANEL)] = None,
+    ray_workers: Annotated[Optional[int], typer.Option(help="--engine ray: CPUs of the local cluster, and at most this many tasks at once (default: all CPUs).", rich_help_panel=_RUN_PANEL)] = None,
     **settings,
 ) -> None:
     """Compute advantages and returns and write them beside every input column."""
@@ -402,6 +406,8 @@ def inspect(
         return
     if html is not None:
         _fail("--html writes the dataset's checklist; it does not combine with --row or --uid")
+    from . import views
+
     if name is None and row is not None:
         _only_typed(ctx, (), "without --estimator, --row shows the file's own columns; compute's settings need --estimator")
         options = {}
@@ -413,15 +419,15 @@ def inspect(
         _refuse_inert(ctx, cfg, None)
         options = cfg.model_dump(exclude={"estimator", *RUN_ONLY})
     if export is not None:
-        written = _run(lambda: inspection.export_group(paths, uid, export, estimator=name, **options))
+        written = _run(lambda: views.export_group(paths, uid, export, estimator=name, **options))
         typer.echo("\n".join(written))
         return
     if row is not None:
-        view = _run(lambda: inspection.row_view(paths, row, estimator=name, **options))
-        render = inspection.render_row
+        view = _run(lambda: views.row_view(paths, row, estimator=name, **options))
+        render = views.render_row
     else:
-        view = _run(lambda: inspection.group_view(paths, uid, estimator=name, **options))
-        render = inspection.render_group
+        view = _run(lambda: views.group_view(paths, uid, estimator=name, **options))
+        render = views.render_group
     typer.echo(view.model_dump_json(indent=2)) if as_json else render(view, console)
     if view.error:  # shown in the view; rladv compute would stop there too
         raise typer.Exit(code=2)

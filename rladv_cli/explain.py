@@ -15,12 +15,11 @@ import pyarrow as pa
 from pydantic import BaseModel, Field
 
 from .config import Config
-from .errors import ConfigError, RladvError
+from .errors import ConfigError
 from .estimators.registry import ESTIMATORS
-from .inspection import (GroupView, _in_files, _read_all, _read_row, _read_rows, _scope, _uid_equals, group_view,
-                         pad_widths, render_group)
 from .io import Dataset
 from .validation import is_number_list
+from .views import GroupView, compute_rows, group_view, read_row, render_group
 
 PathLike = str | os.PathLike
 
@@ -52,31 +51,15 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
 
     Computed on the CPU unless ``settings`` name a device: a row or a group is no work for a GPU, and the CPU's
     loops round as verl's do, which the recursion shown beside the advantages follows."""
-    from .api import compute
-
     settings.setdefault("device", "cpu")
     cfg = Config(estimator=estimator, **settings)
-    ds = Dataset([inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs))
+    ds = Dataset(inputs)
     if not 0 <= row < ds.num_rows:
         raise ConfigError(f"--row {row}: the dataset has {ds.num_rows} rows (0-based)")
     est = ESTIMATORS[estimator]
-    one = _read_row(ds, row)
+    one = read_row(ds, row)
     uid = str(one["uid"][0].as_py()) if "uid" in one.column_names else None
-    scope = _scope(est, settings)
-    widths = None
-    if scope == "dataset":
-        table, index = _read_all(ds), np.arange(ds.num_rows)
-    elif scope == "group" and uid is not None:
-        table, index = _read_rows(ds, lambda c: _uid_equals(c.table, uid))
-    else:
-        table, index = one, np.array([row])
-    if scope != "dataset":  # rows out of the dataset, summed as the whole run sums them
-        widths = pad_widths(ds, cfg.batch_key)
-    try:
-        out, report = compute(table, cfg, pad_widths=widths)
-    except RladvError as err:  # it names the in-memory table and its rows: name the files and theirs
-        raise _in_files(err, ds, index) from None
-    mine = out.slice(int(np.searchsorted(index, row)), 1)
+    mine, report, _ = compute_rows(ds, est, np.array([row]), uid, settings)
     path, local = ds.locate(row)
     base = dict(estimator=estimator, path=path, row=local, uid=uid, advantages=mine["advantages"][0].as_py(),
                 response_mask=mine["response_mask"][0].as_py(), input_advantages=_given_advantages(one))

@@ -94,9 +94,11 @@ def open_parquet(path: str) -> pq.ParquetFile:
 
 class Dataset:
     """One Parquet file, several files, folders of ``*.parquet`` or glob patterns (each sorted), read as one
-    sequence of rows."""
+    sequence of rows. ``inputs`` is one path or pattern, or a sequence of them (kept as given in ``inputs``)."""
 
-    def __init__(self, inputs: Sequence[str | os.PathLike]):
+    def __init__(self, inputs: str | os.PathLike | Sequence[str | os.PathLike]):
+        inputs = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+        self.inputs = inputs
         if not inputs:
             raise InputError("DATASET", "no input given")
         files: list[Path] = []

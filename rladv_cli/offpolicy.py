@@ -58,7 +58,7 @@ def sweep(inputs: Sequence[str | os.PathLike] | str | os.PathLike, options: Sequ
         raise ConfigError(f"--chunk-rows must be at least 1, got {chunk_rows}")
     # messages call a threshold what it is here (given by --thresholds or --threshold)
     configs = [(o, t, parse_rollout_rs(o, t, names=("--rollout-rs", "threshold"))) for o in options for t in thresholds]
-    dataset = Dataset([inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs))
+    dataset = Dataset(inputs)
     has_uid = "uid" in dataset.columns
     needed = ["response_mask", "old_log_probs", "rollout_log_probs"]
     validation.check_schema(dataset.paths[0], dataset.schema, needed)

@@ -73,10 +73,9 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
     if address is not None and not ray.is_initialized():
         _check_address(address)
     config = config.model_copy(update={"device": "cpu"})
-    paths = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
-    dataset = Dataset(paths)
+    dataset = Dataset(inputs)
     pipeline = Pipeline(dataset, config, progress)
-    out_dir = Path(output_dir) if output_dir is not None else default_output_dir(paths, dataset)
+    out_dir = Path(output_dir) if output_dir is not None else default_output_dir(dataset.inputs, dataset)
     created = not out_dir.exists() and not out_dir.is_symlink()
     names = output_names(dataset, out_dir)
     try:

@@ -928,6 +928,16 @@ def test_import_cli_does_not_import_torch():
     assert p.returncode == 0, p.stderr
 
 
+def test_public_names_resolve_to_what_the_cli_calls_without_torch():
+    """Every name of ``rladv_cli.__all__`` imports, none pulls in torch, and the views are the CLI's own."""
+    p = _py("import rladv_cli, sys\n"
+            "for name in rladv_cli.__all__: getattr(rladv_cli, name)\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n"
+            "from rladv_cli import views\n"
+            "assert (rladv_cli.row_view, rladv_cli.group_view) == (views.row_view, views.group_view)\n")
+    assert p.returncode == 0, p.stderr
+
+
 def test_help_subprocess():
     script = Path(sys.executable).parent / "rladv"
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "rladv_cli"]

@@ -151,7 +151,7 @@ def test_a_rows_numbers_are_the_whole_runs_to_the_bit(tmp_path, batch_key):
     """explain and inspect compute a group (or a row) on its own; its row totals are still summed padded to
     the batch's longest response in the whole dataset, so near-tied groups (where an ulp of a total moves the
     advantage by ~1e-4) give the run's numbers exactly."""
-    from rladv_cli.inspection import group_view
+    from rladv_cli.views import group_view
 
     import rladv_cli
 

@@ -17,9 +17,8 @@ import pytest
 from rich.console import Console
 
 from rladv_cli.errors import ConfigError, InputError
-from rladv_cli.inspection import (
-    group_view, inspect, kl_estimate, render_group, render_inspection, render_row, row_view,
-)
+from rladv_cli.inspection import inspect, kl_estimate, render_inspection
+from rladv_cli.views import group_view, render_group, render_row, row_view
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
 F32 = pa.list_(pa.float32())

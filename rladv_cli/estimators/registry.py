@@ -9,6 +9,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
+from ..errors import ConfigError
+
 
 @dataclass(frozen=True)
 class Estimator:
@@ -188,5 +190,8 @@ ESTIMATORS: dict[str, Estimator] = {
 
 
 def get_estimator(name: str) -> Estimator:
-    """The registered estimator ``name``; ``KeyError`` when unknown (the config turns it into a message)."""
+    """The registered estimator ``name``; ``ConfigError`` when unknown: ``--estimator: unknown estimator 'x';
+    choose one of gae, grpo, ...``."""
+    if name not in ESTIMATORS:
+        raise ConfigError(f"--estimator: unknown estimator '{name}'; choose one of {', '.join(ESTIMATORS)}")
     return ESTIMATORS[name]
