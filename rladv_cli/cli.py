@@ -339,7 +339,7 @@ class _progress:
 @app.command()
 def validate(
     dataset: Datasets,
-    estimator: Annotated[Optional[EstimatorName], typer.Option(help="Also check the columns this estimator needs.")] = None,
+    estimator: Annotated[Optional[EstimatorName], typer.Option(metavar="NAME", help="Also check the columns this estimator needs (rladv estimators lists them).")] = None,
     kl: Annotated[bool, typer.Option("--kl", help="Also check the columns KL shaping needs.")] = False,
 ) -> None:
     """Check a dataset against the data contract without computing anything (no torch)."""
@@ -363,7 +363,7 @@ def validate(
 def inspect(
     ctx: typer.Context,
     dataset: Datasets,
-    estimator: Annotated[Optional[EstimatorName], typer.Option(help="Judge the checks for this estimator; with --row/--uid, compute its advantages.")] = None,
+    estimator: Annotated[Optional[EstimatorName], typer.Option(metavar="NAME", help="Judge the checks for this estimator; with --row/--uid, compute its advantages (rladv estimators lists them).")] = None,
     row: Annotated[Optional[int], typer.Option(help="Show one trajectory token by token: N is 0-based across all the files given, in the order they are read (with one file, its row).")] = None,
     uid: Annotated[Optional[str], typer.Option(help="Show one group: totals, baseline, each member's advantage and why.")] = None,
     expected_n: Annotated[Optional[int], typer.Option(help="Expected rows per group (verl's rollout.n).")] = None,
