@@ -125,6 +125,7 @@ def scope_of(est: Estimator, settings: dict) -> str:
 
 
 def read_all(ds: Dataset) -> pa.Table:
+    """The whole dataset as one table (for estimators and settings whose rows depend on every row)."""
     tables = [c.table for c in ds.chunks(None, 65536)]
     return pa.concat_tables(tables) if tables else ds.schema.empty_table()
 
@@ -151,6 +152,7 @@ def read_row(ds: Dataset, row: int) -> pa.Table:
 
 
 def uid_equals(table: pa.Table, uid: str) -> np.ndarray:
+    """``(B,) bool``: the rows whose uid, as a string, is ``uid`` (a null uid is no match)."""
     as_str = pc.cast(table["uid"], pa.string())
     return pc.fill_null(pc.equal(as_str, pa.scalar(str(uid), pa.string())), False).to_numpy(zero_copy_only=False)
 

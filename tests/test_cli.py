@@ -938,6 +938,18 @@ def test_public_names_resolve_to_what_the_cli_calls_without_torch():
     assert p.returncode == 0, p.stderr
 
 
+@pytest.mark.parametrize("command", ["compute", "explain", "inspect"])
+def test_help_groups_the_settings_in_panels(command):
+    """Each command that computes shows compute's settings in the same panels, --estimator as NAME."""
+    r = runner.invoke(app, [command, "--help"], env={"COLUMNS": "120"}, terminal_width=120)
+    assert r.exit_code == 0, r.output
+    panels = ["Estimator settings", "Reward shaping", "Rollout correction"]
+    places = [r.output.find(p) for p in panels]
+    assert -1 not in places and places == sorted(places), places
+    assert "--rollout-rs-threshold" in r.output[places[2]:] and "--kl-coef" in r.output[places[1]:places[2]]
+    assert "--estimator" in r.output and "gae|grpo|" not in r.output
+
+
 def test_help_subprocess():
     script = Path(sys.executable).parent / "rladv"
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "rladv_cli"]
