@@ -106,7 +106,7 @@ def _path(value: str) -> Path:
 Datasets = Annotated[list[Path], typer.Argument(parser=_path, help="Parquet file(s), folder(s) of *.parquet or quoted glob(s), read as one dataset.")]
 
 
-# The pipeline's settings (``Config`` fields), as compute and explain take them, in --help's panels.
+# The pipeline's settings (``Config`` fields), as compute, explain and inspect take them, in --help's panels.
 _ESTIMATOR_PANEL = "Estimator settings"
 _SHAPING_PANEL = "Reward shaping (before the estimator)"
 _CORRECTION_PANEL = "Rollout correction (rejection and importance weights)"

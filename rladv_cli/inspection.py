@@ -3,8 +3,8 @@
 ``inspect`` streams a dataset chunk by chunk with pyarrow/numpy (no torch; only the columns it needs; per row
 and per group it keeps a few scalars, never tokens) and returns an ``Inspection``: CONTRACT §5's object
 (``rows``, ``tokens``, ``groups``, ``columns``, ``checks``) plus ``layout``, ``scores``, ``masks``, ``kl``,
-``advantages`` and ``dead_signal``. (``--row`` / ``--uid``, one trajectory token by token / one uid group
-member by member, computed through ``rladv_cli.compute``, are ``views.py``.)
+``advantages`` and ``dead_signal``. ``--row`` and ``--uid`` (one trajectory token by token, one uid group member
+by member, computed through ``rladv_cli.compute``) live in ``views.py``.
 
 Rows: ``rows`` are 0-based within their file, ``where`` gives file:row and ``dataset_rows`` the same rows 0-based
 across all files in the order they are read, the numbering ``--row`` takes.
