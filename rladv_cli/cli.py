@@ -135,6 +135,7 @@ ToolRewardCoef = Annotated[Optional[float], typer.Option(help="Add this times th
 RewardComponents = Annotated[Optional[str], typer.Option(help="gdpo: comma-separated float columns of reward components.", rich_help_panel=_ESTIMATOR_PANEL)]
 RewardWeights = Annotated[Optional[str], typer.Option(help="gdpo: comma-separated weights, one per component.", rich_help_panel=_ESTIMATOR_PANEL)]
 BatchKey = Annotated[Optional[str], typer.Option(help="Column whose values split the dataset into independent batches.", rich_help_panel=_ESTIMATOR_PANEL)]
+PadWidth = Annotated[Optional[int], typer.Option(help="Sum row totals as verl does in a batch padded to at least N positions (inspect --export writes it for a group taken out of a larger batch).", rich_help_panel=_ESTIMATOR_PANEL)]
 
 SETTINGS_OPTIONS = (  # (Config field, option, default) after --config, in this order, on every command that computes
     ("gamma", Gamma, 1.0), ("lam", Lam, 1.0), ("norm_adv_by_std", NormAdvByStd, True), ("epsilon", Epsilon, 1e-6),
@@ -145,7 +146,7 @@ SETTINGS_OPTIONS = (  # (Config field, option, default) after --config, in this 
     ("rollout_is_batch_normalize", RolloutISBatchNormalize, False), ("overlong_buffer_len", OverlongBufferLen, None),
     ("overlong_penalty_factor", OverlongPenaltyFactor, 1.0), ("max_resp_len", MaxRespLen, None),
     ("tool_reward_coef", ToolRewardCoef, None), ("reward_components", RewardComponents, None),
-    ("reward_weights", RewardWeights, None), ("batch_key", BatchKey, None),
+    ("reward_weights", RewardWeights, None), ("batch_key", BatchKey, None), ("pad_width", PadWidth, None),
 )
 
 

@@ -580,7 +580,7 @@ class Pipeline:
     def _merge_layout(self, results: list[ShardResult]) -> None:
         """Batch ids renumbered by first appearance in the dataset; each batch's pad width (verl pads each
         batch to its longest response, which fixes how row totals round; at least ``pad_widths[batch value]``
-        when given, so rows taken out of a larger dataset round as they do in it)."""
+        and ``cfg.pad_width`` when given, so rows taken out of a larger dataset round as they do in it)."""
         for result in results:
             renumber = self.labels.absorb(result.labels)
             cols = dict(result.rows)
@@ -593,6 +593,8 @@ class Pipeline:
             0, batch_of_row, self.rows["length"], "amax")
         for value, b in self.labels.batches.items() if self.pad_widths is not None else ():
             self.work.pad_width[b] = max(int(self.work.pad_width[b]), self.pad_widths.get(value, 0))
+        if self.cfg.pad_width is not None:
+            self.work.pad_width.clamp_(min=self.cfg.pad_width)
 
     def _step_kl_controller(self, results: list[ShardResult]) -> None:
         """Each batch's KL coefficient: the adaptive controller stepped in batch order on verl's

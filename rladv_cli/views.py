@@ -550,6 +550,20 @@ def render_group(view: GroupView, console) -> None:
         console.print(f"[yellow]{r.code}[/yellow] {r.message}")
 
 
+def _padded_like_the_dataset(ds: Dataset, table: pa.Table, estimator: str, settings: dict):
+    """The export's ``Config``: ``settings`` with ``pad_width`` raised to the widest of the group's batches in
+    the dataset (``pad_widths``) when that is wider than the group's own longest row, so the group alone sums
+    its totals as the full run does; and the widths of the group's batches."""
+    from .config import Config
+
+    full = pad_widths(ds, settings.get("batch_key")) or {}
+    keys = table[settings["batch_key"]].to_pylist() if settings.get("batch_key") else [None] * table.num_rows
+    widths = [full[k] for k in dict.fromkeys(keys) if k in full]
+    own = int(pc.max(pc.list_value_length(table["response_mask"])).as_py() or 0) if "response_mask" in table.column_names else 0
+    wanted = max([w for w in widths if w > own] + [settings.get("pad_width") or 0])
+    return Config(estimator=estimator, **{**settings, "pad_width": wanted or None}), widths
+
+
 def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLike, *, estimator: str = "grpo",
                  **settings) -> list[str]:
     """Write a minimal reproducer of group ``uid`` into ``folder`` (created when missing): ``group.parquet`` (the
@@ -561,12 +575,13 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
     from .config import Config, command_flags
     from .io import SideFiles
 
-    run = Config(estimator=estimator, **settings)
+    Config(estimator=estimator, **settings)  # bad settings fail before anything is read
     folder = os.fspath(folder)
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise ConfigError(f"--export {folder}: exists and is not a folder")
     ds = Dataset(inputs)
     table, _ = _group_rows(ds, uid)
+    run, widths = _padded_like_the_dataset(ds, table, estimator, settings)
     needed = set(validation.required_columns(
         ds.columns, estimator, kl=bool(settings.get("kl_coef")),
         rollout_correction=bool(settings.get("rollout_rs") or settings.get("rollout_is")),
@@ -580,9 +595,15 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
     pq.write_table(table.select([c for c in ds.columns if c in needed]), parquet, compression="zstd")
     command = ["rladv", "compute", "group.parquet", "--estimator", estimator, *command_flags(run.changed()), "-o", "group.adv.parquet"]
     text = " ".join(shlex.quote(part) for part in command) + "\n"
-    text += ("# run it in this folder. Row totals are summed as verl sums a row padded to its batch's longest "
-             "response, so alone the group's totals (and advantages) can differ from the full run's by float32 "
-             "rounding\n")
+    text += "# run it in this folder"
+    if run.pad_width is not None:
+        text += (f"; --pad-width {run.pad_width}: verl sums each row padded to its batch's longest response, "
+                 f"{run.pad_width} positions in the full dataset, and that width decides how the totals round")
+    text += "\n"
+    if len(set(widths)) > 1:
+        text += (f"# note: the group's rows are in batches padded to {', '.join(map(str, sorted(set(widths))))} "
+                 "positions; one --pad-width cannot give each its width, so totals in the narrower ones can "
+                 "differ from the full run's by float32 rounding\n")
     if scope_of(ESTIMATORS[estimator], settings) == "dataset":
         text += (f"# note: with these settings {estimator} also depends on rows outside this group (batch "
                  "whitening, a batch-wide scale, an adaptive KL coefficient or rollout correction's batch "

@@ -1163,10 +1163,51 @@ def test_inspect_export_writes_a_reproducer_that_reproduces(tmp_path, monkeypatc
     whole = read(full).filter(pa.compute.equal(read(full)["uid"], uid))
     group = read(out_dir / "group.adv.parquet")
     assert group.num_rows == whole.num_rows == 4
-    for a, b in zip(group["advantages"].to_pylist(), whole["advantages"].to_pylist()):
-        np.testing.assert_allclose(a, b, atol=1e-6)
+    assert group["advantages"].equals(whole["advantages"])  # to the bit: --pad-width when the batch is wider
     assert_one_line_error(rladv("inspect", inp, "--export", out_dir), "--export needs --uid")
     assert_one_line_error(rladv("inspect", inp, "--row", "3", "--uid", uid), "--row shows one trajectory and --uid one group")
+
+
+def _rows_whose_padded_sums_round_otherwise(rng, width: int, rows: int) -> list[list[float]]:
+    """``rows`` float32 rows (lengths 20-60) totalling 1 up to rounding (a near-tied group, where one ulp of a
+    total moves the advantages), whose padded float32 sum at their own length differs from the sum padded to
+    ``width``: torch's vectorised cascade rounds by the padded width (searched, so that the rows round
+    otherwise on whatever CPU runs the test)."""
+    import torch
+
+    found = []
+    while len(found) < rows:
+        v = rng.normal(size=int(rng.integers(20, 60)))
+        v[-1] = 1.0 - v[:-1].sum()
+        x = torch.from_numpy(v.astype(np.float32))
+        if x.unsqueeze(0).sum(-1).item() != torch.nn.functional.pad(x, (0, width - x.numel())).unsqueeze(0).sum(-1).item():
+            found.append(x.tolist())
+    return found
+
+
+def test_export_carries_the_batch_pad_width_and_reproduces_to_the_bit(tmp_path, monkeypatch):
+    """A group of short rows in a batch with a 500-position response: alone, its totals would be summed at its
+    own width and round otherwise; the exported command carries --pad-width 500 and gives the full run's bits."""
+    rng = np.random.default_rng(3)
+    short = _rows_whose_padded_sums_round_otherwise(rng, 500, 3)
+    inp = write(tmp_path / "batch.parquet", {
+        "uid": ["g", "g", "g", "long", "long"],
+        "response_mask": [[1] * len(r) for r in short] + [[1] * 500, [1] * 7],
+        "rm_scores": short + [[0.0] * 499 + [1.0], [0.0] * 6 + [0.5]],
+    })
+    settings = ["--estimator", "grpo"]
+    assert rladv("inspect", inp, "--uid", "g", "--export", tmp_path / "repro", *settings).exit_code == 0
+    command = (tmp_path / "repro" / "command.txt").read_text().splitlines()[0].split()
+    assert command[command.index("--pad-width") + 1] == "500"
+    monkeypatch.chdir(tmp_path / "repro")
+    assert rladv(*command[1:], "-q").exit_code == 0
+    without = [part for i, part in enumerate(command) if "--pad-width" not in command[max(i - 1, 0):i + 1]]
+    assert rladv(*without[1:], "-o", "alone.parquet", "-q").exit_code == 0
+    assert rladv("compute", inp, *settings, "-o", tmp_path / "full.parquet", "-q").exit_code == 0
+    full = read(tmp_path / "full.parquet").slice(0, 3)
+    assert read(tmp_path / "repro" / "group.adv.parquet")["advantages"].equals(full["advantages"])
+    assert not read(tmp_path / "repro" / "alone.parquet")["advantages"].equals(full["advantages"])
+    assert rladv("compute", inp, *settings, "--pad-width", "0").exit_code == 2
 
 
 def test_html_report_is_written_with_the_output_and_never_onto_it(tmp_path):

@@ -1,8 +1,10 @@
 """Pipeline behaviour that crosses stages: adaptive KL per batch, batch order, padding, progress, devices."""
 import io
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
@@ -160,3 +162,18 @@ def test_compute_reads_the_callers_table_without_writing_to_it(estimator):
     after = {name: [bytes(b) for chunk in t[name].chunks for b in chunk.buffers() if b is not None]
              for name in t.column_names}
     assert "rm_scores" in before and after == before
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "gae"])
+def test_pad_width_is_a_floor_on_each_batchs_width(estimator):
+    """``pad_width`` at most a batch's longest response changes nothing; wider, it sums row totals as the
+    wider padded batch does (the same as ``compute(pad_widths=...)``, which ``inspect`` passes), per batch.
+    The report records it with the settings."""
+    sample = pq.read_table(Path(__file__).resolve().parent.parent / "sample_data" / "multiturn.parquet")
+    longest = max(len(m) for m in sample["response_mask"].to_pylist())
+    plain, _ = rladv_cli.compute(sample, estimator=estimator, device="cpu")
+    floor, report = rladv_cli.compute(sample, estimator=estimator, device="cpu", pad_width=longest)
+    assert floor.equals(plain) and report.config["pad_width"] == longest
+    wide, _ = rladv_cli.compute(sample, estimator=estimator, device="cpu", pad_width=longest + 300)
+    given, _ = rladv_cli.compute(sample, estimator=estimator, device="cpu", pad_widths={None: longest + 300})
+    assert wide.equals(given)
