@@ -568,8 +568,9 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
                  **settings) -> list[str]:
     """Write a minimal reproducer of group ``uid`` into ``folder`` (created when missing): ``group.parquet`` (the
     group's rows, only the columns the run reads) and ``command.txt`` (the ``rladv compute`` line, with paths
-    relative to ``folder``, so the folder can travel). Whitened and batch-wide estimators also depend on rows
-    outside the group; the command file says so. Returns the paths written."""
+    relative to ``folder``, so the folder can travel, and ``--pad-width`` where the group's batch in the dataset
+    is wider than its own rows, so that the numbers are the full run's to the bit). Whitened and batch-wide
+    estimators also depend on rows outside the group; the command file says so. Returns the paths written."""
     import shlex
 
     from .config import Config, command_flags
