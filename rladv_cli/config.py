@@ -58,7 +58,7 @@ class Config(BaseModel):
     reward_weights: Optional[tuple[float, ...]] = Field(None, description="gdpo: weight of each component")
     batch_key: Optional[str] = Field(None, description="column whose values split the dataset into independent batches")
     pad_width: Optional[int] = Field(
-        None, gt=0, le=INT_MAX,
+        None, gt=0, le=1 << 20,
         description="sum each row's total as verl does in a batch padded to at least this many positions (verl "
         "pads a batch to its longest response, and the padded width decides how float32 totals round): what "
         "rladv inspect --export writes for a group taken out of a batch with longer responses",

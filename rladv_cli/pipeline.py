@@ -120,6 +120,7 @@ class ShardWork:
         self.validated: frozenset[str] = frozenset()  # set per pass by ``run``
         # batch-wide statistics, filled in by the driver between passes
         self.pad_width: Optional[Tensor] = None
+        self.positions = 0  # the longest response: the stride of per-(group, position) sums
         self.beta_by_batch: Optional[Tensor] = None
         self.is_norm_factor: Optional[Tensor] = None
         self.batch_rows: Optional[Tensor] = None
@@ -367,7 +368,7 @@ class ShardWork:
         per-(group, position) sums an estimator accumulates: float64 sums in row order, handed back for the
         (group, position) slots this shard touched."""
         accumulate = self.est.accumulator()
-        width = int(self.pad_width.max())
+        width = self.positions
         rows, sums = RowTable(), {}
         for chunk in self._chunks(shard, self.scan_columns, "group statistics"):
             p = self._prepare(chunk, self._given(chunk, shard, given), with_weights=True)
@@ -591,6 +592,7 @@ class Pipeline:
         n_batches = len(self.labels.batches)
         self.work.pad_width = torch.zeros(n_batches, dtype=torch.long).scatter_reduce(
             0, batch_of_row, self.rows["length"], "amax")
+        self.work.positions = int(self.work.pad_width.max()) if n_batches else 0
         for value, b in self.labels.batches.items() if self.pad_widths is not None else ():
             self.work.pad_width[b] = max(int(self.work.pad_width[b]), self.pad_widths.get(value, 0))
         if self.cfg.pad_width is not None:
@@ -646,7 +648,7 @@ class Pipeline:
     def _merge_group_statistics(self, results: list[ShardResult]) -> None:
         """Whitening moments per row; the per-(group, position) sums added shard after shard in float64,
         rounded to float32 once."""
-        width = int(self.work.pad_width.max())
+        width = self.work.positions
         sums: dict[str, Tensor] = {}
         for result in results:
             self.rows.add(**result.rows)
