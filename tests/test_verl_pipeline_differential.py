@@ -329,6 +329,8 @@ def cases(draw, estimator: str, *, kl=True, overlong=True, correction=True, sess
     if shape.n_batches > 1:
         options["batch_key"] = "step"
     rows = make_rows(rng, shape)
+    if draw(st.integers(0, 5)) == 0:  # the trainer padded its batches wider (or not: at most the longest row)
+        options["pad_width"] = draw(st.integers(1, max(len(m) for m in rows["response_mask"]) + 40))
     if shape.components:
         options["reward_components"] = tuple(f"comp{k}" for k in range(shape.components))
         if draw(st.booleans()):
@@ -346,8 +348,10 @@ def cases(draw, estimator: str, *, kl=True, overlong=True, correction=True, sess
 
 # ----------------------------------------------------------------------------------- verl's side of the step
 
-def padded(rows: list[list], dtype: torch.dtype) -> torch.Tensor:
-    T = max(len(r) for r in rows)
+def padded(rows: list[list], dtype: torch.dtype, width: int = 0) -> torch.Tensor:
+    """``[B, T]`` right-padded with zeros, ``T`` the longest row or ``width`` if wider (a trainer that pads its
+    batch wider, which rladv's ``pad_width`` replays)."""
+    T = max(max(len(r) for r in rows), width)
     out = torch.zeros(len(rows), T, dtype=dtype)
     for i, r in enumerate(rows):
         out[i, : len(r)] = torch.tensor(r, dtype=dtype)
@@ -434,13 +438,14 @@ def verl_step(case: Case, rows: list[int], config: AlgoConfig, kl_ctrl) -> VerlS
         values = case.column(name)
         return [values[i] for i in rows]
 
-    mask = padded(col("response_mask"), torch.int64)
+    width = case.options.get("pad_width", 0)
+    mask = padded(col("response_mask"), torch.int64, width)
     B, T = mask.shape
     lengths = [len(r) for r in col("response_mask")]
     if "attention_mask" in case.table.column_names:
-        response_attention = padded(col("attention_mask"), torch.int64)
+        response_attention = padded(col("attention_mask"), torch.int64, width)
     else:
-        response_attention = padded([[1] * n for n in lengths], torch.int64)
+        response_attention = padded([[1] * n for n in lengths], torch.int64, width)
     attention = torch.cat([torch.ones(B, PROMPT, dtype=torch.int64), response_attention], dim=1)
     tensors = {
         "prompts": torch.ones(B, PROMPT, dtype=torch.int64),
@@ -450,11 +455,11 @@ def verl_step(case: Case, rows: list[int], config: AlgoConfig, kl_ctrl) -> VerlS
     }
     for name in ("old_log_probs", "ref_log_prob", "values", "sum_pi_squared"):  # what the table holds
         if name in case.table.column_names:
-            tensors[name] = padded(col(name), torch.float32)
+            tensors[name] = padded(col(name), torch.float32, width)
     if case.estimator == "remax":  # the legacy trainer's REMAX stage adds them; every other estimator refuses them
         tensors["reward_baselines"] = torch.tensor(col("reward_baselines"), dtype=torch.float32)
     if case.rollout_log_probs:
-        tensors["rollout_log_probs"] = padded(col("rollout_log_probs"), torch.float32)
+        tensors["rollout_log_probs"] = padded(col("rollout_log_probs"), torch.float32, width)
     uids = col("uid")
     non_tensors: dict[str, np.ndarray] = {
         "uid": np.array(uids, dtype=object),
@@ -478,7 +483,7 @@ def verl_step(case: Case, rows: list[int], config: AlgoConfig, kl_ctrl) -> VerlS
                       for s, t in zip(scores, col("tool_rewards"))]
         rm_scores = dapo_rm_scores(data, scores, case)
     else:
-        rm_scores = padded(col("rm_scores"), torch.float32)
+        rm_scores = padded(col("rm_scores"), torch.float32, width)
         if "overlong_buffer_len" in o:
             # rladv's documented extension (CONTRACT §2): the DAPO penalty lands on the last non-padding position
             # of token-level scores too. verl's manager, with a reward function returning 0, gives that penalty.
@@ -532,7 +537,7 @@ def verl_step(case: Case, rows: list[int], config: AlgoConfig, kl_ctrl) -> VerlS
 # ------------------------------------------------------------------------------------------ the comparison
 
 # settings no verl config key holds: rladv flags on top of a --config file (as typed on the command line)
-NOT_IN_VERL_CONFIG = ("rpp_mask_mode", "epsilon", "tool_reward_coef", "batch_key")
+NOT_IN_VERL_CONFIG = ("rpp_mask_mode", "epsilon", "tool_reward_coef", "batch_key", "pad_width")
 
 
 def run_rladv(case: Case):
@@ -551,6 +556,8 @@ def run_rladv(case: Case):
         settings = {**from_file, **{k: v for k, v in settings.items() if k in NOT_IN_VERL_CONFIG}}
         event("settings read from a verl trainer YAML (--config)")
     settings.setdefault("estimator", case.estimator)
+    if "pad_width" in settings:
+        event("batches padded to --pad-width")
     if not case.via_file:
         return rladv_cli.compute(case.table, device="cpu", chunk_rows=case.chunk_rows, **settings)
     event("rladv_cli.compute_file on Parquet")
