@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import baseline  # noqa: E402
 
 import rladv_cli  # noqa: E402
-from rladv_cli.batch import from_arrow  # noqa: E402
-from rladv_cli.io import ROW_GROUP_ROWS, writer_options  # noqa: E402
-from rladv_cli.kernels import group_stats  # noqa: E402
+from rladv_cli.io.read import ROW_GROUP_ROWS, writer_options  # noqa: E402
+from rladv_cli.tensors.batch import from_arrow  # noqa: E402
+from rladv_cli.tensors.kernels import group_stats  # noqa: E402
 
 DATA = Path(os.environ.get("RLADV_BENCH_DATA") or Path(__file__).resolve().parent / "data")  # datasets, outputs
 T_MAX = 4096
@@ -175,7 +175,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)  # as rladv runs by default; the baseline gets the same single thread
     DATA.mkdir(exist_ok=True)
-    from rladv_cli.kernels import NATIVE_SCAN
+    from rladv_cli.tensors.kernels import NATIVE_SCAN
 
     print(f"machine: {os.cpu_count()} cores, torch {torch.__version__} (threads {torch.get_num_threads()}), "
           f"C scan {'built' if NATIVE_SCAN else 'NOT built (torch scans)'}, "

@@ -30,9 +30,8 @@ import pyarrow.parquet as pq
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import DATA, dataset, end_to_end, io_floor, kernel_time, parse_size, token_count  # noqa: E402
-
 import rladv_cli  # noqa: E402
+from bench import DATA, dataset, end_to_end, io_floor, kernel_time, parse_size, token_count  # noqa: E402
 
 TOLERANCE = 1e-5
 COLUMNS = ("token_level_rewards", "advantages", "returns")
@@ -92,7 +91,7 @@ def main() -> None:
         print("gpu_check: torch sees no CUDA device here", file=sys.stderr)
         sys.exit(2)
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
-    from rladv_cli.kernels import NATIVE_SCAN
+    from rladv_cli.tensors.kernels import NATIVE_SCAN
 
     print(f"device: {name}, torch {torch.__version__}, pyarrow {pa.__version__}, "
           f"C loops {'built' if NATIVE_SCAN else 'NOT built: the CPU runs the torch scans'}")

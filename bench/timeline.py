@@ -27,7 +27,8 @@ from pathlib import Path
 START = time.perf_counter()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rladv_cli import api, cli, io  # noqa: E402
+from rladv_cli import api, cli
+from rladv_cli.io import read as io  # noqa: E402
 
 events: list[tuple[float, str]] = []
 carried = {"background": 0, "own task": 0}

@@ -20,14 +20,14 @@ __version__ = "0.1.0"
 _LAZY = {
     "compute": "api",
     "compute_file": "api",
-    "compute_ray": "ray_engine",
+    "compute_ray": "pipeline.ray_engine",
     "validate": "api",
-    "inspect": "inspection",
-    "row_view": "views",
-    "group_view": "views",
-    "dump_batch": "dump",
-    "Config": "config",
-    "Report": "report",
+    "inspect": "diagnose.checklist",
+    "row_view": "diagnose.views",
+    "group_view": "diagnose.views",
+    "dump_batch": "io.dump",
+    "Config": "config.settings",
+    "Report": "report.model",
     "RladvError": "errors",
     "ConfigError": "errors",
     "InputError": "errors",
@@ -40,7 +40,7 @@ __all__ = ["__version__", *_LAZY]
 
 
 def __getattr__(name: str):
-    """The public names above, and the submodules (``rladv_cli.kernels``, ``rladv_cli.estimators``, ...),
+    """The public names above, and the subpackages (``rladv_cli.tensors``, ``rladv_cli.estimators``, ...),
     imported on first use."""
     import importlib
     import importlib.util

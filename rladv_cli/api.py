@@ -11,12 +11,12 @@ from typing import Callable, Mapping, Optional, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import validation
-from .config import Config, setting_notes
+from .config.settings import Config, setting_notes
+from .contract import validation
 from .errors import InputError, OutputError
-from .io import (AtomicParquetWriter, Dataset, SideFiles, TableSource, check_output_path, computed_columns,
-                 default_output, output_schema, signals_deferred)
-from .report import Report
+from .io.read import (AtomicParquetWriter, Dataset, SideFiles, TableSource, check_output_path, computed_columns,
+                      default_output, output_schema, signals_deferred)
+from .report.model import Report
 
 PathLike = str | os.PathLike
 SWITCH_INTERVAL_S = 0.0005  # while compute_file runs (sys.setswitchinterval)
@@ -32,7 +32,7 @@ def _pipeline_imported():
     enabled, ours = gc.isenabled(), gc.get_freeze_count() == 0
     gc.disable()
     try:
-        from . import pipeline
+        from .pipeline import driver as pipeline
 
         if ours:
             gc.freeze()
@@ -61,7 +61,7 @@ def compute(table: pa.Table, config: Optional[Config] = None, *, progress: Optio
     batches of a larger dataset these rows were taken from: row totals are summed as verl sums them padded to
     their batch's longest response, so with it the rows' numbers are the larger run's, not only close to them.
     """
-    from .pipeline import Pipeline
+    from .pipeline.driver import Pipeline
 
     cfg = _config(config, settings)
     source = TableSource(table)
@@ -137,7 +137,7 @@ def finish_report(report: Report, output: str, config_source: Optional[dict],
         if report_path is not None:
             files.write(report_path, report.to_json())
         if html_path is not None:
-            from .html_report import render_html
+            from .report.html import render_html
 
             files.write(html_path, render_html(report))
         own.commit()

@@ -8,7 +8,8 @@ import os
 import signal
 import sys
 from enum import Enum
-from inspect import Parameter, signature as pysignature
+from inspect import Parameter
+from inspect import signature as pysignature
 from pathlib import Path
 from typing import Annotated, Callable, Optional
 
@@ -17,6 +18,7 @@ import typer.core
 
 from .errors import TERMINATION_SIGNALS, Interrupted, RladvError, one_line, shown
 from .estimators.registry import ESTIMATORS
+
 
 class _OneLineErrors(typer.core.TyperGroup):
     """Usage errors (unknown option, bad choice, missing argument) as one ``Error: ...`` line, exit code 2."""
@@ -187,14 +189,14 @@ def compute(
     from rich.console import Console
 
     from .api import compute_file
-    from .report import render
+    from .report.model import render
 
     cfg, source = _resolve_config(ctx, config, engine)
     err = Console(stderr=True)
     paths = [str(p) for p in dataset]
     with _progress(err, enabled=not quiet and err.is_terminal) as progress:
         if engine is Engine.ray:
-            from .ray_engine import compute_ray
+            from .pipeline.ray_engine import compute_ray
 
             result = _run(lambda: compute_ray(paths, cfg, output_dir=output, address=ray_address, workers=ray_workers,
                                               progress=progress, report_path=report, html_path=html,
@@ -222,7 +224,7 @@ def compute(
 
 def _settings(params: dict) -> dict:
     """The ``Config`` fields among a command's parameters, as ``Config`` takes them (enum values, split lists)."""
-    from .config import Config
+    from .config.settings import Config
 
     settings = {k: v for k, v in params.items() if k in Config.model_fields}
     for key, value in settings.items():
@@ -235,7 +237,7 @@ def _settings(params: dict) -> dict:
 
 def _resolve_config(ctx: typer.Context, path: Optional[Path], engine: Optional["Engine"] = None):
     """The run's ``Config`` from the command's flags over ``--config`` (a verl YAML), and what the file gave."""
-    from .config import Config
+    from .config.settings import Config
 
     settings, source = _merge_verl_config(ctx, path, _settings(ctx.params))
     if settings.get("estimator") is None:
@@ -252,7 +254,7 @@ def _merge_verl_config(ctx: typer.Context, path: Optional[Path], flags: dict) ->
     typed = {k: v for k, v in flags.items() if _typed(ctx, k)}
     if path is None:
         return {k: v for k, v in flags.items() if v is not None or k in typed}, None
-    from .verl_config import settings_from_verl_yaml
+    from .config.verl import settings_from_verl_yaml
 
     from_file = _run(lambda: settings_from_verl_yaml(str(path)))
     merged = {k: v for k, v in flags.items() if v is not None}
@@ -381,7 +383,7 @@ def inspect(
     --row, --uid and --export compute with every setting of compute; the checklist takes --kl-coef/--kl-penalty."""
     from rich.console import Console
 
-    from . import inspection
+    from .diagnose import checklist as inspection
 
     paths = [str(p) for p in dataset]
     if chunk_rows < 1:
@@ -407,13 +409,13 @@ def inspect(
         return
     if html is not None:
         _fail("--html writes the dataset's checklist; it does not combine with --row or --uid")
-    from . import views
+    from .diagnose import views
 
     if name is None and row is not None:
         _only_typed(ctx, (), "without --estimator, --row shows the file's own columns; compute's settings need --estimator")
         options = {}
     else:
-        from .config import RUN_ONLY, Config
+        from .config.settings import RUN_ONLY, Config
 
         name = name or "grpo"
         cfg = _run(lambda: Config(estimator=name, **merged))
@@ -448,8 +450,9 @@ def explain(
     """Show how one row's advantages are derived, with compute's settings: the recursion per token, or its group's baseline and scale."""
     from rich.console import Console
 
-    from .config import RUN_ONLY
-    from .explain import explain as run_explain, render_explanation
+    from .config.settings import RUN_ONLY
+    from .diagnose.explain import explain as run_explain
+    from .diagnose.explain import render_explanation
 
     cfg, _ = _resolve_config(ctx, config)
     settings = cfg.model_dump(exclude={"estimator", *RUN_ONLY})
@@ -469,7 +472,7 @@ def offpolicy(
     """What-if sweep of rollout rejection: tokens, rows and groups each threshold would remove."""
     from rich.console import Console
 
-    from .offpolicy import render, sweep
+    from .diagnose.offpolicy import render, sweep
 
     specs = [t.strip() for t in (thresholds or "").split(",") if t.strip()] + list(threshold or [])
     if not specs:
@@ -492,9 +495,8 @@ def convert(
     step: Annotated[Optional[int], typer.Option(help="Add a step column with this value (for --batch-key step over a folder of dumps); default: the batch's meta_info global_steps, when it has one.")] = None,
 ) -> None:
     """Write a trainer's saved batch as a rollout dataset, ready for rladv compute to replay (loads pickles: trusted files only)."""
-    from .dump import dump_batch, load_saved
-
-    from .io import check_output_path
+    from .io.dump import dump_batch, load_saved
+    from .io.read import check_output_path
 
     target = out or saved.with_suffix(".parquet")
     if out is None and target.resolve() == saved.resolve():

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -365,7 +365,7 @@ def _rendered(report) -> str:
 
     from rich.console import Console
 
-    from rladv_cli.report import render
+    from rladv_cli.report.model import render
 
     console = Console(file=io.StringIO(), width=2000, color_system=None)
     render(report, console)
@@ -400,7 +400,7 @@ def test_terminal_warnings_name_the_file_of_each_row_when_there_are_several(tmp_
     from rich.console import Console
 
     import rladv_cli
-    from rladv_cli.report import render
+    from rladv_cli.report.model import render
 
     folder = tmp_path / "two"
     folder.mkdir()
@@ -933,7 +933,7 @@ def test_public_names_resolve_to_what_the_cli_calls_without_torch():
     p = _py("import rladv_cli, sys\n"
             "for name in rladv_cli.__all__: getattr(rladv_cli, name)\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n"
-            "from rladv_cli import views\n"
+            "from rladv_cli.diagnose import views\n"
             "assert (rladv_cli.row_view, rladv_cli.group_view) == (views.row_view, views.group_view)\n")
     assert p.returncode == 0, p.stderr
 

@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, assume, example, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
 
 import rladv_cli
-from rladv_cli.distributions import _SHIFT, MANTISSA_BITS, Sketch, edges_for, histogram
+from rladv_cli.report.distributions import _SHIFT, MANTISSA_BITS, Sketch, edges_for, histogram
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
 FINITE32 = 0x7F7FFFFF

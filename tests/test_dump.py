@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import rladv_cli
 from rladv_cli.cli import app
-from rladv_cli.dump import batch_table, dump_batch
+from rladv_cli.io.dump import batch_table, dump_batch
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = {Path(c["expected"]).stem: c for c in json.loads((GOLDEN / "cases.json").read_text())["cases"]}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import rladv_cli
-from rladv_cli.shaping import KLController, kl_penalty
+from rladv_cli.stages.shaping import KLController, kl_penalty
 
 
 def table(rm_scores, masks, uids=None, **lists):

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from rladv_cli.cli import app
+from rladv_cli.diagnose.explain import explain
 from rladv_cli.errors import ConfigError
-from rladv_cli.explain import explain
 
 
 def write(tmp_path, **cols):
@@ -125,7 +125,7 @@ def test_explain_takes_every_setting_that_decides_the_numbers():
     again (``cli.takes_settings`` gives every Config field; this fails when a new field lacks its option)."""
     import typer.main
 
-    from rladv_cli.config import RUN_ONLY, Config
+    from rladv_cli.config.settings import RUN_ONLY, Config
 
     commands = typer.main.get_command(app).commands
     for name in ("compute", "explain", "inspect"):
@@ -151,9 +151,8 @@ def test_a_rows_numbers_are_the_whole_runs_to_the_bit(tmp_path, batch_key):
     """explain and inspect compute a group (or a row) on its own; its row totals are still summed padded to
     the batch's longest response in the whole dataset, so near-tied groups (where an ulp of a total moves the
     advantage by ~1e-4) give the run's numbers exactly."""
-    from rladv_cli.views import group_view
-
     import rladv_cli
+    from rladv_cli.diagnose.views import group_view
 
     sample = pq.read_table(Path(__file__).parents[1] / "sample_data" / "multiturn.parquet")
     path = tmp_path / "mt.parquet"

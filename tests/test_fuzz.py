@@ -31,9 +31,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import rladv_cli
+import rladv_cli.pipeline.driver  # noqa: F401  (imports torch now, not inside the first timed example)
 from rladv_cli.estimators.registry import ESTIMATORS
-
-import rladv_cli.pipeline  # noqa: F401  (imports torch now, not inside the first timed example)
 
 HANG_S = 20
 CONTRACT_OUT = ("token_level_rewards", "response_mask", "loss_mask", "advantages", "returns")
@@ -378,7 +377,7 @@ def test_a_wrong_type_in_a_column_chunks_footer_metadata_is_read_as_the_schema_s
     """A fuzz find: one byte of the footer turned the ``values`` column chunks' ``ColumnMetaData.type`` (a copy of
     the schema's physical type) from FLOAT into BOOLEAN. ``pq.read_table`` refuses such a file; ParquetFile, which
     rladv reads with, decodes the pages by the schema, so the run must give exactly the intact file's output."""
-    from rladv_cli.parquet_join import MAGIC, encode_footer, split_file
+    from rladv_cli.io.parquet_join import MAGIC, encode_footer, split_file
 
     pages, footer = split_file(GOOD["none"])
     changed = 0

@@ -19,11 +19,12 @@ from typer.testing import CliRunner
 
 import rladv_cli
 from rladv_cli.cli import app
-from rladv_cli.distributions import Sketch, bucket_mid, histogram
-from rladv_cli.html_inspect import SECTIONS as INSPECT_SECTIONS, render_inspection_html
-from rladv_cli.html_report import SECTIONS, render_html, write_html
-from rladv_cli.inspection import inspect
-from rladv_cli.report import Histogram, Report
+from rladv_cli.diagnose.checklist import inspect
+from rladv_cli.diagnose.html import SECTIONS as INSPECT_SECTIONS
+from rladv_cli.diagnose.html import render_inspection_html
+from rladv_cli.report.distributions import Sketch, bucket_mid, histogram
+from rladv_cli.report.html import SECTIONS, render_html, write_html
+from rladv_cli.report.model import Histogram, Report
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
@@ -341,7 +342,7 @@ def test_sketch_does_not_depend_on_chunking():
     assert np.all(np.isfinite(bucket_mid(keys)))
 
 
-@pytest.mark.skipif(__import__("rladv_cli.distributions").distributions._rows is None,
+@pytest.mark.skipif(__import__("rladv_cli.report.distributions").report.distributions._rows is None,
                     reason="the C key counter was not built (no compiler at install)")
 @pytest.mark.parametrize("paired", [False, True])
 @pytest.mark.parametrize("max_keys, labelled", [(2000, 300), (60, 5)])
@@ -351,7 +352,7 @@ def test_counting_rows_in_c_gives_the_sketch_numpy_gives(paired, max_keys, label
     keys kept, often while runs wait in the C pass's buffer)."""
     from unittest import mock
 
-    from rladv_cli import distributions
+    from rladv_cli.report import distributions
 
     rng = np.random.default_rng(3)
     lengths = rng.integers(0, 60, 400)
@@ -442,7 +443,7 @@ def test_matplotlib_is_imported_only_for_html(tmp_path):
             f"t = pq.read_table({str(SAMPLES / 'groups.parquet')!r})\n"
             "rladv_cli.compute(t, estimator='grpo', device='cpu')\n"
             "assert 'matplotlib' not in sys.modules, 'matplotlib imported by compute'\n"
-            "from rladv_cli.html_report import render_html\n"
+            "from rladv_cli.report.html import render_html\n"
             "assert 'matplotlib' not in sys.modules, 'matplotlib imported by html_report'\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr

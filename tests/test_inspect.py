@@ -1,4 +1,4 @@
-"""``rladv_cli.inspection``: the checklist on crafted tables (exact counts and rows), CONTRACT §5's JSON, chunking,
+"""``rladv_cli.diagnose.checklist``: the checklist on crafted tables (exact counts and rows), CONTRACT §5's JSON, chunking,
 no torch in ``inspect``, and the row/group views on SEMANTICS' worked examples."""
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
+from rladv_cli.diagnose.checklist import inspect, kl_estimate, render_inspection
+from rladv_cli.diagnose.views import group_view, render_group, render_row, row_view
 from rladv_cli.errors import ConfigError, InputError
-from rladv_cli.inspection import inspect, kl_estimate, render_inspection
-from rladv_cli.views import group_view, render_group, render_row, row_view
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
 F32 = pa.list_(pa.float32())
@@ -209,9 +209,9 @@ def test_all_equal_scores_but_not_after_kl(tmp_path):
 
 @pytest.mark.parametrize("mode", ["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "k3+", "kl+"])
 def test_kl_estimate_matches_the_pipelines(mode):
-    from rladv_cli.shaping import kl_penalty
-
     import torch
+
+    from rladv_cli.stages.shaping import kl_penalty
 
     rng = np.random.default_rng(0)
     old = (-rng.exponential(1.0, 200) * 5).astype(np.float32)
@@ -364,7 +364,7 @@ def test_sample_groups_finds_the_singleton_and_all_equal_group():
 def test_inspect_does_not_import_torch(computed_groups):
     code = (
         "import sys\n"
-        "from rladv_cli.inspection import inspect, render_inspection\n"
+        "from rladv_cli.diagnose.checklist import inspect, render_inspection\n"
         f"ins = inspect([{str(computed_groups)!r}], kl_coef=0.1, estimator='grpo')\n"
         f"inspect({str(SAMPLES / 'multiturn.parquet')!r}, chunk_rows=5)\n"
         "import io; from rich.console import Console\n"

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rladv_cli import kernels
+from rladv_cli.tensors import kernels
 
 
 def offsets_of(lengths):

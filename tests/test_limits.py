@@ -77,7 +77,7 @@ def test_reading_a_file_holds_a_chunk_not_the_file(tmp_path):
     """pyarrow's ``ParquetFile`` pre-buffers by default: iterating batches then keeps every column chunk read
     so far, i.e. the whole compressed file by the end. ``io.open_parquet`` turns that off, so Arrow memory
     while streaming stays near one row group."""
-    from rladv_cli.io import Dataset
+    from rladv_cli.io.read import Dataset
 
     rows, width = 4096, 256
     rng = np.random.default_rng(0)

@@ -5,10 +5,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from rladv_cli.io import writer_options
-from rladv_cli.parquet_join import RowGroupJoiner, decode_footer, encode_footer, split_file
+from rladv_cli.io.parquet_join import RowGroupJoiner, decode_footer, encode_footer, split_file
+from rladv_cli.io.read import writer_options
 
 
 def _table(rows: int, seed: int = 0) -> pa.Table:

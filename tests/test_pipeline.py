@@ -10,7 +10,7 @@ from rich.console import Console
 
 import rladv_cli
 from rladv_cli.cli import _progress
-from rladv_cli.shaping import KLController
+from rladv_cli.stages.shaping import KLController
 
 
 def kl_table():

@@ -535,7 +535,7 @@ def assert_same_results(expected, actual, name: str) -> None:
             np.testing.assert_allclose(b, a, atol=ATOL, rtol=RTOL, err_msg=f"{name} {col} row {i}")
 
 
-@pytest.mark.skipif(not __import__("rladv_cli.kernels").kernels.NATIVE_SCAN, reason="the C loops were not built")
+@pytest.mark.skipif(not __import__("rladv_cli.tensors.kernels").tensors.kernels.NATIVE_SCAN, reason="the C loops were not built")
 @pytest.mark.parametrize("name", NAMES)
 @examples(6)
 @given(data=st.data(), s=S.estimator_settings(), kl=S.kl_settings())
@@ -544,7 +544,7 @@ def test_the_gpu_code_path_agrees_with_the_c_loops(name, data, s, kl):
     scans, segment reductions): CPU/GPU parity of the code paths, checked without a GPU."""
     from unittest import mock
 
-    from rladv_cli import kernels
+    from rladv_cli.tensors import kernels
 
     rollout = data.draw(S.rollouts(**needs(name)), label="rollout")
     table = rollout.table()

@@ -74,7 +74,7 @@ def test_an_unresolvable_host_is_one_line(tmp_path, no_cluster):
 
 
 def test_an_address_that_never_answers_is_one_line(tmp_path, no_cluster, monkeypatch):
-    from rladv_cli.ray_engine import PROBE_SECONDS
+    from rladv_cli.pipeline.ray_engine import PROBE_SECONDS
 
     def create_connection(address, timeout):
         assert timeout == PROBE_SECONDS

@@ -19,7 +19,7 @@ from rladv_cli import Config, compute_file
 from rladv_cli.cli import app
 from rladv_cli.errors import ConfigError, InputError, OutputError
 from rladv_cli.estimators import ESTIMATORS
-from rladv_cli.io import Dataset
+from rladv_cli.io.read import Dataset
 
 SHARD_ROWS = (9, 14, 1, 12)  # then the rest (at least 6 rows)
 CHUNK_ROWS = 5
@@ -30,7 +30,7 @@ def ray_instance():
     ray = pytest.importorskip("ray")
     import logging
 
-    from rladv_cli.ray_engine import WORKER_ENV
+    from rladv_cli.pipeline.ray_engine import WORKER_ENV
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
              runtime_env=WORKER_ENV)
@@ -92,7 +92,7 @@ def shards(tmp_path_factory) -> Path:
 
 
 def run_both(folder: Path, tmp: Path, ray_options: dict | None = None, **settings):
-    from rladv_cli.ray_engine import compute_ray
+    from rladv_cli.pipeline.ray_engine import compute_ray
 
     cfg = Config(chunk_rows=CHUNK_ROWS, device="cpu", **settings)
     local = compute_file([str(folder)], cfg, output=str(tmp / "local.parquet"))
@@ -146,7 +146,7 @@ def test_agent_sessions_fold_across_shards(ray_instance, tmp_path):
 def _fail_on(shard_index: int, marker: Path, how: str):
     """A stand-in for the Ray task that fails on shard ``shard_index``'s write: once (then ``marker``
     exists) or, with ``how == "always"``, every time. Pickled by value, so it reaches the workers."""
-    from rladv_cli import ray_engine
+    from rladv_cli.pipeline import ray_engine
 
     real = ray_engine._run_task
 
@@ -163,7 +163,7 @@ def _fail_on(shard_index: int, marker: Path, how: str):
 
 @pytest.mark.parametrize("how", ["crash", "exception"])
 def test_a_task_that_fails_once_is_retried(ray_instance, shards, tmp_path, monkeypatch, how):
-    from rladv_cli import ray_engine
+    from rladv_cli.pipeline import ray_engine
 
     monkeypatch.setattr(ray_engine, "_run_task", _fail_on(1, tmp_path / "failed", how))
     local, distributed = run_both(shards, tmp_path, estimator="grpo", batch_key="step")
@@ -172,7 +172,7 @@ def test_a_task_that_fails_once_is_retried(ray_instance, shards, tmp_path, monke
 
 
 def test_a_task_that_always_fails_leaves_no_output(ray_instance, shards, tmp_path, monkeypatch):
-    from rladv_cli import ray_engine
+    from rladv_cli.pipeline import ray_engine
 
     monkeypatch.setattr(ray_engine, "MAX_RETRIES", 1)
     monkeypatch.setattr(ray_engine, "_run_task", _fail_on(1, tmp_path / "failed", "always"))
@@ -223,7 +223,7 @@ def test_a_failed_run_removes_only_the_output_folder_it_created(ray_instance, tm
 
 
 def test_output_folder_and_names(tmp_path):
-    from rladv_cli.ray_engine import default_output_dir, output_names
+    from rladv_cli.pipeline.ray_engine import default_output_dir, output_names
 
     folder = write_shards(rollouts(np.random.default_rng(5)), tmp_path / "rollouts")
     data = Dataset([str(folder)])
@@ -245,7 +245,7 @@ def test_output_folder_and_names(tmp_path):
 
 
 def test_the_ray_engine_runs_on_cpu(ray_instance, shards, tmp_path):
-    from rladv_cli.ray_engine import compute_ray
+    from rladv_cli.pipeline.ray_engine import compute_ray
 
     with pytest.raises(ConfigError, match="CPU workers"):
         compute_ray([str(shards)], Config(estimator="grpo", device="cuda"), output_dir=tmp_path / "out")
@@ -294,7 +294,7 @@ def test_workers_import_torch_and_the_passes_before_any_task(ray_instance):
     def imported() -> tuple[bool, bool]:
         import sys
 
-        return "torch" in sys.modules, "rladv_cli.pipeline" in sys.modules
+        return "torch" in sys.modules, "rladv_cli.pipeline.driver" in sys.modules
 
     assert ray_instance.get(imported.remote()) == (True, True)
 
@@ -315,7 +315,7 @@ def test_a_termination_signal_interrupts_a_blocking_ray_call(ray_instance):
     import time
 
     from rladv_cli.errors import Interrupted
-    from rladv_cli.ray_engine import _interrupts_for_ray
+    from rladv_cli.pipeline.ray_engine import _interrupts_for_ray
 
     @ray_instance.remote
     def slow():
@@ -342,8 +342,8 @@ def test_a_signal_as_the_staging_folder_is_made_leaves_nothing(ray_instance, sha
     import signal
     import tempfile
 
-    from rladv_cli import ray_engine
     from rladv_cli.errors import Interrupted
+    from rladv_cli.pipeline import ray_engine
 
     def mkdtemp(*args, **kwargs):
         path = real(*args, **kwargs)
@@ -363,7 +363,7 @@ def test_a_signal_as_the_staging_folder_is_made_leaves_nothing(ray_instance, sha
 
 def test_an_address_ray_cannot_take_is_a_one_line_config_error():
     # ray.init raises ValueError for a ray:// address without the ray[client] package (seen with ray[data] only)
-    from rladv_cli.ray_engine import _init
+    from rladv_cli.pipeline.ray_engine import _init
 
     class NoClient:
         @staticmethod

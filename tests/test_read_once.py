@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import rladv_cli
-from rladv_cli import io as rio
+from rladv_cli.io import read as rio
 
 
 def rollouts(rows: int, seed: int, prompt: int = 0) -> pa.Table:
@@ -139,7 +139,7 @@ def test_rows_are_checked_once_on_the_thread_and_errors_stay_where_they_were(tmp
     """The thread checks every column of every chunk it decodes; the passes skip chunks that passed. A chunk
     that fails is checked again by the pass that always checked it, so the error is the same as without
     the cache: here the mask error of row 30 (layout pass) wins over the NaN of row 3 (write pass)."""
-    from rladv_cli import validation
+    from rladv_cli.contract import validation
 
     calls = []
     check = validation.check_chunk
@@ -226,8 +226,10 @@ def test_a_failed_torch_import_leaves_the_collector_as_it_was(monkeypatch):
 
     from rladv_cli import api
 
-    monkeypatch.setitem(sys.modules, "rladv_cli.pipeline", None)  # `from . import pipeline` now fails
-    monkeypatch.delattr(rladv_cli, "pipeline", raising=False)  # (an earlier import left it on the package)
+    monkeypatch.setitem(sys.modules, "rladv_cli.pipeline.driver", None)  # `from . import pipeline` now fails
+    import rladv_cli.pipeline
+
+    monkeypatch.delattr(rladv_cli.pipeline, "driver", raising=False)  # (an earlier import left it on the package)
     gc.unfreeze()  # (whatever the interpreter's start-up may have frozen)
     with pytest.raises(ImportError):
         with api._pipeline_imported():

@@ -6,7 +6,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
 import reference as ref
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -3,10 +3,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rladv_cli.batch import Batch
-from rladv_cli.config import Config
+from rladv_cli.config.settings import Config
 from rladv_cli.estimators.reinforce import credit_cut_rows
-from rladv_cli.kernels import broadcast_rows, reverse_linear_scan, shift_left_in_row
+from rladv_cli.tensors.batch import Batch
+from rladv_cli.tensors.kernels import broadcast_rows, reverse_linear_scan, shift_left_in_row
 
 
 def _dense_cut_rows(batch: Batch, gamma: float) -> torch.Tensor:

@@ -17,16 +17,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from host_exp import SAME_EXP  # noqa: E402
 
 from rladv_cli.errors import ComputeError, ConfigError  # noqa: E402
-from rladv_cli.rejection import (  # noqa: E402
-    RS_OPTIONS,
-    ImportanceSampling,
-    RejectionRule,
-    RolloutCorrectionStats,
-    importance_weights,
-    parse_rollout_is,
-    parse_rollout_rs,
-    rejection_keep,
-)
+from rladv_cli.stages.rejection import (RS_OPTIONS, ImportanceSampling, RejectionRule, RolloutCorrectionStats,
+                                        importance_weights, parse_rollout_is, parse_rollout_rs, rejection_keep)
 
 GOLDEN = pathlib.Path(__file__).resolve().parent / "golden"
 

@@ -16,13 +16,12 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rich.console import Console
 from typer.testing import CliRunner
 
 import rladv_cli
-from rich.console import Console
-
 from rladv_cli.cli import app
-from rladv_cli.report import render
+from rladv_cli.report.model import render
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = {Path(c["expected"]).stem: c for c in json.loads((GOLDEN / "cases.json").read_text())["cases"]}
@@ -390,7 +389,7 @@ EXPLAINED_RUNS = {  # settings that tie rows together in every way explain has t
 def test_the_explain_line_reproduces_the_runs_numbers_for_any_row(name, tmp_path):
     """The terminal's 'that row, token by token' line is a command that reproduces the run's advantages for
     that row, whatever the run's settings: batches, rejection, adaptive KL, overlong shaping, components."""
-    from rladv_cli.report import explain_command
+    from rladv_cli.report.model import explain_command
 
     table = pq.read_table(GOLDEN / "inputs" / "mix.parquet")
     rng = np.random.default_rng(0)
@@ -411,7 +410,7 @@ def test_the_explain_line_reproduces_the_runs_numbers_for_any_row(name, tmp_path
 
 
 def test_the_explain_line_names_only_the_settings_that_differ_from_the_defaults(tmp_path):
-    from rladv_cli.report import explain_command
+    from rladv_cli.report.model import explain_command
 
     path = tmp_path / "in.parquet"
     pq.write_table(pq.read_table(GOLDEN / "inputs" / "mix.parquet"), path)
@@ -471,8 +470,8 @@ def test_the_c_comparison_gives_the_torch_comparisons_fields(data):
     fields: counts, sums, the largest difference and its place, the scale factor, whether values are rounded
     to half precision, rows not compared; on random lists with NaN/inf, null lists and null values, lists of
     the wrong length, values rounded to float16 or bfloat16, float16/32/64 input and either mask rule."""
-    from rladv_cli import kernels
-    from rladv_cli.replay import compare_rows
+    from rladv_cli.report.replay import compare_rows
+    from rladv_cli.tensors import kernels
 
     lengths = data.draw(st.lists(st.integers(0, 6), min_size=1, max_size=8), label="lengths")
     off = torch.tensor([0, *np.cumsum(lengths)], dtype=torch.long)

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import rladv_cli
 from rladv_cli.cli import app
-from rladv_cli.offpolicy import sweep
+from rladv_cli.diagnose.offpolicy import sweep
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_data"
 

@@ -27,7 +27,7 @@ import strategies as S  # noqa: E402
 
 import rladv_cli  # noqa: E402
 from rladv_cli.cli import app  # noqa: E402
-from rladv_cli.columns import list_sums  # noqa: E402
+from rladv_cli.contract.columns import list_sums  # noqa: E402
 
 F32 = pa.list_(pa.float32())
 I8 = pa.list_(pa.int8())

@@ -3,8 +3,8 @@ the checks that tie a new column to them."""
 import pyarrow as pa
 import pytest
 
+from rladv_cli.contract.validation import check_chunk
 from rladv_cli.errors import InputError
-from rladv_cli.validation import check_chunk
 
 I8, F32 = pa.list_(pa.int8()), pa.list_(pa.float32())
 
@@ -43,10 +43,11 @@ NUMBER_TYPES = [pa.float16(), pa.float32(), pa.float64(), pa.int32(), pa.int64()
 @pytest.mark.parametrize("kind", MASK_TYPES, ids=str)
 def test_mask_values_other_than_0_and_1_are_found_first_in_any_integer_type(kind):
     """``_first_not_0_or_1`` reads signed masks as unsigned: -1 is found like 2, at the first such row."""
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
 
-    from rladv_cli.columns import numpy_of
-    from rladv_cli.validation import _first_not_0_or_1
+    from rladv_cli.contract.columns import numpy_of
+    from rladv_cli.contract.validation import _first_not_0_or_1
 
     elements = st.booleans() if kind == pa.bool_() else st.integers(-2 if pa.types.is_signed_integer(kind) else 0, 3)
 
@@ -65,10 +66,11 @@ def test_mask_values_other_than_0_and_1_are_found_first_in_any_integer_type(kind
 def test_numbers_that_are_not_finite_float32_are_found_first(kind):
     """NaN, ±inf and values beyond float32's range (finite in float64) are found; integers never are."""
     import numpy as np
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
 
-    from rladv_cli.columns import numpy_of
-    from rladv_cli.validation import _first_not_float32
+    from rladv_cli.contract.columns import numpy_of
+    from rladv_cli.contract.validation import _first_not_float32
 
     if pa.types.is_integer(kind):
         elements = st.integers(0, 2**31 - 1)

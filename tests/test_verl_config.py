@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rladv_cli.config import Config
+from rladv_cli.config.settings import Config
+from rladv_cli.config.verl import VERL_ESTIMATORS, VerlSettings, settings_from_verl_yaml
 from rladv_cli.errors import ConfigError
-from rladv_cli.verl_config import VERL_ESTIMATORS, VerlSettings, settings_from_verl_yaml
 
 DATA = Path(__file__).parent / "data"
 

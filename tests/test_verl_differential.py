@@ -114,9 +114,9 @@ def test_rladv_equals_verl(seed, estimator, kl):
 def test_gae_on_the_cpu_is_bit_identical_to_verl(seed, gamma, lam):
     """The C loop evaluates verl's recurrence in verl's order and rounding: GAE returns (raw advantages +
     values, before verl's whitening) agree bit for bit, not just within the tolerance."""
-    from rladv_cli.batch import from_arrow
     from rladv_cli.estimators.gae import gae
-    from rladv_cli.kernels import NATIVE_SCAN
+    from rladv_cli.tensors.batch import from_arrow
+    from rladv_cli.tensors.kernels import NATIVE_SCAN
 
     if not NATIVE_SCAN:
         pytest.skip("the C scan was not built")

@@ -54,13 +54,13 @@ import torch
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import event as _event
-from hypothesis.errors import InvalidArgument
 from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
 
 import rladv_cli
-from rladv_cli.config import RS_OPTIONS
+from rladv_cli.config.settings import RS_OPTIONS
+from rladv_cli.config.verl import settings_from_verl_yaml
 from rladv_cli.errors import RladvError
-from rladv_cli.verl_config import settings_from_verl_yaml
 
 pytestmark = pytest.mark.verl
 core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
@@ -664,7 +664,7 @@ def check_against_verl(case: Case, replay: Optional[str] = None) -> None:
             T = want_r.numel()
             if attention is not None and not any(attention[i]) and L < T:
                 # an empty response (attention all 0): verl's index -1 wraps to its padded tensor's last column,
-                # beyond this row's list; rladv wraps to the row's own last position (rladv_cli.columns.
+                # beyond this row's list; rladv wraps to the row's own last position (rladv_cli.contract.columns.
                 # score_positions: what verl does to a row padded to the batch width, as verl's dumps are)
                 want_r[L - 1] += want_r[T - 1]
                 want_r[T - 1] = 0

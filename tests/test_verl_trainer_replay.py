@@ -12,7 +12,7 @@ import torch
 from typer.testing import CliRunner
 
 from rladv_cli.cli import app
-from rladv_cli.dump import dump_batch
+from rladv_cli.io.dump import dump_batch
 
 pytestmark = pytest.mark.verl
 ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 from torch import Tensor
 
-from ..batch import Batch
-from ..config import Config
-from ..kernels import native_gae, reverse_linear_scan, shift_left_in_row
+from ..config.settings import Config
+from ..tensors.batch import Batch
+from ..tensors.kernels import native_gae, reverse_linear_scan, shift_left_in_row
 
 
 def gae(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:

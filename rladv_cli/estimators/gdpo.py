@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..batch import Batch
-from ..config import Config
+from ..config.settings import Config
+from ..tensors.batch import Batch
 
 
 def gdpo(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:

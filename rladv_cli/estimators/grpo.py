@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ..batch import Batch
-from ..config import Config
+from ..config.settings import Config
+from ..tensors.batch import Batch
 
 
 def grpo(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:

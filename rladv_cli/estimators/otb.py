@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..batch import Batch
-from ..config import Config
-from ..kernels import broadcast_rows, cumsum_in_row, reverse_linear_scan, segment_sum
+from ..config.settings import Config
+from ..tensors.batch import Batch
+from ..tensors.kernels import broadcast_rows, cumsum_in_row, reverse_linear_scan, segment_sum
 
 EPSILON = 1e-8
 

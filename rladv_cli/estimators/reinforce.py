@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..batch import Batch
-from ..config import Config
-from ..kernels import reverse_linear_scan
+from ..config.settings import Config
+from ..tensors.batch import Batch
+from ..tensors.kernels import reverse_linear_scan
 
 
 def reinforce_plus_plus(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:

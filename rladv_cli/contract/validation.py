@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import InputError
 from .columns import array_of, numpy_of
-from .errors import InputError
 from .schema import COLUMNS, Column
 
 
@@ -55,7 +55,7 @@ def required_columns(columns: Iterable[str], estimator: str | None = None, *, kl
                      reward_components: Iterable[str] = (), tool_rewards: bool = False) -> list[str]:
     """Columns the chosen stages read: the mask, a score column (optional when ``gdpo`` reads reward
     components), and what the estimator and stages declare (``tool_rewards``: they are added to the score)."""
-    from .estimators.registry import ESTIMATORS
+    from ..estimators.registry import ESTIMATORS
 
     names = set(columns)
     need = ["response_mask"]

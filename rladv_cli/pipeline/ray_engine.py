@@ -28,11 +28,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
-from .api import finish_report
-from .config import Config
-from .errors import TERMINATION_SIGNALS, ComputeError, ConfigError, OutputError, RladvError
-from .io import AtomicParquetWriter, Dataset, Shard, SideFiles, named_os_errors, signals_deferred
-from .report import Report
+from ..api import finish_report
+from ..config.settings import Config
+from ..errors import TERMINATION_SIGNALS, ComputeError, ConfigError, OutputError, RladvError
+from ..io.read import AtomicParquetWriter, Dataset, Shard, SideFiles, named_os_errors, signals_deferred
+from ..report.model import Report
 
 PathLike = str | os.PathLike
 MAX_RETRIES = 3  # per shard task: exceptions other than the data's errors, and lost workers
@@ -41,14 +41,14 @@ PROBE_SECONDS = 5  # to connect to a cluster's address before ray.init, which re
 # Workers import torch and the passes when they start, not inside a task: Ray Data cancels a failed run's
 # other tasks, and a cancellation that lands in the middle of `import torch` leaves a half-imported torch in
 # that worker for every later task (seen in CI: "cannot import name 'nn' from partially initialized module").
-WORKER_ENV = {"worker_process_setup_hook": "rladv_cli.ray_engine.prepare_worker"}
+WORKER_ENV = {"worker_process_setup_hook": "rladv_cli.pipeline.ray_engine.prepare_worker"}
 
 
 def prepare_worker() -> None:
     """Ray's per-worker set-up hook (``WORKER_ENV``): the imports every shard task needs."""
     import torch  # noqa: F401
 
-    from . import pipeline  # noqa: F401
+    from . import driver as pipeline  # noqa: F401
 
 
 def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output_dir: Optional[PathLike] = None,
@@ -63,7 +63,7 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
     An ``address`` that is malformed or where nothing answers is a ``ConfigError`` (``_check_address``).
     Output shards appear under their final names only once every shard succeeded. The tasks run on CPU
     (``device`` ``auto`` means ``cpu`` here)."""
-    from .pipeline import Pipeline
+    from .driver import Pipeline
 
     ray = _import_ray()
     if workers is not None and workers < 1:

@@ -9,10 +9,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from . import kernels
-from .batch import Batch
+from ..tensors import kernels
+from ..tensors.batch import Batch
 from .distributions import Sketch, histogram
-from .report import AdvantageSplits, Distributions, ReportWarning, ReturnsVsValues, SignSplit, SplitPart, Stats
+from .model import AdvantageSplits, Distributions, ReportWarning, ReturnsVsValues, SignSplit, SplitPart, Stats
 
 FIRST_ROWS = 5
 

@@ -20,10 +20,10 @@ from typing import Optional
 
 import numpy as np
 
-from .report import Histogram
+from .model import Histogram
 
 try:  # the C key counter (setup.py builds it when a compiler is there)
-    from . import _rows
+    from ..tensors import _rows
 except ImportError:  # pragma: no cover - depends on the install
     _rows = None
 

@@ -10,9 +10,9 @@ import pyarrow as pa
 import torch
 from torch import Tensor
 
+from ..contract.columns import (array_of, assemble_scores, flat_values, list_offsets, mask_before_rejection,
+                                scalar_values, score_positions)
 from . import kernels
-from .columns import (array_of, assemble_scores, flat_values, list_offsets, mask_before_rejection, scalar_values,
-                      score_positions)
 from .kernels import GroupStats
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["VerlSettings", "settings_from_verl_yaml", "VERL_ESTIMATORS"]
 
@@ -505,7 +505,7 @@ class _Reader:
         self._gdpo(a, estimator)
 
     def _estimator(self, raw: Any) -> str:
-        from .estimators.registry import ESTIMATORS
+        from ..estimators.registry import ESTIMATORS
 
         key = "algorithm.adv_estimator"
         name = self.string(key, raw)
@@ -519,7 +519,7 @@ class _Reader:
         raise self.error(key, f"unknown advantage estimator {name!r}{hint}")
 
     def _kl(self, a: dict) -> None:
-        from .config import KL_MODES
+        from .settings import KL_MODES
 
         s = self.settings
         if "kl_penalty" in a:
@@ -637,7 +637,7 @@ class _Reader:
         if "loss_type" in rc:
             self.ignored.append(f"{base}.loss_type")
         # verl's strings, checked as verl parses them, with this file's keys in the message
-        from .config import parse_rollout_is, parse_rollout_rs
+        from .settings import parse_rollout_is, parse_rollout_rs
 
         try:
             if options is not None:

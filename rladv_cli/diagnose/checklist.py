@@ -78,15 +78,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import validation
-from .errors import ConfigError, InputError, shown
-from .estimators.registry import Estimator, get_estimator
-from .io import Dataset, check_output_path
-from .columns import array_of, assemble_scores, flat_values, list_offsets, list_sums, score_positions
-from .labels import Labels, uid_merges
-from .distributions import histogram
-from .report import Histogram, Stats, row_stats
-from .schema import COLUMNS
+from ..contract import validation
+from ..contract.columns import array_of, assemble_scores, flat_values, list_offsets, list_sums, score_positions
+from ..contract.labels import Labels, uid_merges
+from ..contract.schema import COLUMNS
+from ..errors import ConfigError, InputError, shown
+from ..estimators.registry import Estimator, get_estimator
+from ..io.read import Dataset, check_output_path
+from ..report.distributions import histogram
+from ..report.model import Histogram, Stats, row_stats
 
 PathLike = str | os.PathLike
 FIRST_ROWS = 5
@@ -520,7 +520,7 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
         raise ConfigError(f"--chunk-rows must be > 0, got {chunk_rows}")
     if expected_n is not None and expected_n < 1:
         raise ConfigError(f"--expected-n must be >= 1, got {expected_n}")
-    from .config import KL_MODES
+    from ..config.settings import KL_MODES
 
     if kl_penalty.removesuffix("+") not in KL_MODES:
         raise ConfigError(f"--kl-penalty: '{kl_penalty}' is not a KL estimate verl implements; choose one of {', '.join(KL_MODES)}")
@@ -557,7 +557,7 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
         rows.add(drow=drow, **cols)
     result = _summarise(ds, plan, est, rows, labels, sessions, bad_rows, bad_columns, expected_n, kl_coef, kl_penalty)
     if html_path is not None:
-        from .html_inspect import write_inspection_html
+        from .html import write_inspection_html
 
         write_inspection_html(html_path, result)
     return result

@@ -20,7 +20,7 @@ from typing import IO, Callable, Iterator, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import TERMINATION_SIGNALS, InputError, OutputError
+from ..errors import TERMINATION_SIGNALS, InputError, OutputError
 from .parquet_join import RowGroupJoiner, split_file
 
 # Output row groups have a fixed number of rows so the file's bytes do not depend on --chunk-rows. It is the

@@ -13,7 +13,7 @@ import re
 from contextlib import contextmanager
 from typing import Optional, Sequence
 
-from .report import Histogram
+from .model import Histogram
 
 INK = "#8a8f98"  # axes, ticks and text: mid-grey, readable on white and on near-black
 COLORS = ("#4c88c8", "#e8892b", "#4fa34a", "#d9534f", "#8e6fc0", "#9a9ea5")

@@ -6,7 +6,6 @@ import shlex
 from typing import Any, Optional
 
 import numpy as np
-
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -241,7 +240,7 @@ def tool_rewards_line(t: dict[str, Any]) -> str:
 def explain_command(report: Report, row: int) -> str:
     """The ``rladv explain`` line that derives dataset row ``row`` with the run's settings (those that differ
     from the defaults and have an effect: a verl YAML sets ``lam`` for grpo too)."""
-    from .config import Config, command_flags
+    from ..config.settings import Config, command_flags
 
     run = Config(**{k: v for k, v in report.config.items() if k in Config.model_fields})
     files = " ".join(shlex.quote(p) for p in report.inputs.paths)

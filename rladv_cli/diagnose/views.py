@@ -22,12 +22,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import validation
-from .columns import array_of, assemble_scores, flat_values, list_offsets, score_positions
-from .errors import ConfigError, InputError, OutputError, RladvError, shown
-from .estimators.registry import ESTIMATORS, Estimator, get_estimator
-from .io import Dataset, TableSource, check_output_path
-from .labels import Labels
+from ..contract import validation
+from ..contract.columns import array_of, assemble_scores, flat_values, list_offsets, score_positions
+from ..contract.labels import Labels
+from ..errors import ConfigError, InputError, OutputError, RladvError, shown
+from ..estimators.registry import ESTIMATORS, Estimator, get_estimator
+from ..io.read import Dataset, TableSource, check_output_path
 
 PathLike = str | os.PathLike
 
@@ -208,7 +208,7 @@ def compute_rows(ds: Dataset, est: Estimator, target: np.ndarray, uid: Optional[
     on the uid's rows only and row-local ones on ``target``, padded to their batches' longest responses in the
     dataset (``pad_widths``), so they round as in a run over it; the others on the whole dataset (in memory)
     (``scope_of``). An error names the files and their rows, as ``rladv compute`` would."""
-    from .api import compute
+    from ..api import compute
 
     scope = scope_of(est, settings)
     if scope == "dataset":
@@ -554,7 +554,7 @@ def _padded_like_the_dataset(ds: Dataset, table: pa.Table, estimator: str, setti
     """The export's ``Config``: ``settings`` with ``pad_width`` raised to the widest of the group's batches in
     the dataset (``pad_widths``) when that is wider than the group's own longest row, so the group alone sums
     its totals as the full run does; and the widths of the group's batches."""
-    from .config import Config
+    from ..config.settings import Config
 
     full = pad_widths(ds, settings.get("batch_key")) or {}
     keys = table[settings["batch_key"]].to_pylist() if settings.get("batch_key") else [None] * table.num_rows
@@ -573,8 +573,8 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
     estimators also depend on rows outside the group; the command file says so. Returns the paths written."""
     import shlex
 
-    from .config import Config, command_flags
-    from .io import SideFiles
+    from ..config.settings import Config, command_flags
+    from ..io.read import SideFiles
 
     Config(estimator=estimator, **settings)  # bad settings fail before anything is read
     folder = os.fspath(folder)

@@ -12,14 +12,15 @@ from typing import Callable, Optional, Sequence
 import torch
 from pydantic import BaseModel, Field
 
-from . import kernels, validation
-from .batch import as_tensor
-from .columns import array_of, flat_values, list_offsets, mask_before_rejection
-from .diagnostics import RowTable
-from .errors import ConfigError, InputError
-from .io import Dataset
-from .labels import Labels
-from .rejection import parse_rollout_rs, rejection_keep
+from ..contract import validation
+from ..contract.columns import array_of, flat_values, list_offsets, mask_before_rejection
+from ..contract.labels import Labels
+from ..errors import ConfigError, InputError
+from ..io.read import Dataset
+from ..report.diagnostics import RowTable
+from ..stages.rejection import parse_rollout_rs, rejection_keep
+from ..tensors import kernels
+from ..tensors.batch import as_tensor
 
 
 class SweepEntry(BaseModel):

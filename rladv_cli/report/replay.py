@@ -18,10 +18,10 @@ import pyarrow.compute as pc
 import torch
 from torch import Tensor
 
-from . import kernels
-from .batch import as_tensor
-from .columns import array_of, numpy_of
-from .validation import is_number_list
+from ..contract.columns import array_of, numpy_of
+from ..contract.validation import is_number_list
+from ..tensors import kernels
+from ..tensors.batch import as_tensor
 
 ATOL, RTOL = 1e-5, 1e-4
 # in the order the stages make them (SEMANTICS §10): the first that differs says where the runs part

@@ -10,8 +10,9 @@ import os
 from typing import Any, Optional
 
 from . import plots
-from .html_page import Html, cards, charts, config_value, e, figure, kv, muted, num, page, pct, stats_table, table, write_page
-from .report import Histogram, Report, SplitPart, replay_rows, replay_title, tool_rewards_line
+from .model import Histogram, Report, SplitPart, replay_rows, replay_title, tool_rewards_line
+from .page import (Html, cards, charts, config_value, e, figure, kv, muted, num, page, pct, stats_table, table,
+                   write_page)
 
 # Section ids and titles, in page order.
 SECTIONS = (

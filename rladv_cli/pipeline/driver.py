@@ -37,18 +37,22 @@ import pyarrow as pa
 import torch
 from torch import Tensor
 
-from . import __version__, kernels, replay, validation
-from .batch import Batch, PositionSums, as_tensor, from_arrow
-from .columns import array_of, arrow_of, flat_values, list_offsets, list_sums, mask_before_rejection, scalar_values
-from .config import Config
-from .diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions, first_rows, group_flags,
-                          row_outcomes, token_stats)
-from .errors import ComputeError, ConfigError, InputError
-from .estimators import ESTIMATORS
-from .io import Chunk, Shard, computed_columns, output_schema
-from .labels import Labels
-from .report import KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens, row_stats
-from .shaping import KLController, apply_kl, kl_penalty, overlong_penalty
+from .. import __version__
+from ..config.settings import Config
+from ..contract import validation
+from ..contract.columns import (array_of, arrow_of, flat_values, list_offsets, list_sums, mask_before_rejection,
+                                scalar_values)
+from ..contract.labels import Labels
+from ..errors import ComputeError, ConfigError, InputError
+from ..estimators import ESTIMATORS
+from ..io.read import Chunk, Shard, computed_columns, output_schema
+from ..report import replay
+from ..report.diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions, first_rows, group_flags,
+                                  row_outcomes, token_stats)
+from ..report.model import KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens, row_stats
+from ..stages.shaping import KLController, apply_kl, kl_penalty, overlong_penalty
+from ..tensors import kernels
+from ..tensors.batch import Batch, PositionSums, as_tensor, from_arrow
 
 Progress = Callable[[str, int, int], None]
 # whitening warns when one float32 ulp of the batch mean moves advantages by this much (10 ulps: the 1e-5 tolerance)
@@ -222,7 +226,7 @@ class ShardWork:
         weights = None
         with self._timed("rejection"):
             if self.rules:
-                from .rejection import rejection_keep
+                from ..stages.rejection import rejection_keep
 
                 keep, _ = rejection_keep(self.rules, batch.old_log_probs, batch.rollout_log_probs,
                                          batch.original_mask, batch.row_offsets)
@@ -248,7 +252,7 @@ class ShardWork:
         return batch.per_token(self.beta_by_batch[batch_ids].to(torch.float32).to(self.device))
 
     def _is_weights(self, batch: Batch, batch_ids: Tensor) -> Tensor:
-        from .rejection import importance_weights
+        from ..stages.rejection import importance_weights
 
         factor = None
         if self.is_norm_factor is not None:  # each row divided by its own batch's normalisation factor
@@ -351,7 +355,7 @@ class ShardWork:
         return cols
 
     def _update_correction(self, correction: dict, b: Batch, batch_ids: Tensor) -> None:
-        from .rejection import RolloutCorrectionStats
+        from ..stages.rejection import RolloutCorrectionStats
 
         with self._timed("rejection"):
             for bid in torch.unique(batch_ids).tolist():
@@ -473,7 +477,7 @@ class Pipeline:
         self.device = resolve_device(cfg.device)
         names = set(source.columns)
         if cfg.rollout_rs or cfg.rollout_is:
-            from .rejection import parse_rollout_is, parse_rollout_rs
+            from ..stages.rejection import parse_rollout_is, parse_rollout_rs
 
             self.rules = parse_rollout_rs(cfg.rollout_rs, cfg.rollout_rs_threshold) if cfg.rollout_rs else ()
             self.is_cfg = (

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 
-from . import plots
-from .html_page import Html, cards, charts, e, figure, kv, muted, num, page, pct, stats_table, table, write_page
-from .inspection import STEP_TITLES, Inspection
+from ..report import plots
+from ..report.page import Html, cards, charts, e, figure, kv, muted, num, page, pct, stats_table, table, write_page
+from .checklist import STEP_TITLES, Inspection
 
 SECTIONS = (
     ("checks", "Checklist"),

@@ -16,15 +16,9 @@ from torch import Tensor
 
 # The settings' side (options, thresholds, their parsing) lives in ``config`` (no torch), which checks them
 # when a run's settings are built; re-exported here for the kernels' callers.
-from rladv_cli.config import (
-    RS_OPTIONS,
-    ImportanceSampling,
-    RejectionRule,
-    parse_rollout_is,
-    parse_rollout_rs,
-)
-from rladv_cli.errors import ComputeError
-from rladv_cli.kernels import broadcast_rows, segment_max, segment_min, segment_sum
+from ..config.settings import RS_OPTIONS, ImportanceSampling, RejectionRule, parse_rollout_is, parse_rollout_rs
+from ..errors import ComputeError
+from ..tensors.kernels import broadcast_rows, segment_max, segment_min, segment_sum
 
 SAFETY_BOUND = 20.0
 _IS_THR = "--rollout-is-threshold"

@@ -12,8 +12,8 @@ from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import ConfigError
-from .estimators.registry import ESTIMATOR_SETTINGS, ESTIMATORS
+from ..errors import ConfigError
+from ..estimators.registry import ESTIMATOR_SETTINGS, ESTIMATORS
 
 INT_MAX = 2**31 - 1
 KL_MODES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")

@@ -14,11 +14,11 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, Field
 
-from .config import Config
-from .errors import ConfigError
-from .estimators.registry import ESTIMATORS
-from .io import Dataset
-from .validation import is_number_list
+from ..config.settings import Config
+from ..contract.validation import is_number_list
+from ..errors import ConfigError
+from ..estimators.registry import ESTIMATORS
+from ..io.read import Dataset
 from .views import GroupView, compute_rows, group_view, read_row, render_group
 
 PathLike = str | os.PathLike

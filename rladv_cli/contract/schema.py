@@ -95,8 +95,8 @@ class OutputRow(BaseModel):
 
 def json_schemas() -> dict[str, dict]:
     """The JSON Schemas rladv publishes in ``schemas/``, by file name."""
-    from .config import Config
-    from .report import Report
+    from ..config.settings import Config
+    from ..report.model import Report
 
     return {
         "rollout.schema.json": RolloutRow.model_json_schema(),

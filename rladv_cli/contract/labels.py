@@ -7,8 +7,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import InputError
 from .columns import numpy_of
-from .errors import InputError
 
 
 def _encode(column: pa.ChunkedArray) -> tuple[np.ndarray, list]:

@@ -5,7 +5,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-
 _NUMPY_TYPES = {pa.int8(): np.int8, pa.int16(): np.int16, pa.int32(): np.int32, pa.int64(): np.int64,
                 pa.uint8(): np.uint8, pa.uint16(): np.uint16, pa.uint32(): np.uint32, pa.uint64(): np.uint64,
                 pa.float32(): np.float32, pa.float64(): np.float64}
