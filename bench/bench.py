@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -36,9 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import baseline  # noqa: E402
 
 import rladv_cli  # noqa: E402
-from rladv_cli.io.read import ROW_GROUP_ROWS, writer_options  # noqa: E402
+from rladv_cli.estimators.inputs import Inputs  # noqa: E402
+from rladv_cli.io.write import ROW_GROUP_ROWS, writer_options  # noqa: E402
 from rladv_cli.tensors.batch import from_arrow  # noqa: E402
-from rladv_cli.tensors.kernels import group_stats  # noqa: E402
+from rladv_cli.tensors.groups import group_stats  # noqa: E402
 
 DATA = Path(os.environ.get("RLADV_BENCH_DATA") or Path(__file__).resolve().parent / "data")  # datasets, outputs
 T_MAX = 4096
@@ -120,20 +122,23 @@ def kernel_time(table: pa.Table, estimator: str, device: str = "cpu") -> float:
     (synchronised on a GPU)."""
     dev = torch.device(device)
     cfg = rladv_cli.Config(estimator=estimator, lam=0.95, device=device)
-    batch = from_arrow(table, 0, dev)
+    est = rladv_cli.ESTIMATORS[estimator]
     longest = int(pa.compute.max(pa.compute.list_value_length(table["response_mask"])).as_py())
-    batch.pad_width = torch.full((batch.num_rows,), longest, device=dev)
+    batch = replace(from_arrow(table, 0, dev), pad_width=torch.full((table.num_rows,), longest, device=dev))
     gid = torch.from_numpy(np.unique(table["uid"].to_numpy(zero_copy_only=False), return_inverse=True)[1]).to(dev)
-    batch.group_index = gid
-    batch.groups = group_stats(batch.reward_total(), gid, int(gid.max()) + 1, batch.row_sum(batch.response_mask))
-    fn = rladv_cli.ESTIMATORS[estimator].fn
+    reward = batch.row_total(batch.token_level_rewards)
+    groups = group_stats(reward, gid, int(gid.max()) + 1, batch.row_sum(batch.response_mask), est.group_statistics)
+    known = dict(reward_total=reward, group_index=gid, groups=groups)
+    inputs = Inputs(**{name: value for name, value in known.items() if name in est.needs})
+    params = cfg.params()
+    fn = est.fn
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    fn(batch, cfg)
+    fn(batch, inputs, params)
     sync()
     times = []
     for _ in range(5):  # the best of 5: one call's time swings 3x with whether its output pages are fresh
         t0 = time.perf_counter()
-        fn(batch, cfg)
+        fn(batch, inputs, params)
         sync()
         times.append(time.perf_counter() - t0)
     return min(times)

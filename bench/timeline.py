@@ -6,11 +6,11 @@ process (stderr).
 The command runs in this process as the ``rladv`` executable runs it (``cli.main``, exit included), with hooks
 on rladv's own functions that note the time:
   import torch      begun and done (``api._pipeline_imported``)
-  reading           the thread that decodes and checks the whole input (``io.ReadOnce``), begun and done
-  carried columns   their early encoding (``io._Carried``): the first begun, the last done, and how many row
+  reading           the thread that decodes and checks the whole input (``io.read.ReadOnce``), begun and done
+  carried columns   their early encoding (``write._Carried``): the first begun, the last done, and how many row
                     groups were encoded on the background threads and how many by their row group's own task
   passes            each pass over the data, begun and done (``pipeline.Pipeline._map``)
-  committed         the output in place (``io.AtomicParquetWriter.commit``)
+  committed         the output in place (``io.write.AtomicParquetWriter.commit``)
   exit              the exit handlers run; the process ends right after
 So where a run waits (a GPU host's slow ``import torch``, a pass that cannot begin before the reading ends)
 shows without a profiler. A hook whose function is gone fails at once, not silently.
@@ -28,7 +28,7 @@ START = time.perf_counter()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rladv_cli import api, cli
-from rladv_cli.io import read as io  # noqa: E402
+from rladv_cli.io import read, write  # noqa: E402
 
 events: list[tuple[float, str]] = []
 carried = {"background": 0, "own task": 0}
@@ -65,10 +65,10 @@ def hook_import() -> None:
             note("import torch done")
             stage_of = pipeline.Pipeline._map
 
-            def mapped(self, map_shards, stage, names):
+            def mapped(self, map_shards, stage, *args):
                 note(f"{stage} pass begins")
                 try:
-                    return stage_of(self, map_shards, stage, names)
+                    return stage_of(self, map_shards, stage, *args)
                 finally:
                     note(f"{stage} pass done")
 
@@ -79,7 +79,7 @@ def hook_import() -> None:
 
 
 def hook_carried() -> None:
-    init = io._Carried.__init__
+    init = write._Carried.__init__
 
     def counted_init(self, table, encode):
         def encoded(rows):
@@ -95,7 +95,7 @@ def hook_carried() -> None:
 
         init(self, table, encoded)
 
-    io._Carried.__init__ = counted_init
+    write._Carried.__init__ = counted_init
 
 
 def report() -> None:
@@ -111,8 +111,8 @@ def report() -> None:
 
 hook_import()
 hook_carried()
-wrap(io.ReadOnce, "_read", "reading begins", "reading done")
-wrap(io.AtomicParquetWriter, "commit", None, "output committed")
+wrap(read.ReadOnce, "_read", "reading begins", "reading done")
+wrap(write.AtomicParquetWriter, "commit", None, "output committed")
 atexit.register(report)
 sys.argv = ["rladv", *sys.argv[1:]]
 cli.main()

@@ -11,11 +11,13 @@ from typing import Callable, Mapping, Optional, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .config.settings import Config, setting_notes
+from .config.settings import Config
+from .estimators.registry import ESTIMATORS
 from .contract import validation
 from .errors import InputError, OutputError
-from .io.read import (AtomicParquetWriter, Dataset, SideFiles, TableSource, check_output_path, computed_columns,
-                      default_output, output_schema, signals_deferred)
+from .io.read import Dataset, TableSource
+from .io.write import (AtomicParquetWriter, SideFiles, check_output_path, computed_columns, default_output,
+                       output_schema, signals_deferred)
 from .report.model import Report
 
 PathLike = str | os.PathLike
@@ -61,15 +63,9 @@ def compute(table: pa.Table, config: Optional[Config] = None, *, progress: Optio
     batches of a larger dataset these rows were taken from: row totals are summed as verl sums them padded to
     their batch's longest response, so with it the rows' numbers are the larger run's, not only close to them.
     """
-    from .pipeline.driver import Pipeline
+    from .pipeline.driver import run_in_memory
 
-    cfg = _config(config, settings)
-    source = TableSource(table)
-    pipeline = Pipeline(source, cfg, progress, pad_widths)
-    parts: list[pa.Table] = []
-    report = pipeline.run(parts.append)
-    schema = output_schema(table.schema, pipeline.is_cfg is not None)
-    return (pa.concat_tables(parts) if parts else schema.empty_table()), report
+    return run_in_memory(TableSource(table), _config(config, settings), progress, pad_widths)
 
 
 def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config] = None, *,
@@ -106,6 +102,8 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
             once = dataset.read_once(cfg.chunk_rows, cfg.cache_mib << 20, validation.check_chunk, sink)
             try:
                 with _pipeline_imported() as stages:
+                    from .pipeline.summary import finish_report
+
                     pipeline = stages.Pipeline(dataset, cfg, progress)
                     report = finish_report(pipeline.run(sink.write), out, config_source, report_path, html_path,
                                            side)
@@ -118,29 +116,6 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
                     once.close()
     finally:
         sys.setswitchinterval(switch)
-    return report
-
-
-def finish_report(report: Report, output: str, config_source: Optional[dict],
-                  report_path: Optional[PathLike], html_path: Optional[PathLike],
-                  side: Optional[SideFiles] = None) -> Report:
-    """``report`` with its output, the settings' notes (``Config.notes``) and what a verl YAML contributed,
-    written as JSON and HTML where asked: staged in ``side`` (renamed by its ``commit``), else at once."""
-    notes = setting_notes(report.config)
-    config = {**report.config, **({"notes": notes} if notes else {}),
-              **({"verl_config": config_source} if config_source else {})}
-    report = report.model_copy(update={"output": output, "config": config})
-    if report_path is None and html_path is None:
-        return report
-    with SideFiles() as own:
-        files = side if side is not None else own
-        if report_path is not None:
-            files.write(report_path, report.to_json())
-        if html_path is not None:
-            from .report.html import render_html
-
-            files.write(html_path, render_html(report))
-        own.commit()
     return report
 
 
@@ -180,9 +155,8 @@ def validate(inputs: Sequence[PathLike] | PathLike, estimator: Optional[str] = N
     row-level problem is collected, grouped by kind with counts and first rows (``compute`` stops at the
     first one instead)."""
     dataset = Dataset(inputs)
-    if estimator is not None:
-        Config(estimator=estimator)
-    required = validation.required_columns(dataset.columns, estimator, kl=kl,
+    reads = () if estimator is None else ESTIMATORS[Config(estimator=estimator).estimator].input_columns
+    required = validation.required_columns(dataset.columns, reads, kl=kl,
                                            rollout_correction=rollout_correction, batch_key=batch_key)
     validation.check_schema(dataset.paths[0], dataset.schema, required)
     if dataset.num_rows == 0:

@@ -496,7 +496,7 @@ def convert(
 ) -> None:
     """Write a trainer's saved batch as a rollout dataset, ready for rladv compute to replay (loads pickles: trusted files only)."""
     from .io.dump import dump_batch, load_saved
-    from .io.read import check_output_path
+    from .io.write import check_output_path
 
     target = out or saved.with_suffix(".parquet")
     if out is None and target.resolve() == saved.resolve():

@@ -240,7 +240,7 @@ def read_all_ok(folder: Path, big: dict) -> bool:
 def test_signals_inside_the_commit_are_acted_on_after_it():
     """``signals_deferred`` holds SIGINT/SIGTERM/SIGHUP while the renames run and raises the first one to its
     handler once they are done."""
-    from rladv_cli.io.read import signals_deferred
+    from rladv_cli.io.write import signals_deferred
 
     seen = []
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(("handler", signum)))
@@ -378,7 +378,7 @@ def test_a_table_of_another_schema_is_refused_and_leaves_nothing(tmp_path):
     import pyarrow as pa
     import pytest
 
-    from rladv_cli.io.read import AtomicParquetWriter
+    from rladv_cli.io.write import AtomicParquetWriter
 
     out = tmp_path / "out.parquet"
     out.write_bytes(b"previous")
@@ -398,7 +398,7 @@ def test_an_error_while_encoding_reaches_the_caller_and_leaves_nothing(tmp_path,
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rladv_cli.io.read import ROW_GROUP_ROWS, AtomicParquetWriter
+    from rladv_cli.io.write import ROW_GROUP_ROWS, AtomicParquetWriter
 
     calls = []
     real = pq.ParquetWriter.write_table
@@ -430,7 +430,7 @@ def test_the_file_is_the_bytes_of_one_parquet_writer_whatever_the_chunks(tmp_pat
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rladv_cli.io.read import ROW_GROUP_ROWS, AtomicParquetWriter, writer_options
+    from rladv_cli.io.write import ROW_GROUP_ROWS, AtomicParquetWriter, writer_options
 
     rng = np.random.default_rng(0)
     rows = 3000
@@ -458,7 +458,7 @@ def test_the_writer_thread_keeps_rows_in_order_across_row_groups(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rladv_cli.io.read import ROW_GROUP_ROWS, AtomicParquetWriter
+    from rladv_cli.io.write import ROW_GROUP_ROWS, AtomicParquetWriter
 
     out = tmp_path / "out.parquet"
     schema = pa.schema([pa.field("x", pa.int64())])
@@ -476,7 +476,7 @@ def test_row_groups_are_the_default_chunks():
     """At the default --chunk-rows each chunk is written as one row group, without the copy that joining
     parts of two chunks takes."""
     from rladv_cli.config.settings import Config
-    from rladv_cli.io.read import ROW_GROUP_ROWS
+    from rladv_cli.io.write import ROW_GROUP_ROWS
 
     assert Config.model_fields["chunk_rows"].default == ROW_GROUP_ROWS
 
@@ -487,7 +487,7 @@ def test_token_lists_are_written_without_a_dictionary_and_labels_with_one(tmp_pa
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rladv_cli.io.read import AtomicParquetWriter
+    from rladv_cli.io.write import AtomicParquetWriter
 
     out = tmp_path / "out.parquet"
     table = pa.table({"uid": pa.array(["a", "b"] * 1000),
@@ -506,7 +506,7 @@ def test_token_lists_carry_no_statistics_and_labels_do(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rladv_cli.io.read import AtomicParquetWriter
+    from rladv_cli.io.write import AtomicParquetWriter
 
     out = tmp_path / "out.parquet"
     table = pa.table({"uid": pa.array(["a", "b"] * 10), "advantages": pa.array([[0.5, -0.5]] * 20, pa.list_(pa.float32()))})
@@ -547,7 +547,7 @@ def _carried_table(rows: int) -> pa.Table:
 
 
 def _write_with_carry(path, table, mode: str, carried_rows: int, chunk: int = 37, end: bool = True):
-    from rladv_cli.io.read import AtomicParquetWriter
+    from rladv_cli.io.write import AtomicParquetWriter
 
     with AtomicParquetWriter(str(path), table.schema, carried=["uid", "responses", "score"]) as sink:
         if mode != "threads":
@@ -569,7 +569,7 @@ def test_carried_columns_encoded_apart_give_the_bytes_of_one_writer(tmp_path, mo
     """The input columns the output holds unchanged may be encoded early, as the input is read; whether their
     encoding finished early, never started, or is stuck on a starved thread, and whether every row group or
     only the first ones were carried, the file is the one a single writer writes."""
-    from rladv_cli.io import read as rio
+    from rladv_cli.io import write as rio
 
     monkeypatch.setattr(rio, "ROW_GROUP_ROWS", 64)
     table = _carried_table(300)
@@ -582,7 +582,7 @@ def test_carried_columns_encoded_apart_give_the_bytes_of_one_writer(tmp_path, mo
 
 
 def test_carried_rows_that_do_not_line_up_with_the_written_ones_leave_nothing(tmp_path, monkeypatch):
-    from rladv_cli.io import read as rio
+    from rladv_cli.io import write as rio
 
     monkeypatch.setattr(rio, "ROW_GROUP_ROWS", 64)
     table = _carried_table(300)
@@ -596,7 +596,7 @@ def test_the_early_encoders_run_at_the_lowest_priority():
     """They take only CPU time the torch import and the reading leave idle (nice 19, this thread only)."""
     import threading
 
-    from rladv_cli.io.read import _lowest_priority
+    from rladv_cli.io.write import _lowest_priority
 
     seen = []
 

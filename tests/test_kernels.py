@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rladv_cli.tensors import kernels
+from rladv_cli.tensors.groups import group_stats
 
 
 def offsets_of(lengths):
@@ -171,7 +172,7 @@ def test_group_stats_match_torch_mean_and_std_of_each_group():
     gid = torch.tensor([0, 1, 0, 2, 1, 0, 3, 3, 3, 3])
     total = torch.randn(10, generator=g)
     valid = torch.tensor([3, 0, 2, 5, 1, 4, 2, 2, 6, 1])
-    stats = kernels.group_stats(total, gid, 4, valid)
+    stats = group_stats(total, gid, 4, valid)
     for k in range(4):
         members, n = total[gid == k], valid[gid == k]
         assert stats.size[k] == members.numel()
@@ -197,7 +198,7 @@ def test_group_std_is_each_groups_own_1d_torch_std_when_groups_share_a_size(size
     gid = gid[torch.randperm(gid.numel(), generator=g)]
     ulps = torch.randint(-8, 9, (gid.numel(),), generator=g).float()
     total = base + ulps * torch.finfo(torch.float32).eps * base
-    stats = kernels.group_stats(total, gid, len(sizes) * copies, torch.ones_like(gid))
+    stats = group_stats(total, gid, len(sizes) * copies, torch.ones_like(gid))
     for k in range(len(sizes) * copies):
         members = total[gid == k].clone()
         if members.numel() > 1:

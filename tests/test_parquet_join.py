@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rladv_cli.io.parquet_join import RowGroupJoiner, decode_footer, encode_footer, split_file
-from rladv_cli.io.read import writer_options
+from rladv_cli.io.write import writer_options
 
 
 def _table(rows: int, seed: int = 0) -> pa.Table:

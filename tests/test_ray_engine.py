@@ -150,13 +150,13 @@ def _fail_on(shard_index: int, marker: Path, how: str):
 
     real = ray_engine._run_task
 
-    def task(row, work, stage, staging):
+    def task(row, work, known, stage, staging):
         if stage == "write" and row["index"] == shard_index and (how == "always" or not marker.exists()):
             marker.touch()
             if how == "crash":
                 os._exit(1)
             raise OSError(f"injected failure on shard {shard_index}")
-        return real(row, work, stage, staging)
+        return real(row, work, known, stage, staging)
 
     return task
 

@@ -9,6 +9,7 @@ import pytest
 
 import rladv_cli
 from rladv_cli.io import read as rio
+from rladv_cli.io import write as wio
 
 
 def rollouts(rows: int, seed: int, prompt: int = 0) -> pa.Table:
@@ -72,9 +73,9 @@ def test_a_dataset_that_fits_is_read_once_and_gives_the_same_bytes(tmp_path, rea
 def test_carried_columns_are_encoded_as_the_input_is_read_and_give_the_same_bytes(tmp_path, monkeypatch, estimator):
     """While the input is decoded (and torch imports), the input columns the output holds unchanged are
     encoded, row group by row group, across file boundaries; the write pass encodes only rladv's columns."""
-    monkeypatch.setattr(rio, "ROW_GROUP_ROWS", 16)
+    monkeypatch.setattr(wio, "ROW_GROUP_ROWS", 16)
     used = []
-    monkeypatch.setattr(rio._Carried, "part", lambda self, part=rio._Carried.part: (used.append(self.num_rows), part(self))[1])
+    monkeypatch.setattr(wio._Carried, "part", lambda self, part=wio._Carried.part: (used.append(self.num_rows), part(self))[1])
     paths = files(tmp_path, rollouts(40, 0, prompt=20), rollouts(33, 2, prompt=20))
     kept = run(paths, tmp_path / "kept.parquet", estimator, cache_mib=64)
     assert used == [16, 16, 16, 16, 9]
@@ -89,7 +90,7 @@ def test_files_that_differ_in_nullability_give_a_nullable_column(tmp_path, monke
     file may in the output, whether the write pass or the early encoding writes it (a row group here spans
     both files). Before, the carried column took one file's fields and failed to join the other's, and with
     nulls the output's non-nullable column failed in the writer, with a traceback."""
-    monkeypatch.setattr(rio, "ROW_GROUP_ROWS", 16)
+    monkeypatch.setattr(wio, "ROW_GROUP_ROWS", 16)
     first, second = rollouts(40, 0), rollouts(33, 2)
     tags = [None if with_nulls and i % 5 == 0 else i for i in range(33)]
     first = first.append_column(pa.field("tag", pa.int64(), nullable=False), pa.array(np.arange(40)))
@@ -110,9 +111,9 @@ def test_a_dataset_larger_than_its_footer_says_falls_back_to_streaming(tmp_path,
     states, carried, used = [], [], []
     monkeypatch.setattr(rio.ReadOnce, "close", lambda self, close=rio.ReadOnce.close: (states.append(self.kept), close(self)))
     # the writer drops the row groups it took before the fall-back: memory is short
-    monkeypatch.setattr(rio, "ROW_GROUP_ROWS", 4)
-    monkeypatch.setattr(rio._Carried, "__init__", lambda self, *a, init=rio._Carried.__init__: (carried.append(1), init(self, *a))[1])
-    monkeypatch.setattr(rio._Carried, "part", lambda self, part=rio._Carried.part: (used.append(1), part(self))[1])
+    monkeypatch.setattr(wio, "ROW_GROUP_ROWS", 4)
+    monkeypatch.setattr(wio._Carried, "__init__", lambda self, *a, init=wio._Carried.__init__: (carried.append(1), init(self, *a))[1])
+    monkeypatch.setattr(wio._Carried, "part", lambda self, part=wio._Carried.part: (used.append(1), part(self))[1])
     fallback = run(paths, tmp_path / "a.parquet", "grpo", cache_mib=1)
     assert states == [False] and reads[str(paths[0])] > 64 * 2
     assert carried and not used

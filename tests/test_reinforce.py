@@ -4,6 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rladv_cli.config.settings import Config
+from rladv_cli.estimators.inputs import Inputs
 from rladv_cli.estimators.reinforce import credit_cut_rows
 from rladv_cli.tensors.batch import Batch
 from rladv_cli.tensors.kernels import broadcast_rows, reverse_linear_scan, shift_left_in_row
@@ -37,7 +38,7 @@ def batches(draw):
 @given(batch=batches(), gamma=st.sampled_from([1.0, 0.99, 0.5, 0.0]))
 def test_credit_cut_rows_looks_only_at_mask_zero_positions_and_agrees_with_the_definition(batch, gamma):
     cfg = Config(estimator="reinforce_plus_plus", gamma=gamma)
-    assert credit_cut_rows(batch, cfg).tolist() == _dense_cut_rows(batch, gamma).tolist()
+    assert credit_cut_rows(batch, Inputs(), cfg.params()).tolist() == _dense_cut_rows(batch, gamma).tolist()
 
 
 def test_a_reward_after_an_observation_cuts_its_row_and_carry_mode_cuts_nothing():
@@ -46,6 +47,6 @@ def test_a_reward_after_an_observation_cuts_its_row_and_carry_mode_cuts_nothing(
     offsets = torch.tensor([0, 3, 6])  # row 0: actor, observation, rewarded actor; row 1: observation first
     batch = Batch(row_offsets=offsets, original_mask=m, response_mask=m, token_level_scores=r, token_level_rewards=r,
                   row_index=torch.arange(2))
-    assert credit_cut_rows(batch, Config(estimator="reinforce_plus_plus")).tolist() == [True, False]
+    assert credit_cut_rows(batch, Inputs(), Config(estimator="reinforce_plus_plus").params()).tolist() == [True, False]
     carry = Config(estimator="reinforce_plus_plus", rpp_mask_mode="carry")
-    assert credit_cut_rows(batch, carry).tolist() == [False, False]
+    assert credit_cut_rows(batch, Inputs(), carry.params()).tolist() == [False, False]

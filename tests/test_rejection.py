@@ -17,8 +17,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from host_exp import SAME_EXP  # noqa: E402
 
 from rladv_cli.errors import ComputeError, ConfigError  # noqa: E402
-from rladv_cli.stages.rejection import (RS_OPTIONS, ImportanceSampling, RejectionRule, RolloutCorrectionStats,
-                                        importance_weights, parse_rollout_is, parse_rollout_rs, rejection_keep)
+from rladv_cli.config.correction import (RS_OPTIONS, ImportanceSampling, RejectionRule, parse_rollout_is,  # noqa: E402
+                                         parse_rollout_rs)
+from rladv_cli.stages.rejection import RolloutCorrectionStats, importance_weights, rejection_keep  # noqa: E402
 
 GOLDEN = pathlib.Path(__file__).resolve().parent / "golden"
 

@@ -58,7 +58,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 import rladv_cli
-from rladv_cli.config.settings import RS_OPTIONS
+from rladv_cli.config.correction import RS_OPTIONS
 from rladv_cli.config.verl import settings_from_verl_yaml
 from rladv_cli.errors import RladvError
 

@@ -1,4 +1,4 @@
-"""Checks of the data contract (CONTRACT §1) on Arrow data: schema-level once, row-level per chunk. No torch.
+"""Checks of the data contract (docs/contract.md §1) on Arrow data: schema-level once, row-level per chunk. No torch.
 
 Every failure is an ``InputError`` naming file, row (0-based within the file) and column.
 """
@@ -50,21 +50,18 @@ def _type_problem(col: Column, t: pa.DataType) -> str | None:
     return None if _is_number(v) else f"has type {t}; expected a list of numbers"
 
 
-def required_columns(columns: Iterable[str], estimator: str | None = None, *, kl: bool = False,
+def required_columns(columns: Iterable[str], estimator_columns: Iterable[str] = (), *, kl: bool = False,
                      rollout_correction: bool = False, batch_key: str | None = None,
                      reward_components: Iterable[str] = (), tool_rewards: bool = False) -> list[str]:
-    """Columns the chosen stages read: the mask, a score column (optional when ``gdpo`` reads reward
-    components), and what the estimator and stages declare (``tool_rewards``: they are added to the score)."""
-    from ..estimators.registry import ESTIMATORS
-
+    """Columns the chosen stages read: the mask, a score column (optional when an estimator reads reward
+    components), what the estimator reads (``Estimator.input_columns``) and what the stages declare
+    (``tool_rewards``: they are added to the score)."""
     names = set(columns)
     need = ["response_mask"]
     if "rm_scores" in names or "score" in names or not reward_components:
         need.append("rm_scores" if "rm_scores" in names or "score" not in names else "score")
     need += list(reward_components)
-    if estimator is not None:
-        est = ESTIMATORS[estimator]
-        need += list(est.columns) + (["uid"] if est.groups else [])
+    need += list(estimator_columns)
     if kl:
         need += ["old_log_probs", "ref_log_prob"]
     if rollout_correction:

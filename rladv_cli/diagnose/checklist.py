@@ -82,9 +82,10 @@ from ..contract import validation
 from ..contract.columns import array_of, assemble_scores, flat_values, list_offsets, list_sums, score_positions
 from ..contract.labels import Labels, uid_merges
 from ..contract.schema import COLUMNS
-from ..errors import ConfigError, InputError, shown
+from ..errors import ConfigError, InputError
 from ..estimators.registry import Estimator, get_estimator
-from ..io.read import Dataset, check_output_path
+from ..io.read import Dataset
+from ..io.write import check_output_path
 from ..report.distributions import histogram
 from ..report.model import Histogram, Stats, row_stats
 
@@ -606,7 +607,7 @@ def _summarise(ds: Dataset, plan: _Plan, est: Optional[Estimator], rows: _Rows, 
         missing.append("rm_scores or score (a dataset needs one; score checks skipped)")
     if est is not None:
         names = set(ds.columns)
-        missing += [c for c in validation.required_columns(names, name) if c not in names and c not in ("rm_scores", "score")]
+        missing += [c for c in validation.required_columns(names, est.input_columns) if c not in names and c not in ("rm_scores", "score")]
     if kl_coef != 0.0 and not {"old_log_probs", "ref_log_prob"} <= set(ds.columns):
         missing.append("old_log_probs and ref_log_prob (needed for --kl-coef; KL checks skipped)")
     checks.add("missing_columns", 0, len(missing), [], "every column the checks" + (f" and {name}" if name else "") + " need is present",

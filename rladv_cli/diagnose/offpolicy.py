@@ -18,7 +18,8 @@ from ..contract.labels import Labels
 from ..errors import ConfigError, InputError
 from ..io.read import Dataset
 from ..report.diagnostics import RowTable
-from ..stages.rejection import parse_rollout_rs, rejection_keep
+from ..config.correction import parse_rollout_rs
+from ..stages.rejection import rejection_keep
 from ..tensors import kernels
 from ..tensors.batch import as_tensor
 

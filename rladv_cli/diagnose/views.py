@@ -27,7 +27,8 @@ from ..contract.columns import array_of, assemble_scores, flat_values, list_offs
 from ..contract.labels import Labels
 from ..errors import ConfigError, InputError, OutputError, RladvError, shown
 from ..estimators.registry import ESTIMATORS, Estimator, get_estimator
-from ..io.read import Dataset, TableSource, check_output_path
+from ..io.read import Dataset, TableSource
+from ..io.write import check_output_path
 
 PathLike = str | os.PathLike
 
@@ -574,7 +575,7 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
     import shlex
 
     from ..config.settings import Config, command_flags
-    from ..io.read import SideFiles
+    from ..io.write import SideFiles
 
     Config(estimator=estimator, **settings)  # bad settings fail before anything is read
     folder = os.fspath(folder)
@@ -584,7 +585,7 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
     table, _ = _group_rows(ds, uid)
     run, widths = _padded_like_the_dataset(ds, table, estimator, settings)
     needed = set(validation.required_columns(
-        ds.columns, estimator, kl=bool(settings.get("kl_coef")),
+        ds.columns, ESTIMATORS[estimator].input_columns, kl=bool(settings.get("kl_coef")),
         rollout_correction=bool(settings.get("rollout_rs") or settings.get("rollout_is")),
         batch_key=settings.get("batch_key"), reward_components=settings.get("reward_components") or (),
         tool_rewards=settings.get("tool_reward_coef") is not None))

@@ -4,13 +4,15 @@ from __future__ import annotations
 import numpy as np
 from torch import Tensor
 
-from ..config.settings import Config
 from ..tensors.batch import Batch
 from ..tensors.kernels import native_gae, reverse_linear_scan, shift_left_in_row
+from .derivation import Derivation, Row
+from .inputs import Inputs
+from .registry import Estimator, Params
 
 
-def gae(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
-    """Raw GAE advantages and returns on flat tokens, ``(N,)`` float32 each (SEMANTICS §7.1).
+def gae(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+    """Raw GAE advantages and returns on flat tokens, ``(N,)`` float32 each (docs/semantics.md §7.1).
 
     Per row, right to left, over positions with ``m_t = 1`` only::
 
@@ -24,15 +26,38 @@ def gae(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
     C loop (``kernels.native_gae``) runs this recurrence in verl's order; elsewhere two segmented scans do.
     """
     m, r, values = batch.response_mask, batch.token_level_rewards, batch.values
-    gamma_lam = float(np.float32(cfg.gamma * cfg.lam))
-    native = native_gae(m, r, values, batch.row_offsets, cfg.gamma, gamma_lam)
+    gamma_lam = float(np.float32(params.gamma * params.lam))
+    native = native_gae(m, r, values, batch.row_offsets, params.gamma, gamma_lam)
     if native is not None:
         return native
     kept = m > 0
     # V at the first kept position at or after t: pass through unkept positions.
     value_here_or_next = reverse_linear_scan((~kept).float(), values * m, batch.row_offsets)
     nextvalues = shift_left_in_row(value_here_or_next, batch.row_offsets)
-    delta = (r + cfg.gamma * nextvalues) - values
+    delta = (r + params.gamma * nextvalues) - values
     a = kept.float() * gamma_lam + (~kept).float()
     advantages = reverse_linear_scan(a, delta * m, batch.row_offsets)
     return advantages, advantages + values
+
+
+def explain(est: Estimator, row: Row, params: Params, whitening: dict) -> Derivation:
+    """The recursion above for one row, in float64 for reading, beside the computed (whitened) advantages."""
+    m, r, values, adv = row["response_mask"], row["token_level_rewards"], row["values"], row["advantages"]
+    gl = params.gamma * params.lam
+    nextvalue, running = 0.0, 0.0
+    table = [None] * m.size
+    for t in reversed(range(m.size)):
+        delta = r[t] + params.gamma * nextvalue - values[t]
+        if m[t]:
+            running = delta + gl * running
+            table[t] = [t, int(m[t]), r[t], values[t], nextvalue, delta, running, running + values[t], adv[t]]
+            nextvalue = values[t]
+        else:
+            table[t] = [t, 0, r[t], values[t], nextvalue, None, running, None, adv[t]]
+    return Derivation(
+        formula=["delta_t = r_t + gamma * V(next actor token) - V_t",
+                 "A_t = delta_t + gamma*lam * A_(t+1) on actor tokens; A carried unchanged across mask-0 positions",
+                 "returns_t = A_t + V_t;  advantages = (A - batch mean) / sqrt(batch var + 1e-8), 0 off-mask"],
+        constants={"gamma": params.gamma, "lam": params.lam, "gamma*lam": float(np.float32(gl)), **whitening},
+        columns=["t", "mask", "reward", "value", "next value", "delta", "running A", "return", "advantage"],
+        tokens=table)

@@ -4,23 +4,25 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..config.settings import Config
 from ..tensors.batch import Batch
+from .inputs import Inputs
+from .registry import Params
 
 
-def gdpo(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
+def gdpo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
     """``A_sum = Σ_k w_k · (c_k − μ_{k,g}) / (σ_{k,g} + ε) · m`` over the reward components ``c_k`` (columns
     named by ``--reward-components``, weights ``--reward-weights`` or 1); without components the single
     component is the row total ``R``. The pipeline whitens ``A_sum`` over the batch; returns = advantages
-    (SEMANTICS §7.13). verl's dispatcher does not pass the std flag here, so it always divides. ``(N,)``."""
-    if batch.components is None:
-        components, stats = batch.reward_total()[None], [batch.groups]
+    (docs/semantics.md §7.13). verl's dispatcher does not pass the std flag here, so it always divides. ``(N,)``."""
+    if inputs.components is None:
+        components, stats = inputs.reward_total[None], [inputs.groups]
     else:
-        components, stats = batch.components, batch.component_groups
-    weights = torch.tensor(cfg.reward_weights or [1.0] * len(stats), dtype=torch.float32, device=components.device)
+        components, stats = inputs.components, inputs.component_groups
+    weights = torch.tensor(params.reward_weights or [1.0] * len(stats), dtype=torch.float32, device=components.device)
     advantages = None
+    at = inputs.group_index
     for k, g in enumerate(stats):
-        a = (components[k] - g.mean[batch.group_index]) / (g.std[batch.group_index] + cfg.epsilon)
+        a = (components[k] - g.mean[at]) / (g.std[at] + params.epsilon)
         term = weights[k] * (batch.per_token(a) * batch.response_mask)
         advantages = term if advantages is None else advantages + term
     return advantages, advantages

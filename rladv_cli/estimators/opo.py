@@ -3,16 +3,17 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ..config.settings import Config
 from ..tensors.batch import Batch
+from .inputs import Inputs
+from .registry import Params
 
 
-def opo(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
+def opo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
     """``a_i = R_i − b_g`` with the length-weighted baseline ``b_g = Σ n_j R_j / Σ n_j`` over the group
     (``n_j`` = the row's valid tokens after rejection; 0 for a singleton; NaN when no row of the group has a
-    valid token, as in verl); advantages = a·m, returns = advantages (SEMANTICS §7.10). ``(N,)``."""
-    g = batch.groups
-    single = g.size[batch.group_index] <= 1
-    baseline = g.length_weighted_mean[batch.group_index].masked_fill(single, 0.0)
-    advantages = batch.per_token(batch.reward_total() - baseline) * batch.response_mask
+    valid token, as in verl); advantages = a·m, returns = advantages (docs/semantics.md §7.10). ``(N,)``."""
+    g, at = inputs.groups, inputs.group_index
+    single = g.size[at] <= 1
+    baseline = g.length_weighted_mean[at].masked_fill(single, 0.0)
+    advantages = batch.per_token(inputs.reward_total - baseline) * batch.response_mask
     return advantages, advantages

@@ -1,4 +1,4 @@
-"""Optimal token baselines: verl's ``optimal_token_baseline`` and ``tir_optimal_token_baseline`` (§7.12).
+"""Optimal token baselines: verl's ``optimal_token_baseline`` and ``tir_optimal_token_baseline`` (docs/semantics.md §7.12).
 
 Per row: ``G_t = Σ_{u ≥ t} r_u·m_u`` (reward-to-go), ``w_t = 1 − 2·exp(old_log_prob_t) + sum_pi_squared_t``
 (times ``rollout_is_weights_t²`` when the IS stage ran) and ``W_t = Σ_{u ≤ t} w_u·m_u``. Per group and position:
@@ -12,9 +12,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..config.settings import Config
 from ..tensors.batch import Batch
 from ..tensors.kernels import broadcast_rows, cumsum_in_row, reverse_linear_scan, segment_sum
+from .derivation import Derivation, Row, baseline_table
+from .inputs import Inputs
+from .registry import Estimator, Params
 
 EPSILON = 1e-8
 
@@ -29,7 +31,7 @@ def _returns_and_weights(batch: Batch) -> tuple[Tensor, Tensor]:
     return returns, cumsum_in_row(w * m, batch.row_offsets)
 
 
-def negative_weight_rows(batch: Batch, cfg: Config) -> Tensor:
+def negative_weight_rows(batch: Batch, inputs: Inputs, params: Params) -> Tensor:
     """Rows ``(B,) bool`` with an actor token whose ``w = 1 − 2·exp(old_log_prob) + sum_pi_squared`` is below 0:
     only possible where ``sum_pi_squared < π²`` (``w ≥ (1 − π)²`` when ``Σπ²`` holds ``π²``, as a policy's own
     does), and what lets a group's weights cancel (``baseline_ill_conditioned``)."""
@@ -48,12 +50,12 @@ def _actor_position(batch: Batch) -> Tensor:
     return cumsum_in_row(batch.response_mask, batch.row_offsets).long() - 1
 
 
-def _accumulate(batch: Batch, position: Tensor) -> dict[str, tuple[Tensor, Tensor]]:
+def _accumulate(batch: Batch, inputs: Inputs, position: Tensor) -> dict[str, tuple[Tensor, Tensor]]:
     """The baseline's sums, and the sums of their terms' magnitudes (``*_abs``: how far float32 rounding of
     the sums can move the baseline, ``baseline_rounding``)."""
     m = batch.response_mask
     returns, weights = _returns_and_weights(batch)
-    where = (batch.per_token(batch.group_index), position.clamp_min(0))
+    where = (batch.per_token(inputs.group_index), position.clamp_min(0))
     numerator, denominator = returns * weights * m, weights * m
     return {"numerator": (where, numerator), "denominator": (where, denominator),
             "numerator_abs": (where, numerator.abs()), "denominator_abs": (where, denominator.abs())}
@@ -69,20 +71,20 @@ def baseline_rounding(sums: dict[str, Tensor]) -> Tensor:
     return 2.0**-24 * (sums["numerator_abs"] + b.abs() * sums["denominator_abs"]) / d.abs()
 
 
-def accumulate_absolute(batch: Batch, cfg: Config) -> dict[str, tuple[tuple[Tensor, Tensor], Tensor]]:
+def accumulate_absolute(batch: Batch, inputs: Inputs, params: Params) -> dict[str, tuple[tuple[Tensor, Tensor], Tensor]]:
     """Per token ``((group, absolute position), G·W·m)`` and ``(…, W·m)`` for the OTB sums."""
-    return _accumulate(batch, _position(batch))
+    return _accumulate(batch, inputs, _position(batch))
 
 
-def accumulate_compact(batch: Batch, cfg: Config) -> dict[str, tuple[tuple[Tensor, Tensor], Tensor]]:
+def accumulate_compact(batch: Batch, inputs: Inputs, params: Params) -> dict[str, tuple[tuple[Tensor, Tensor], Tensor]]:
     """Per token ``((group, actor index k), G·W·m)`` and ``(…, W·m)`` for the TIR sums (mask-0 tokens add 0)."""
-    return _accumulate(batch, _actor_position(batch))
+    return _accumulate(batch, inputs, _actor_position(batch))
 
 
-def _advantages(batch: Batch, position: Tensor, members: Tensor) -> tuple[Tensor, Tensor]:
-    g = batch.groups
-    sums = batch.position_sums
-    group = batch.per_token(batch.group_index)
+def _advantages(batch: Batch, inputs: Inputs, position: Tensor, members: Tensor) -> tuple[Tensor, Tensor]:
+    g = inputs.groups
+    sums = inputs.position_sums
+    group = batch.per_token(inputs.group_index)
     at = sums.index(group, position.clamp_min(0))
     baseline = sums.sums["numerator"][at] / (sums.sums["denominator"][at] + EPSILON)
     tail = (batch.per_token(batch.row_index) == g.longest_row[group]) & (position >= g.second_longest[group])
@@ -91,11 +93,22 @@ def _advantages(batch: Batch, position: Tensor, members: Tensor) -> tuple[Tensor
     return (returns - baseline) * batch.response_mask, returns
 
 
-def optimal_token_baseline(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
+def optimal_token_baseline(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
     """OTB over absolute positions; a singleton group has baseline 0. ``(N,)`` each."""
-    return _advantages(batch, _position(batch), batch.groups.size)
+    return _advantages(batch, inputs, _position(batch), inputs.groups.size)
 
 
-def tir_optimal_token_baseline(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
+def tir_optimal_token_baseline(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
     """TIR-OTB over actor-token indices; groups count only rows with an actor token. ``(N,)`` each."""
-    return _advantages(batch, _actor_position(batch), batch.groups.nonempty_size)
+    return _advantages(batch, inputs, _actor_position(batch), inputs.groups.nonempty_size)
+
+
+def explain_absolute(est: Estimator, row: Row, params: Params, whitening: dict) -> Derivation:
+    return baseline_table(row, ["G_t = reward-to-go over actor tokens",
+                                "b_t = sum_i G[i,t] W[i,t] / (sum_i W[i,t] + 1e-8) over the group, per absolute position",
+                                "advantages = (G - b) * m"])
+
+
+def explain_compact(est: Estimator, row: Row, params: Params, whitening: dict) -> Derivation:
+    return baseline_table(row, ["G_t = reward-to-go over actor tokens",
+                                "b_k = group baseline at the k-th actor token of each row", "advantages = (G - b) * m"])

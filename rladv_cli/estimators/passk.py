@@ -3,18 +3,20 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ..config.settings import Config
 from ..tensors.batch import Batch
+from .inputs import Inputs
+from .registry import Params
 
 
-def grpo_passk(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
+def grpo_passk(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
     """Only the best row of a group learns: it gets ``r1 − r2`` (the gap between the two largest totals),
     divided by ``σ_g + ε`` (Bessel std) unless ``--no-norm-adv-by-std``; every other row gets 0. Ties for
-    the maximum give 0. Groups need 2+ rows (the pipeline stops otherwise, as verl raises). §7.4. ``(N,)``."""
-    g = batch.groups
-    gap = g.top_gap[batch.group_index]
-    if cfg.norm_adv_by_std:
-        gap = gap / (g.std[batch.group_index] + cfg.epsilon)
-    a = gap * (batch.row_index == g.top_row[batch.group_index])
+    the maximum give 0. Groups need 2+ rows (the pipeline stops otherwise, as verl raises).
+    docs/semantics.md §7.4. ``(N,)``."""
+    g, at = inputs.groups, inputs.group_index
+    gap = g.top_gap[at]
+    if params.norm_adv_by_std:
+        gap = gap / (g.std[at] + params.epsilon)
+    a = gap * (batch.row_index == g.top_row[at])
     advantages = batch.per_token(a) * batch.response_mask
     return advantages, advantages

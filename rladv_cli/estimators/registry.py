@@ -1,49 +1,84 @@
 """The estimator registry: what each estimator needs and how it behaves, by verl's name. No torch here.
 
-Every estimator has ONE signature, ``fn(batch: Batch, params: Config) -> (advantages, returns)`` on flat
-``(N,)`` tensors, and declares what it needs; the pipeline reads the declarations and never asks a name.
+Every estimator has ONE signature, ``fn(batch: Batch, inputs: Inputs, params: Params) -> (advantages, returns)``
+on flat ``(N,)`` tensors: ``batch`` is the chunk's tokens after the stages, ``inputs`` holds exactly what the
+estimator declares in ``needs`` (what earlier passes established for these rows), ``params`` its settings.
+The pipeline reads the declarations and never asks a name; estimator names appear nowhere else in the code.
 """
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 from ..errors import ConfigError
+
+# verl 0.9.1's registry names (``AdvantageEstimator``); rladv may implement only some of them.
+REFERENCE_NAMES = (
+    "gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "rloo", "opo", "grpo_passk",
+    "gpg", "rloo_vectorized", "grpo_vectorized", "optimal_token_baseline", "tir_optimal_token_baseline", "gdpo",
+)
+# the settings of one estimator or another (gamma: discount, lam: GAE, the rest: std scaling and REINFORCE++)
+ESTIMATOR_SETTINGS = ("gamma", "lam", "norm_adv_by_std", "epsilon", "rpp_mask_mode")
+# what an estimator may ask for in ``needs`` (the fields of ``inputs.Inputs``)
+INPUTS = ("reward_total", "group_index", "groups", "session_total", "session_active", "batch_rows",
+          "batch_nonzero_rows", "components", "component_groups", "position_sums")
+# the group statistics an estimator may ask for (``tensors.groups.GroupStats``; ``size`` is always there)
+GROUP_STATISTICS = ("mean", "std", "seq_sum", "seq_std", "length_weighted_mean", "top_gap", "top_row",
+                    "longest_row", "second_longest", "nonempty_size")
+
+
+@dataclass(frozen=True)
+class Params:
+    """The settings an estimator reads (``Config``'s fields of the same names; docs/contract.md §2)."""
+
+    gamma: float = 1.0
+    lam: float = 1.0
+    norm_adv_by_std: bool = True
+    epsilon: float = 1e-6
+    rpp_mask_mode: str = "reset"
+    reward_weights: Optional[tuple[float, ...]] = None
 
 
 @dataclass(frozen=True)
 class Estimator:
     """Declared needs and behaviour of one estimator.
 
+    impl:      ``module:function`` in this package, the estimator itself
     columns:   input columns it reads beyond ``response_mask`` and the score (e.g. ``values``)
-    groups:    needs batch-wide group statistics of the row totals ``R_i`` (so a ``uid`` column)
+    needs:     the ``Inputs`` it reads (``INPUTS``); ``groups`` among them means a ``uid`` column and batch-wide
+               group statistics of the row totals ``R_i``, of which it reads ``group_statistics``
     whiten:    its raw advantages are whitened over every valid token of the batch (``masked_whiten``)
     returns_are_advantages: returns are the final (whitened) advantages rather than the raw returns
     min_group_size: smaller groups are an error (verl raises)
-    accumulate: ``fn(batch, params) -> {name: (flat index, values)}`` summed per (group, position) over the
-               batch before the estimator runs (its result reaches the estimator as ``batch.position_sums``)
+    accumulate: ``fn(batch, inputs, params) -> {name: (flat index, values)}`` summed per (group, position) over
+               the batch before the estimator runs (its result reaches the estimator as ``inputs.position_sums``)
     rounding: ``fn(float64 sums) -> (G·width,)``: how far float32 rounding of the accumulated sums can move
                the result, per (group, position) slot (the report warns ``baseline_ill_conditioned`` at 1e-6)
     batch_wide: a row's result depends on the whole batch beyond its group (besides whitening)
     folds_sessions: with ``session_id``/``output_index`` columns, only each session's final output enters the
-               group statistics and its advantage is broadcast to the session's rows (verl 0.9.1, grpo only)
+               group statistics and its advantage is broadcast to the session's rows (verl 0.9.1)
     singleton: what the reference does with a one-row group (None when groups are not used)
     int_uids: groups are formed as verl's ``as_torch_index`` forms them: when every uid of a batch converts
                with ``int()``, uids that convert to the same integer (``"01"``, ``"1"``) are one group
-    settings:  the estimator's own ``Config`` settings (``ESTIMATOR_SETTINGS``) that it reads; a flag typed for
-               another one is refused (it could not change a number)
+    settings:  the estimator's own settings (``ESTIMATOR_SETTINGS``) that it reads; a flag typed for another
+               one is refused (it could not change a number)
+    components: it reads per-row reward components (``--reward-components``) instead of the score
+    row_checks: warning code -> ``module:function`` flagging the rows where one of its quirks bit
+    explain:   ``module:function`` giving ``rladv explain``'s derivation of one row (``derivation.Derivation``)
     """
 
     name: str
     impl: str
     columns: tuple[str, ...]
-    groups: bool
+    needs: tuple[str, ...]
     whiten: bool
     baseline: str
     observation_credit: str
     singleton: str | None
     summary: str
+    explain: str
+    group_statistics: tuple[str, ...] = ()
     returns_are_advantages: bool = False
     min_group_size: int = 1
     accumulate: str | None = None
@@ -52,7 +87,27 @@ class Estimator:
     batch_wide: bool = False
     int_uids: bool = False
     settings: tuple[str, ...] = ()
+    components: bool = False
     row_checks: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = (set(self.needs) - set(INPUTS)) | (set(self.group_statistics) - set(GROUP_STATISTICS))
+        if unknown:
+            raise ValueError(f"{self.name}: unknown needs or group statistics {sorted(unknown)}")
+
+    @property
+    def groups(self) -> bool:
+        """Needs batch-wide group statistics of the row totals (so a ``uid`` column)."""
+        return "groups" in self.needs
+
+    @property
+    def input_columns(self) -> tuple[str, ...]:
+        """The input columns it reads beyond the mask and the score (``uid`` for a group estimator)."""
+        return (*self.columns, *(("uid",) if self.groups else ()))
+
+    @property
+    def fn(self) -> Callable:
+        return _load(self.impl)
 
     def accumulator(self) -> Callable | None:
         return _load(self.accumulate) if self.accumulate else None
@@ -61,12 +116,26 @@ class Estimator:
         return _load(self.rounding) if self.rounding else None
 
     def checks(self) -> dict[str, Callable]:
-        """Warning code -> ``fn(batch, params) -> (B,) bool`` flagging rows where this estimator's quirk bit."""
+        """Warning code -> ``fn(batch, inputs, params) -> (B,) bool`` flagging rows where this estimator's quirk bit."""
         return {code: _load(impl) for code, impl in self.row_checks}
 
-    @property
-    def fn(self) -> Callable:
-        return _load(self.impl)
+    def derivation(self) -> Callable:
+        return _load(self.explain)
+
+    def describe(self) -> dict:
+        """What ``rladv estimators`` prints for it."""
+        return {
+            "name": self.name,
+            "needs": ["response_mask", "rm_scores|score", *self.input_columns],
+            "critic": "values" in self.columns,
+            "groups": self.groups,
+            "whitened": self.whiten,
+            "baseline": self.baseline,
+            "observation_credit": self.observation_credit,
+            "singleton": self.singleton,
+            "summary": self.summary,
+            "settings": [f"--{name.replace('_', '-')}" for name in self.settings],
+        }
 
 
 def _load(impl: str) -> Callable:
@@ -74,111 +143,129 @@ def _load(impl: str) -> Callable:
     return getattr(importlib.import_module(f"rladv_cli.estimators.{module}"), attr)
 
 
-# the settings of one estimator or another (gamma: discount, lam: GAE, the rest: std scaling and REINFORCE++)
-ESTIMATOR_SETTINGS = ("gamma", "lam", "norm_adv_by_std", "epsilon", "rpp_mask_mode")
 _GROUP_CREDIT = "row total R_i sums every position (observations included); advantage broadcast to actor tokens"
+_OUTCOME = ("reward_total", "group_index", "groups")  # a group estimator of the row totals R_i
+_BY_GROUP = "derivation:by_group"  # one advantage per row, explained by its group
+
+
+def _group(name: str, impl: str, *, needs: tuple[str, ...] = _OUTCOME, **declared) -> Estimator:
+    """A group estimator of the row totals: its credit crosses observations as every such estimator's does, it is
+    not whitened unless said, and ``rladv explain`` shows its group."""
+    defaults = dict(columns=(), whiten=False, observation_credit=_GROUP_CREDIT, explain=_BY_GROUP)
+    return Estimator(name, impl, needs=needs, **{**defaults, **declared})
+
 
 ESTIMATORS: dict[str, Estimator] = {
     e.name: e
     for e in (
         Estimator(
-            "gae", "gae:gae", ("values",), groups=False, whiten=True, settings=("gamma", "lam"),
+            "gae", "gae:gae", ("values",), needs=(), whiten=True, settings=("gamma", "lam"),
             baseline="critic values V_t",
             observation_credit="skipped: state carried across mask-0 spans (bootstraps from the next actor token)",
             singleton=None,
             summary="Generalised Advantage Estimation with gamma, lam; whitened over the batch",
+            explain="gae:explain",
         ),
-        Estimator(
-            "grpo", "grpo:grpo", (), groups=True, whiten=False, settings=("norm_adv_by_std", "epsilon"),
+        _group(
+            "grpo", "grpo:grpo", needs=(*_OUTCOME, "session_total", "session_active"), group_statistics=("mean", "std"),
+            settings=("norm_adv_by_std", "epsilon"),
             baseline="group mean (divided by group std unless --no-norm-adv-by-std)",
-            observation_credit=_GROUP_CREDIT, singleton="advantage R/(1+eps): the raw score, not 0",
+            singleton="advantage R/(1+eps): the raw score, not 0",
             summary="(R - mean_g) / (std_g + eps) per uid group",
             folds_sessions=True,
         ),
-        Estimator(
-            "grpo_vectorized", "grpo:grpo_vectorized", (), groups=True, whiten=False, int_uids=True,
+        _group(
+            "grpo_vectorized", "grpo:grpo_vectorized", group_statistics=("seq_sum", "seq_std"), int_uids=True,
             settings=("epsilon",),
             baseline="group mean / group std (always; verl ignores the std flag here)",
-            observation_credit=_GROUP_CREDIT, singleton="advantage R/(1+eps): the raw score, not 0",
+            singleton="advantage R/(1+eps): the raw score, not 0",
             summary="grpo through verl's group_mean_std; always divides by std",
         ),
-        Estimator(
-            "rloo", "rloo:rloo", (), groups=True, whiten=False,
+        _group(
+            "rloo", "rloo:rloo", group_statistics=("mean",),
             baseline="mean of the other rows of the group (leave-one-out)",
-            observation_credit=_GROUP_CREDIT, singleton="advantage R: the raw score is kept",
+            singleton="advantage R: the raw score is kept",
             summary="R_i - mean of the other n-1 rows",
         ),
-        Estimator(
-            "rloo_vectorized", "rloo:rloo_vectorized", (), groups=True, whiten=False,
+        _group(
+            "rloo_vectorized", "rloo:rloo_vectorized", group_statistics=("seq_sum",),
             baseline="mean of the other rows of the group (leave-one-out)",
-            observation_credit=_GROUP_CREDIT, singleton="advantage 0",
+            singleton="advantage 0",
             summary="(c R_i - S_g) / (c - 1); singletons get 0",
         ),
         Estimator(
-            "reinforce_plus_plus", "reinforce:reinforce_plus_plus", (), groups=False, whiten=True,
+            "reinforce_plus_plus", "reinforce:reinforce_plus_plus", (), needs=(), whiten=True,
             settings=("gamma", "rpp_mask_mode"),
             baseline="none (batch whitening)",
             observation_credit="--rpp-mask-mode reset (default): return resets at mask-0 positions; carry: passes through",
             singleton=None,
             summary="discounted reward-to-go over actor tokens, whitened over the batch",
+            explain="reinforce:explain",
             row_checks=(("credit_reset_at_mask", "reinforce:credit_cut_rows"),),
         ),
-        Estimator(
-            "reinforce_plus_plus_baseline", "reinforce:reinforce_plus_plus_baseline", (), groups=True,
+        _group(
+            "reinforce_plus_plus_baseline", "reinforce:reinforce_plus_plus_baseline", group_statistics=("mean",),
             whiten=True, baseline="group mean, then batch whitening",
-            observation_credit=_GROUP_CREDIT, singleton="baseline 0: the raw score enters whitening",
+            singleton="baseline 0: the raw score enters whitening",
             summary="(R_i - mean_g) broadcast to actor tokens, whitened over the batch",
             returns_are_advantages=True,
         ),
         Estimator(
-            "remax", "remax:remax", ("reward_baselines",), groups=False, whiten=False,
+            "remax", "remax:remax", ("reward_baselines",), needs=(), whiten=False,
             baseline="reward_baselines: the greedy rollout's reward for the same prompt",
             observation_credit="masked rewards dropped; undiscounted reward-to-go over actor tokens",
             singleton=None,
             summary="reward-to-go minus the greedy baseline",
+            explain="remax:explain",
         ),
-        Estimator(
-            "opo", "opo:opo", (), groups=True, whiten=False,
+        _group(
+            "opo", "opo:opo", group_statistics=("length_weighted_mean",),
             baseline="length-weighted group mean of R (weights: valid tokens per row)",
-            observation_credit=_GROUP_CREDIT, singleton="baseline 0: advantage R",
+            singleton="baseline 0: advantage R",
             summary="R_i - sum(n_j R_j) / sum(n_j) per group",
         ),
-        Estimator(
-            "gpg", "gpg:gpg", (), groups=True, whiten=False,
+        _group(
+            "gpg", "gpg:gpg", needs=(*_OUTCOME, "batch_rows", "batch_nonzero_rows"), group_statistics=("mean",),
             baseline="group mean, scaled by alpha = rows / rows with non-zero reward (batch-wide)",
-            observation_credit=_GROUP_CREDIT, singleton="baseline 0: advantage alpha*R",
+            singleton="baseline 0: advantage alpha*R",
             summary="alpha (R_i - mean_g); alpha depends on the whole batch",
             batch_wide=True,
         ),
-        Estimator(
-            "grpo_passk", "passk:grpo_passk", (), groups=True, whiten=False, settings=("norm_adv_by_std", "epsilon"),
+        _group(
+            "grpo_passk", "passk:grpo_passk", needs=("group_index", "groups"),
+            group_statistics=("top_gap", "top_row", "std"), settings=("norm_adv_by_std", "epsilon"),
             baseline="second-best total of the group; only the best row gets a non-zero advantage",
-            observation_credit=_GROUP_CREDIT, singleton="error: verl requires 2+ rows per group",
+            singleton="error: verl requires 2+ rows per group",
             summary="best row: (r1 - r2) / (std_g + eps); others 0",
             min_group_size=2,
         ),
         Estimator(
             "optimal_token_baseline", "otb:optimal_token_baseline", ("old_log_probs", "sum_pi_squared"),
-            groups=True, whiten=False,
+            needs=("group_index", "groups", "position_sums"), group_statistics=("longest_row", "second_longest"),
+            whiten=False,
             baseline="per-position group baseline sum(G W) / sum(W), W = cumulative path-variance proxy",
             observation_credit="masked rewards dropped; baseline per absolute position, observations skipped in W",
             singleton="baseline 0: advantage = reward-to-go",
             summary="reward-to-go minus an optimal per-token baseline (uses rollout_is_weights when present)",
+            explain="otb:explain_absolute",
             accumulate="otb:accumulate_absolute", rounding="otb:baseline_rounding",
             row_checks=(("negative_token_weight", "otb:negative_weight_rows"),),
         ),
         Estimator(
             "tir_optimal_token_baseline", "otb:tir_optimal_token_baseline", ("old_log_probs", "sum_pi_squared"),
-            groups=True, whiten=False,
+            needs=("group_index", "groups", "position_sums"),
+            group_statistics=("longest_row", "second_longest", "nonempty_size"), whiten=False,
             baseline="per-position group baseline over each row's actor tokens only (positions compacted)",
             observation_credit="observations removed before aligning rows: actor token k meets actor token k",
             singleton="baseline 0 (rows without actor tokens do not count)",
             summary="optimal token baseline for tool-interleaved rollouts",
+            explain="otb:explain_compact",
             accumulate="otb:accumulate_compact", rounding="otb:baseline_rounding",
             row_checks=(("negative_token_weight", "otb:negative_weight_rows"),),
         ),
-        Estimator(
-            "gdpo", "gdpo:gdpo", (), groups=True, whiten=True, settings=("epsilon",),
+        _group(
+            "gdpo", "gdpo:gdpo", needs=(*_OUTCOME, "components", "component_groups"), group_statistics=("mean", "std"),
+            whiten=True, settings=("epsilon",), components=True,
             baseline="per-component group mean / std, weighted sum, then batch whitening",
             observation_credit="components are per-row scalars; advantage broadcast to actor tokens",
             singleton="each component keeps c/(1+eps) before whitening",
@@ -188,6 +275,11 @@ ESTIMATORS: dict[str, Estimator] = {
     )
 }
 
+# what inspect says of singleton groups when no estimator is named
+SINGLETON_EXAMPLES = "grpo gives R/(1+eps) (the raw score, not 0), rloo keeps R, rloo_vectorized gives 0"
+# the estimator ``inspect --uid`` computes a group with when none is named
+DEFAULT_GROUP_ESTIMATOR = "grpo"
+
 
 def get_estimator(name: str) -> Estimator:
     """The registered estimator ``name``; ``ConfigError`` when unknown: ``--estimator: unknown estimator 'x';
@@ -195,3 +287,14 @@ def get_estimator(name: str) -> Estimator:
     if name not in ESTIMATORS:
         raise ConfigError(f"--estimator: unknown estimator '{name}'; choose one of {', '.join(ESTIMATORS)}")
     return ESTIMATORS[name]
+
+
+def names_where(test: Callable[[Estimator], bool]) -> list[str]:
+    """The names of the estimators for which ``test`` holds, in registry order (for messages such as "only
+    grpo folds sessions")."""
+    return [e.name for e in ESTIMATORS.values() if test(e)]
+
+
+def with_check(code: str) -> list[str]:
+    """The estimators with the row check ``code`` (e.g. ``credit_reset_at_mask``)."""
+    return names_where(lambda e: code in dict(e.row_checks))

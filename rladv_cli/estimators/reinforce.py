@@ -4,13 +4,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..config.settings import Config
 from ..tensors.batch import Batch
 from ..tensors.kernels import reverse_linear_scan
+from .derivation import Derivation, Row
+from .inputs import Inputs
+from .registry import Estimator, Params
 
 
-def reinforce_plus_plus(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
-    """Discounted reward-to-go ``G (N,)`` over actor tokens; the pipeline whitens it over the batch (§7.7).
+def reinforce_plus_plus(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+    """Discounted reward-to-go ``G (N,)`` over actor tokens; the pipeline whitens it over the batch
+    (docs/semantics.md §7.7).
 
     ``m_t = 1``: ``G_t = r_t + γ·run``. At ``m_t = 0`` the running return
     ``reset`` (default, the chapter and verl's earlier trainer): restarts at 0, so tokens left of an
@@ -18,13 +21,13 @@ def reinforce_plus_plus(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
     unchanged, the position's own reward dropped. returns = G, 0 off-mask.
     """
     m = batch.response_mask
-    keep = cfg.gamma * m if cfg.rpp_mask_mode == "reset" else cfg.gamma * m + (1 - m)
+    keep = params.gamma * m if params.rpp_mask_mode == "reset" else params.gamma * m + (1 - m)
     # the scan's output is a new tensor (its inputs are temporaries too): masked in place, no second copy
     returns = reverse_linear_scan(keep, batch.token_level_rewards * m, batch.row_offsets).mul_(m)
     return returns, returns
 
 
-def credit_cut_rows(batch: Batch, cfg: Config) -> Tensor:
+def credit_cut_rows(batch: Batch, inputs: Inputs, params: Params) -> Tensor:
     """Rows ``(B,) bool`` where ``reset`` mode cut a non-zero running return off from an earlier actor token:
     some ``m_t = 0`` position has ``r_t + γ·run_{t+1} ≠ 0`` (``run_{t+1} = 0`` past the row's end) and an
     ``m = 1`` token before it in its row.
@@ -34,26 +37,48 @@ def credit_cut_rows(batch: Batch, cfg: Config) -> Tensor:
     the row's first ``m = 0`` position."""
     m = batch.response_mask
     cut = torch.zeros(batch.num_rows, dtype=torch.bool, device=m.device)
-    if cfg.rpp_mask_mode != "reset":
+    if params.rpp_mask_mode != "reset":
         return cut
     at = torch.nonzero(m == 0).flatten()
     if at.numel() == 0:
         return cut
     r, offsets = batch.token_level_rewards, batch.row_offsets
-    run = reverse_linear_scan(cfg.gamma * m, r * m, offsets)
+    run = reverse_linear_scan(params.gamma * m, r * m, offsets)
     row = torch.searchsorted(offsets, at, right=True) - 1
     after = at + 1
     run_after = torch.where(after < offsets[row + 1], run[after.clamp_max(m.numel() - 1)], torch.zeros_like(run[at]))
-    carried = r[at] + cfg.gamma * run_after
+    carried = r[at] + params.gamma * run_after
     first = torch.searchsorted(at, offsets[:-1])
     kept_before = (at - offsets[row]) > (torch.arange(at.numel(), device=m.device) - first[row])
     cut[row[(carried != 0) & kept_before]] = True
     return cut
 
 
-def reinforce_plus_plus_baseline(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
+def reinforce_plus_plus_baseline(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
     """``X[i,t] = (R_i − b_g)·m[i,t]`` with ``b_g`` the float32 group mean (0 for a singleton); the pipeline
-    whitens ``X`` over the batch (§7.8). returns = advantages."""
-    total = batch.reward_total()
-    x = batch.per_token(total - batch.groups.mean[batch.group_index]) * batch.response_mask
+    whitens ``X`` over the batch (docs/semantics.md §7.8). returns = advantages."""
+    x = batch.per_token(inputs.reward_total - inputs.groups.mean[inputs.group_index]) * batch.response_mask
     return x, x
+
+
+def explain(est: Estimator, row: Row, params: Params, whitening: dict) -> Derivation:
+    """The reward-to-go recursion for one row (float64 for reading), marking where ``reset`` cuts credit."""
+    m, r, adv = row["response_mask"], row["token_level_rewards"], row["advantages"]
+    reset = params.rpp_mask_mode == "reset"
+    running, table = 0.0, [None] * m.size
+    for t in reversed(range(m.size)):
+        if m[t]:
+            running = r[t] + params.gamma * running
+            table[t] = [t, 1, r[t], running, "", adv[t]]
+        else:
+            carried = r[t] + params.gamma * running
+            mark = (f"reset: credit {carried:.4g} cut" if carried else "reset") if reset else "carry"
+            running = 0.0 if reset else running
+            table[t] = [t, 0, r[t], None, mark, adv[t]]
+    rule = "reset to 0 (chapter)" if reset else "carried through unchanged (verl 0.9.1)"
+    return Derivation(
+        formula=["G_t = r_t + gamma * G_(t+1) on actor tokens",
+                 f"at mask-0 positions the running return is {rule}",
+                 "advantages = (G - batch mean) / sqrt(batch var + 1e-8), 0 off-mask; returns = G"],
+        constants={"gamma": params.gamma, "mode": params.rpp_mask_mode, **whitening},
+        columns=["t", "mask", "reward", "reward-to-go G", "mask-0 point", "advantage"], tokens=table)

@@ -4,14 +4,21 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..config.settings import Config
 from ..tensors.batch import Batch
 from ..tensors.kernels import reverse_linear_scan
+from .derivation import Derivation, Row, baseline_table
+from .inputs import Inputs
+from .registry import Estimator, Params
 
 
-def remax(batch: Batch, cfg: Config) -> tuple[Tensor, Tensor]:
+def remax(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
     """``G[i,t] = Σ_{u ≥ t} r[i,u]·m[i,u]`` (undiscounted, masked rewards dropped); ``advantages = G − b_i·m``
-    with ``b_i`` the row's ``reward_baselines`` (the greedy rollout's reward); returns = G (SEMANTICS §7.9)."""
+    with ``b_i`` the row's ``reward_baselines`` (the greedy rollout's reward); returns = G
+    (docs/semantics.md §7.9)."""
     m = batch.response_mask
     returns = reverse_linear_scan(torch.ones_like(m), batch.token_level_rewards * m, batch.row_offsets)
     return returns - batch.per_token(batch.reward_baselines) * m, returns
+
+
+def explain(est: Estimator, row: Row, params: Params, whitening: dict) -> Derivation:
+    return baseline_table(row, ["G_t = sum of r_u * m_u for u >= t", "advantages = G - reward_baselines * m"])

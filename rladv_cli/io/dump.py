@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from ..contract.columns import arrow_of
 from ..errors import InputError, OutputError
-from .read import AtomicParquetWriter, check_output_path, signals_deferred
+from .write import AtomicParquetWriter, check_output_path, signals_deferred
 
 # verl's batch names -> the contract's (SEMANTICS §1: token_level_scores is rm_scores copied verbatim)
 RENAMES = {"token_level_scores": "rm_scores"}

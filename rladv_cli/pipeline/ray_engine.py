@@ -28,10 +28,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
-from ..api import finish_report
 from ..config.settings import Config
 from ..errors import TERMINATION_SIGNALS, ComputeError, ConfigError, OutputError, RladvError
-from ..io.read import AtomicParquetWriter, Dataset, Shard, SideFiles, named_os_errors, signals_deferred
+from ..io.read import Dataset, Shard
+from ..io.write import AtomicParquetWriter, SideFiles, named_os_errors, signals_deferred
 from ..report.model import Report
 
 PathLike = str | os.PathLike
@@ -64,6 +64,7 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
     Output shards appear under their final names only once every shard succeeded. The tasks run on CPU
     (``device`` ``auto`` means ``cpu`` here)."""
     from .driver import Pipeline
+    from .summary import finish_report
 
     ray = _import_ray()
     if workers is not None and workers < 1:
@@ -303,16 +304,16 @@ def _interrupts_for_ray() -> Iterator[None]:
 
 
 class RayShards:
-    """``Pipeline``'s ``MapShards`` on Ray Data: one task per shard, the pass's ``ShardWork`` broadcast once
-    with ``ray.put``; results come back in shard order."""
+    """``Pipeline``'s ``MapShards`` on Ray Data: one task per shard, the pass's ``ShardWork`` and what the earlier
+    passes established broadcast once with ``ray.put``; results come back in shard order."""
 
     def __init__(self, ray, staging: str, names: list[str], workers: Optional[int],
                  progress: Optional[Callable[[str, int, int], None]]):
         self.ray, self.staging, self.names, self.workers, self.progress = ray, staging, names, workers, progress
 
-    def __call__(self, stage: str, work, items: list[tuple[Shard, dict]]) -> list:
+    def __call__(self, stage: str, work, items: list[tuple[Shard, dict]], known) -> list:
         ray = self.ray
-        work_ref = ray.put(work.detached())
+        work_ref, known_ref = ray.put(work.detached()), ray.put(known)
         rows = [{"index": i, "name": self.names[shard.index], "task": _pack((shard, given))}
                 for i, (shard, given) in enumerate(items)]
         # Ray Data deprecates max_retries but has no other bound on lost workers; a Dataset interrupted while it
@@ -320,7 +321,7 @@ class RayShards:
         with warnings.catch_warnings(), signals_deferred():
             warnings.simplefilter("ignore", DeprecationWarning)
             ds = ray.data.from_items(rows, override_num_blocks=len(rows)).map(
-                _run_task, fn_kwargs={"work": work_ref, "stage": stage, "staging": self.staging},
+                _run_task, fn_kwargs={"work": work_ref, "known": known_ref, "stage": stage, "staging": self.staging},
                 # never more tasks at once than shards: Ray Data warns of a limit above its inputs
                 num_cpus=1, concurrency=min(self.workers, len(rows)) if self.workers else None, max_retries=MAX_RETRIES,
             )
@@ -343,22 +344,22 @@ class RayShards:
         return results
 
 
-def _run_task(row: dict, work, stage: str, staging: str) -> dict:
+def _run_task(row: dict, work, known, stage: str, staging: str) -> dict:
     """One pass over one shard on a Ray worker; the write pass writes ``staging/<name>`` atomically. The
     data's errors return as values (no retry helps them); anything else raises for Ray to retry."""
     import ray
     import torch
 
-    work = ray.get(work)
+    work, known = ray.get(work), ray.get(known)
     shard, given = _unpack(row["task"])
-    torch.set_num_threads(work.cfg.threads)
+    torch.set_num_threads(work.plan.cfg.threads)
     try:
         if stage == "write":
-            with AtomicParquetWriter(os.path.join(staging, row["name"]), work.schema) as sink:
-                result = work.run(stage, shard, given, sink.write)
+            with AtomicParquetWriter(os.path.join(staging, row["name"]), work.plan.schema) as sink:
+                result = work.run(stage, shard, given, known, sink.write)
                 sink.commit()
         else:
-            result = work.run(stage, shard, given)
+            result = work.run(stage, shard, given, known)
     except RladvError as err:
         result = err
     return {"index": row["index"], "result": _pack(result)}

@@ -157,6 +157,6 @@ def page(title: str, heading: str, subtitle: str, headline: str, sections: Seque
 
 def write_page(path: str | os.PathLike, text: str) -> None:
     """Write a page atomically (temporary file + rename)."""
-    from ..io.read import write_json_atomic
+    from ..io.write import write_json_atomic
 
     write_json_atomic(os.fspath(path), text)

@@ -1,4 +1,4 @@
-"""Rollout correction (SEMANTICS §5, verl 0.9.1 = [P]): rejection keep-masks, IS weights and their metrics.
+"""Rollout correction (docs/semantics.md §5, verl 0.9.1): rejection keep-masks, IS weights and their metrics.
 
 Tokens are flat: per-token tensors are ``(N,)`` float32, ``row_offsets (B+1,)`` int64, ``m0`` is the original
 ``response_mask`` as float32 0/1. ``ℓ = old_log_probs − rollout_log_probs`` and ``ℓs = clamp(ℓ, −20, 20)``.
@@ -14,17 +14,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
-# The settings' side (options, thresholds, their parsing) lives in ``config`` (no torch), which checks them
-# when a run's settings are built; re-exported here for the kernels' callers.
-from ..config.settings import RS_OPTIONS, ImportanceSampling, RejectionRule, parse_rollout_is, parse_rollout_rs
+# The settings' side (options, thresholds, their parsing) lives in ``config.correction`` (no torch), which checks
+# them when a run's settings are built.
+from ..config.correction import ImportanceSampling, RejectionRule
 from ..errors import ComputeError
 from ..tensors.kernels import broadcast_rows, segment_max, segment_min, segment_sum
 
 SAFETY_BOUND = 20.0
 _IS_THR = "--rollout-is-threshold"
 
-__all__ = ["RS_OPTIONS", "ImportanceSampling", "RejectionRule", "parse_rollout_is", "parse_rollout_rs",
-           "rejection_keep", "importance_weights", "RolloutCorrectionStats"]
+__all__ = ["rejection_keep", "importance_weights", "RolloutCorrectionStats"]
 
 
 # ------------------------------------------------------------------------------------------- per-row kernels

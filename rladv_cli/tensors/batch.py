@@ -12,38 +12,22 @@ from torch import Tensor
 
 from ..contract.columns import (array_of, assemble_scores, flat_values, list_offsets, mask_before_rejection,
                                 scalar_values, score_positions)
+from ..errors import ConfigError
 from . import kernels
-from .kernels import GroupStats
 
 
-@dataclass
-class PositionSums:
-    """Per-(group, position) sums over the rows of each group, for estimators whose baseline varies along the
-    response: ``sums[name]`` is ``(G·width,)`` float32, entry ``g·width + t`` for group ``g``, position ``t``."""
-
-    width: int
-    sums: dict[str, Tensor]
-
-    def index(self, group: Tensor, position: Tensor) -> Tensor:
-        return group * self.width + position
-
-
-@dataclass
+@dataclass(frozen=True)
 class Batch:
-    """``B`` rows held flat: token tensors are ``(N,)`` float32, row tensors ``(B,)``.
+    """``B`` rows held flat: token tensors are ``(N,)`` float32, row tensors ``(B,)``. Frozen: a stage that
+    changes a field returns a new ``Batch`` (``dataclasses.replace``).
 
     response_mask: the mask the estimator uses (after rollout rejection); original_mask: the mask before it (m0):
     ``loss_mask`` when the input has one, else ``response_mask`` as read.
-    token_level_scores: assembled scores; token_level_rewards: after KL shaping (same values when off).
-    row_index: dataset-wide row numbers; group_index: dense ids of (batch, uid) groups; groups: the
-    batch-wide group statistics, present for estimators that declare ``groups``; pad_width: the longest
-    response of each row's batch (verl's padded ``T``), which fixes how row totals round; batch_rows,
-    batch_nonzero_rows: per row, the rows of its batch and those with a non-zero total ``R`` (``gpg``);
-    position_sums: what an estimator's ``accumulate`` gathered over each group, position by position;
-    score_position, valid_length: flat index where a row's scalar score sits and its non-padding length;
-    components, component_groups: ``gdpo``'s per-row reward components ``(K, B)`` and their group
-    statistics; session_total, session_active: with multi-output sessions, the total ``R`` of the row's
-    session's final output and whether that output has an actor token (``grpo`` folding, SEMANTICS §8).
+    token_level_scores: assembled scores; token_level_rewards: after KL shaping (the same tensor when off).
+    row_index: dataset-wide row numbers; pad_width: the longest response of each row's batch (verl's padded
+    ``T``), which fixes how row totals round; score_position, valid_length: flat index where a row's scalar
+    score sits and its non-padding length; padding: 1.0 at ``attention_mask`` 0 positions. The other fields
+    are the input's columns of the same names, when it has them (``rollout_is_weights`` once the IS stage ran).
     """
 
     row_offsets: Tensor
@@ -59,21 +43,10 @@ class Batch:
     sum_pi_squared: Optional[Tensor] = None
     rollout_is_weights: Optional[Tensor] = None
     reward_baselines: Optional[Tensor] = None
-    batch_rows: Optional[Tensor] = None
-    batch_nonzero_rows: Optional[Tensor] = None
-    group_index: Optional[Tensor] = None
-    groups: Optional[GroupStats] = None
-    position_sums: Optional[PositionSums] = None
     padding: Optional[Tensor] = None
     pad_width: Optional[Tensor] = None
     score_position: Optional[Tensor] = None
     valid_length: Optional[Tensor] = None
-    components: Optional[Tensor] = None
-    component_groups: Optional[list] = None
-    session_total: Optional[Tensor] = None
-    session_active: Optional[Tensor] = None
-    overlong_penalty: Optional[Tensor] = None
-    known_reward_total: Optional[Tensor] = None
 
     @property
     def num_rows(self) -> int:
@@ -89,28 +62,22 @@ class Batch:
         width = self.pad_width if self.pad_width is not None else kernels.row_lengths(self.row_offsets)
         return kernels.padded_row_sum(x, self.row_offsets, width)
 
-    def reward_total(self) -> Tensor:
-        """``R_i``: the row total of ``token_level_rewards`` (see ``row_total``); ``(B,)`` float32. Computed once;
-        the pipeline hands in the first pass's totals (``known_reward_total``) so later passes do not redo it."""
-        if self.known_reward_total is None:
-            self.known_reward_total = self.row_total(self.token_level_rewards)
-        return self.known_reward_total
-
     def row_sum(self, x: Tensor) -> Tensor:
         """``Σ_t x[i,t]`` per row as float32 (accumulated in float64); ``(B,)``."""
         return kernels.segment_sum(x, self.row_offsets).float()
-
-    def add_to_score(self, per_row: Tensor) -> None:
-        """Score assembly: ``s[p_i] += per_row[i]`` (``(B,)`` float32) at each row's score position, before any
-        KL shaping (``token_level_rewards`` is the same tensor)."""
-        scores = self.token_level_scores.clone()
-        scores[self.score_position] = scores[self.score_position] + per_row
-        self.token_level_scores = self.token_level_rewards = scores
 
     def per_token(self, per_row: Tensor) -> Tensor:
         """Broadcast ``(B,)`` to the row's tokens ``(N,)``."""
         return kernels.broadcast_rows(per_row, self.row_offsets)
 
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` = cuda when available, else cpu; asking for cuda without one is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: torch sees no CUDA device here; use --device cpu or auto")
+    return torch.device(name)
 
 
 def as_tensor(a: np.ndarray, device: torch.device | str = "cpu") -> Tensor:

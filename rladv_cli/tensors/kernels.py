@@ -7,8 +7,6 @@ own values, never on which chunk it sits in or where, so chunked and whole-batch
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-
 import numpy as np
 import torch
 from torch import Tensor
@@ -250,103 +248,6 @@ def log_depth_scan(a: Tensor, b: Tensor, row_offsets: Tensor) -> Tensor:
         A, B = A_new, B_new
         step *= 2
     return B
-
-
-@dataclass
-class GroupStats:
-    """Batch-wide statistics of the row totals ``R_i`` per group, indexed by dense group id; ``(G,)`` each.
-
-    size: rows in the group. mean, std: float32 ``torch.mean`` / ``torch.std`` (Bessel) over the members in
-    row order, as verl's dict-based estimators stack them; a singleton has ``mean = 0, std = 1``.
-    seq_sum: float32 sum accumulated member by member in row order; seq_mean = seq_sum / max(size, 1);
-    seq_std = sqrt(Σ (R − seq_mean)² / max(size − 1, 1)) (verl 0.9.1's two-pass ``group_mean_std``).
-    length_weighted_mean: ``Σ n_i R_i / Σ n_i`` with ``n_i`` the row's valid tokens (``opo``; 0 for a
-    singleton, NaN for a group without valid tokens, as verl's 0/0). top_gap, top_row: ``r1 − r2`` of the two
-    largest totals and the dataset row holding ``r1`` (``grpo_passk``; ``torch.topk`` order; 0 and −1 for a
-    singleton). longest_row, second_longest: the row whose valid-token count is the group's unique strict
-    maximum (−1 if none) and the second-largest count (the optimal-token baselines' zero tail).
-    nonempty_size: rows with at least one valid token.
-    """
-
-    size: Tensor
-    mean: Tensor
-    std: Tensor
-    seq_sum: Tensor
-    seq_std: Tensor
-    length_weighted_mean: Tensor
-    top_gap: Tensor
-    top_row: Tensor
-    longest_row: Tensor
-    second_longest: Tensor
-    nonempty_size: Tensor
-
-    @property
-    def seq_mean(self) -> Tensor:
-        return self.seq_sum / self.size.clamp_min(1).to(self.seq_sum.dtype)
-
-    def to(self, device: torch.device) -> "GroupStats":
-        return GroupStats(*(getattr(self, f.name).to(device) for f in fields(self)))
-
-
-def _two_pass_std(members: Tensor, mean: Tensor) -> Tensor:
-    """Per-row ``torch.std`` of ``members [G, s]`` (s ≥ 2) as torch computes it for one 1-D CPU tensor:
-    ``sqrt(Σ (x − μ)² / (s − 1))`` in float64 about the float32 mean ``μ (G,)``, rounded once to float32.
-
-    ``members.std(dim=1)`` is not that for ``G ≥ 2``: torch takes another reduction path, which rounds otherwise
-    and on a group whose totals are a few ulps apart moves an advantage by ~1e-3 (0.18410 against verl's 0.18368).
-    """
-    deviation = members.double() - mean.double()[:, None]
-    return ((deviation * deviation).sum(dim=1) / (members.shape[1] - 1)).sqrt().to(members.dtype)
-
-
-def group_stats(row_total: Tensor, group_index: Tensor, num_groups: int, valid_count: Tensor) -> GroupStats:
-    """Group statistics of ``row_total (B,) float32`` with dense ``group_index (B,) int64`` in ``[0, G)`` and
-    each row's valid-token count ``valid_count (B,)``; rows are in dataset order.
-
-    Groups are bucketed by size and each bucket reduced as a ``[G_s, s]`` matrix of its members in row order,
-    so every statistic rounds as verl's per-group 1-D tensors do (the std by ``_two_pass_std``). Sequential sums use
-    ``index_add_`` in row order, as verl's scatter does. Computed on the CPU whatever the inputs' device
-    (``B`` values; a GPU's reductions round otherwise) and returned on that device.
-    """
-    device = row_total.device
-    if device.type != "cpu":
-        return group_stats(row_total.cpu(), group_index.cpu(), num_groups, valid_count.cpu()).to(device)
-    dtype = row_total.dtype
-    size = torch.bincount(group_index, minlength=num_groups)
-    mean = torch.zeros(num_groups, dtype=dtype)
-    std = torch.ones(num_groups, dtype=dtype)
-    weighted = torch.zeros(num_groups, dtype=dtype)
-    top_gap = torch.zeros(num_groups, dtype=dtype)
-    top_row = torch.full((num_groups,), -1, dtype=torch.long)
-    longest_row = torch.full((num_groups,), -1, dtype=torch.long)
-    second_longest = torch.zeros(num_groups, dtype=torch.long)
-    order = torch.sort(group_index, stable=True).indices
-    start = torch.cumsum(size, 0) - size
-    lengths = valid_count.to(torch.long)
-    for s in torch.unique(size).tolist():
-        if s < 2:
-            continue
-        ids = torch.nonzero(size == s).flatten()
-        rows = order[start[ids, None] + torch.arange(s)]  # [G_s, s] dataset rows, in row order
-        members, n = row_total[rows], lengths[rows]
-        mean[ids] = group_mean = members.mean(dim=1)
-        std[ids] = _two_pass_std(members, group_mean)
-        weighted[ids] = (n * members).sum(dim=1) / n.sum(dim=1)
-        best, at = torch.topk(members, 2, dim=1)
-        top_gap[ids] = best[:, 0] - best[:, 1]
-        top_row[ids] = rows.gather(1, at[:, :1]).flatten()
-        longest, at = torch.topk(n, 2, dim=1)
-        unique = (n == longest[:, :1]).sum(dim=1) == 1
-        longest_row[ids] = torch.where(unique, rows.gather(1, at[:, :1]).flatten(), -1)
-        second_longest[ids] = longest[:, 1]
-    seq_sum = torch.zeros(num_groups, dtype=dtype).index_add_(0, group_index, row_total)
-    seq_mean = seq_sum / size.clamp_min(1).to(dtype)
-    dev = row_total - seq_mean[group_index]
-    sq = torch.zeros(num_groups, dtype=dtype).index_add_(0, group_index, dev * dev)
-    seq_std = torch.sqrt((sq / (size - 1).clamp_min(1).to(dtype)).clamp_min(0.0))
-    nonempty = torch.bincount(group_index, weights=(lengths > 0).double(), minlength=num_groups).long()
-    return GroupStats(size, mean, std, seq_sum, seq_std, weighted, top_gap, top_row, longest_row, second_longest,
-                      nonempty)
 
 
 def row_moments(x: Tensor, mask: Tensor, row_offsets: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -1,0 +1,382 @@
+"""The per-shard half of every pass: the stages and the estimator run chunk by chunk over one shard (one input
+file), with what the earlier passes established (``Established``, one frozen value per pass) and the shard's
+per-row inputs. Picklable once ``detached``, so a Ray worker runs exactly what the local engine runs.
+
+Passes, in order (docs/semantics.md §10 for the stages inside them):
+  layout            row lengths and batch ids                                reads: nothing established
+  kl                each row's KL for an adaptive controller stepped per batch  reads: pad widths
+  scan              per-row totals, token counts, labels, diagnostics, rollout-correction statistics, and
+                    whitening moments of estimators without group statistics      reads: the shaping
+  group_statistics  whitening moments of group estimators; per-(group, position) sums   reads: + groups
+  write             advantages and returns, written as they are computed     reads: everything
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Optional
+
+import numpy as np
+import pyarrow as pa
+import torch
+from torch import Tensor
+
+from ..config.settings import Config
+from ..contract import validation
+from ..contract.columns import array_of, flat_values, list_offsets, list_sums, mask_before_rejection, scalar_values
+from ..contract.labels import Labels
+from ..estimators.inputs import Inputs
+from ..estimators.registry import Estimator
+from ..io.read import Chunk, Shard
+from ..report import replay
+from ..report.diagnostics import RowTable, TokenSketches
+from ..stages.chain import Chain, Prepared, Shaping, Timer, prepare
+from ..stages.shaping import kl_penalty
+from ..tensors import kernels
+from ..tensors.batch import Batch, as_tensor
+from ..tensors.groups import GroupStats, PositionSums
+from .output import check_finite, output_table
+
+Progress = Callable[[str, int, int], None]
+PASSES = ("layout", "kl", "scan", "group_statistics", "write")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the driver fixed from the settings and the dataset's schema before the first pass."""
+
+    cfg: Config
+    est: Estimator
+    chain: Chain
+    correct: bool  # rollout-correction statistics (whenever old and rollout log-probs are present, as verl)
+    has_uid: bool
+    fold: bool  # multi-output sessions folded to their final output (docs/semantics.md §8)
+    scan_columns: tuple[str, ...]
+    schema: pa.Schema  # the output's
+    replay_columns: tuple[str, ...]  # the input's own columns compared with this run's (``replay``)
+
+    @property
+    def adaptive_kl(self) -> bool:
+        return self.cfg.use_kl and self.cfg.kl_ctrl == "adaptive" and self.cfg.batch_key is not None
+
+    def layout_columns(self) -> list[str]:
+        """What the layout pass reads (and validates): the mask, the batch key and, for the ``kl`` pass that
+        steps an adaptive KL controller per batch, the log-probs and the mask before rejection (``loss_mask``
+        when present)."""
+        # the output schema holds loss_mask either way: the scan columns say whether the input does
+        kl = {"old_log_probs", "ref_log_prob", mask_before_rejection(self.scan_columns)} if self.adaptive_kl else set()
+        wanted = {"response_mask", self.cfg.batch_key} | kl
+        return [c for c in self.schema.names if c in wanted]
+
+
+@dataclass(frozen=True)
+class Established:
+    """What the earlier passes established, for the next one: ``shaping`` (each batch's pad width from the layout
+    pass, KL coefficient from the kl pass, IS normalisation from the scan pass), ``positions`` (the longest
+    response: the stride of per-(group, position) sums), and after the scan pass each batch's row counts
+    (``batch_rows``, ``batch_nonzero_rows``: rows with ``R ≠ 0``) and the group statistics (``groups``, and
+    ``component_groups`` of reward components); after the group statistics pass ``position_sums`` and the
+    batches' whitening moments ``whiten_mean``, ``whiten_var`` ``(n_batches,)``."""
+
+    shaping: Shaping
+    positions: int
+    batch_rows: Optional[Tensor] = None
+    batch_nonzero_rows: Optional[Tensor] = None
+    groups: Optional[GroupStats] = None
+    component_groups: Optional[tuple[GroupStats, ...]] = None
+    position_sums: Optional[PositionSums] = None
+    whiten_mean: Optional[Tensor] = None
+    whiten_var: Optional[Tensor] = None
+
+
+@dataclass
+class ShardResult:
+    """What one pass over one shard hands back: per-row columns ``(B_shard,)`` in row order, and partial
+    statistics that the driver merges in shard order."""
+
+    rows: dict[str, Tensor]
+    seconds: dict[str, float] = field(default_factory=dict)
+    labels: Optional[Labels] = None
+    correction: dict[int, object] = field(default_factory=dict)
+    position_sums: Optional[tuple[Tensor, dict[str, Tensor]]] = None
+    sketches: Optional[TokenSketches] = None
+
+
+# Runs one pass over ``(shard, per-row inputs)`` items with what was established; results in item order.
+MapShards = Callable[[str, "ShardWork", list[tuple[Shard, dict[str, Tensor]]], Optional[Established]],
+                     list[ShardResult]]
+
+
+class ShardWork:
+    """One run's passes over one shard at a time. ``given``: the shard's per-row inputs from earlier passes
+    (``batch_id``, ``group_id``, ``reward_total``, ``outcome``, and ``session_total``, ``session_active``
+    with folded sessions), each ``(B_shard,)``."""
+
+    def __init__(self, plan: Plan, source=None, progress: Optional[Progress] = None):
+        self.plan, self.source, self.progress = plan, source, progress
+        self.num_rows = source.num_rows if source is not None else 0
+
+    def detached(self) -> "ShardWork":
+        """A copy without the local source and progress callback, to ship to other processes (which read
+        each shard from its path)."""
+        work = copy.copy(self)
+        work.source, work.progress = None, None
+        return work
+
+    def run(self, stage: str, shard: Shard, given: dict[str, Tensor], known: Optional[Established],
+            write: Optional[Callable[[pa.Table], None]] = None) -> ShardResult:
+        """One pass (``PASSES``) over one shard; ``write`` receives the write pass's output tables."""
+        timer = Timer()
+        if stage == "layout":
+            result = self._layout(shard, timer)
+        elif stage == "kl":
+            result = self._kl(shard, given, known.shaping, timer)
+        elif stage == "scan":
+            result = self._scan(shard, given, known.shaping, timer)
+        elif stage == "group_statistics":
+            result = self._group_statistics(shard, given, known, timer)
+        else:
+            result = self._write(shard, given, known, write, timer)
+        result.seconds = dict(timer.seconds)
+        return result
+
+    # ----------------------------------------------------------------- reading
+    def _chunks(self, shard: Shard, columns: Optional[list[str]], stage: str, timer: Timer) -> Iterator[Chunk]:
+        """Chunks of one shard holding ``columns`` (all when None): from the source (which may hold them in
+        memory, ``io.read.ReadOnce``, until the write pass, the last, takes them), or from the shard's file on
+        a worker."""
+        chunk_rows = self.plan.cfg.chunk_rows
+        if self.source is not None:
+            chunks = self.source.shard_chunks(shard, columns, chunk_rows, last=stage == "write")
+        else:
+            chunks = shard.chunks(columns, chunk_rows)
+        while True:
+            with timer("read"):
+                chunk = next(chunks, None)
+            if chunk is None:
+                return
+            yield chunk
+            if self.progress:
+                self.progress(stage, chunk.first_row + chunk.table.num_rows, self.num_rows)
+
+    @staticmethod
+    def _given(chunk: Chunk, shard: Shard, given: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The chunk's rows of the shard's per-row inputs."""
+        start = chunk.first_row - shard.first_row
+        return {name: values[start:start + chunk.table.num_rows] for name, values in given.items()}
+
+    def _validated(self, stage: str) -> frozenset[str]:
+        """The columns that earlier passes over these rows read, and so validated."""
+        earlier = {"kl": self.plan.layout_columns(), "scan": self.plan.layout_columns()}
+        return frozenset(earlier.get(stage, self.plan.layout_columns() + list(self.plan.scan_columns)))
+
+    def _inputs(self, p: Prepared, at: dict[str, Tensor], known: Established) -> Inputs:
+        """Exactly what the estimator declares in ``needs``, for the chunk's rows ``at``."""
+        device, batch_ids = self.plan.chain.device, at["batch_id"]
+        provide = {
+            "reward_total": lambda: at["reward_total"].to(device),
+            "group_index": lambda: at["group_id"].to(device),
+            "groups": lambda: known.groups,
+            "session_total": lambda: at["session_total"].to(device) if "session_total" in at else None,
+            "session_active": lambda: at["session_active"].to(device) if "session_active" in at else None,
+            "batch_rows": lambda: known.batch_rows[batch_ids].to(device),
+            "batch_nonzero_rows": lambda: known.batch_nonzero_rows[batch_ids].to(device),
+            "components": lambda: p.components,
+            "component_groups": lambda: known.component_groups,
+            "position_sums": lambda: known.position_sums,
+        }
+        return Inputs(**{name: provide[name]() for name in self.plan.est.needs})
+
+    # ----------------------------------------------------------------- passes
+    def _layout(self, shard: Shard, timer: Timer) -> ShardResult:
+        """Row lengths and batch ids (numbered within the shard; the driver renumbers them)."""
+        labels, rows = Labels(self.plan.cfg.batch_key), RowTable()
+        for chunk in self._chunks(shard, self.plan.layout_columns(), "layout", timer):
+            with timer("validate"):
+                if not chunk.checked:
+                    validation.check_chunk(chunk.table, chunk.path, chunk.start)
+            offsets = as_tensor(list_offsets(array_of(chunk.table["response_mask"])))
+            rows.add(batch_id=torch.from_numpy(labels.batch_ids(chunk.table, chunk.path, chunk.start)),
+                     length=kernels.row_lengths(offsets))
+        return ShardResult(rows.columns(), labels=labels)
+
+    def _kl(self, shard: Shard, given: dict[str, Tensor], shaping: Shaping, timer: Timer) -> ShardResult:
+        """Each row's KL for an adaptive controller stepped per batch (``kl_row``), before the scan pass
+        needs the coefficients: the layout pass has fixed every batch's pad width, which rounds the row sums."""
+        rows = RowTable()
+        for chunk in self._chunks(shard, self.plan.layout_columns(), "kl", timer):
+            table, offsets = chunk.table, as_tensor(list_offsets(array_of(chunk.table["response_mask"])))
+            m0 = as_tensor(flat_values(table, mask_before_rejection(table.column_names)))
+            kld = kl_penalty(as_tensor(flat_values(table, "old_log_probs")), as_tensor(flat_values(table, "ref_log_prob")),
+                             self.plan.cfg.kl_penalty) * m0
+            width = shaping.pad_width[self._given(chunk, shard, given)["batch_id"]]
+            rows.add(kl_row=kl_row_mean(kld, m0, offsets, width))
+        return ShardResult(rows.columns())
+
+    def _scan(self, shard: Shard, given: dict[str, Tensor], shaping: Shaping, timer: Timer) -> ShardResult:
+        """Per-row totals, labels, diagnostics and rollout-correction statistics; group and session ids are
+        numbered within the shard (the driver renumbers them), so no stage here reads them."""
+        plan = self.plan
+        need_moments = plan.est.whiten and not plan.est.groups
+        labels, rows, correction = Labels(plan.cfg.batch_key), RowTable(), {}
+        for chunk in self._chunks(shard, list(plan.scan_columns), "scan", timer):
+            at = self._given(chunk, shard, given)
+            if plan.has_uid:
+                group_ids = labels.group_ids(chunk.table, at["batch_id"].numpy(), chunk.path, chunk.start)
+                rows.add(group_id=torch.from_numpy(group_ids))
+                if plan.fold:
+                    validation.check_numbers(chunk.table, ["output_index"], chunk.path, chunk.start)
+                    rows.add(
+                        session=torch.from_numpy(labels.session_ids(chunk.table, group_ids, chunk.path, chunk.start)),
+                        output_index=as_tensor(scalar_values(chunk.table, "output_index", np.float64)),
+                    )
+            p = prepare(plan.chain, chunk, at["batch_id"], shaping, timer, validated=self._validated("scan"))
+            rows.add(**scan_rows(p, plan.cfg, shaping.beta is None))
+            if "tool_rewards" in chunk.table.column_names:
+                sums, calls = list_sums(chunk.table, "tool_rewards")
+                rows.add(tool_reward_sum=torch.from_numpy(sums), tool_calls=torch.from_numpy(calls))
+            if plan.correct:
+                with timer("rejection"):
+                    _update_correction(correction, plan.chain, p.batch, at["batch_id"])
+            if need_moments:
+                with timer("estimator"):
+                    raw, _ = plan.est.fn(p.batch, Inputs(), plan.cfg.params())
+                rows.add(**_moments(raw, p.batch))
+        return ShardResult(rows.columns(), labels=labels, correction=correction)
+
+    def _group_statistics(self, shard: Shard, given: dict[str, Tensor], known: Established,
+                          timer: Timer) -> ShardResult:
+        """Statistics that need the group statistics first: whitening moments of group estimators, and the
+        per-(group, position) sums an estimator accumulates: float64 sums in row order, handed back for the
+        (group, position) slots this shard touched."""
+        plan, params = self.plan, self.plan.cfg.params()
+        accumulate = plan.est.accumulator()
+        width, groups = known.positions, known.groups.size.numel()
+        rows, sums = RowTable(), {}
+        for chunk in self._chunks(shard, list(plan.scan_columns), "group statistics", timer):
+            at = self._given(chunk, shard, given)
+            p = prepare(plan.chain, chunk, at["batch_id"], known.shaping, timer, validated=self._validated(""),
+                        with_weights=True)
+            inputs = self._inputs(p, at, known)
+            with timer("estimator"):
+                if accumulate is not None:
+                    for name, ((group, position), values) in accumulate(p.batch, inputs, params).items():
+                        buf = sums.setdefault(name, torch.zeros(groups * width, dtype=torch.float64))
+                        buf.index_add_(0, (group * width + position).cpu(), values.double().cpu())
+                if plan.est.whiten:
+                    raw, _ = plan.est.fn(p.batch, inputs, params)
+                    rows.add(**_moments(raw, p.batch))
+        touched = None
+        if sums:  # an untouched or zero slot adds nothing to the driver's sums
+            slots = torch.nonzero(torch.stack([buf != 0 for buf in sums.values()]).any(0)).flatten()
+            touched = (slots, {name: buf[slots] for name, buf in sums.items()})
+        return ShardResult(rows.columns(), position_sums=touched)
+
+    def _write(self, shard: Shard, given: dict[str, Tensor], known: Established,
+               write: Callable[[pa.Table], None], timer: Timer) -> ShardResult:
+        """Advantages and returns, written chunk by chunk; per-row summaries and value sketches for the report."""
+        plan, params, est = self.plan, self.plan.cfg.params(), self.plan.est
+        checks = est.checks()
+        rows = RowTable()
+        sketches = TokenSketches(with_values="values" in est.columns)
+        for chunk in self._chunks(shard, None, "write", timer):
+            at = self._given(chunk, shard, given)
+            p = prepare(plan.chain, chunk, at["batch_id"], known.shaping, timer, validated=self._validated("write"),
+                        with_weights=True)
+            b, inputs = p.batch, self._inputs(p, at, known)
+            with timer("estimator"):
+                advantages, returns = est.fn(b, inputs, params)
+                if est.whiten:
+                    mean, var = known.whiten_mean, known.whiten_var
+                    if mean.numel() > 1:  # several batches: each token takes its batch's moments
+                        tok_batch = b.per_token(at["batch_id"].to(plan.chain.device))
+                        mean, var = mean[tok_batch], var[tok_batch]
+                    advantages = kernels.masked_whiten(advantages, mean, var)
+                    if est.returns_are_advantages:
+                        returns = advantages
+                # selection, not multiplication: verl's NaN (opo's 0/0) must not survive at mask-0 positions
+                valid = b.response_mask > 0
+                # returns that are the advantages stay one tensor: summarised and sketched once
+                same = returns is advantages
+                advantages = torch.where(valid, advantages, torch.zeros_like(advantages))
+                returns = advantages if same else torch.where(valid, returns, torch.zeros_like(returns))
+                flags = {code: fn(b, inputs, params) for code, fn in checks.items()}
+            # handed to the encoders before the chunk's statistics are taken, so they start on the first chunk
+            # early and finish the last one while its statistics are taken; a non-finite value found then
+            # still stops the run before anything is committed
+            with timer("write"):
+                write(output_table(chunk.table, b, advantages, returns, b.rollout_is_weights, plan.schema))
+            with timer("diagnostics"):
+                adv_rows = kernels.row_summary(advantages, valid, b.row_offsets)
+                ret_rows = adv_rows if same else kernels.row_summary(returns, valid, b.row_offsets)
+                check_finite(chunk, b, plan.cfg.estimator, advantages, returns, valid, adv_rows["sum"], ret_rows["sum"])
+                rows.add(**sketches.add(b, advantages, returns, valid, at["outcome"], adv_rows["count"]))
+                if plan.replay_columns:
+                    computed = {"token_level_rewards": b.token_level_rewards, "rollout_is_weights": b.rollout_is_weights,
+                                "advantages": advantages, "returns": returns}
+                    rows.add(**replay.compare_chunk(chunk.table, list(plan.replay_columns), computed, valid,
+                                                    b.row_offsets))
+            rows.add(**{f"adv_{k}": v for k, v in adv_rows.items()}, **{f"ret_{k}": v for k, v in ret_rows.items()},
+                     **flags)
+        return ShardResult(rows.columns(), sketches=sketches)
+
+
+def scan_rows(p: Prepared, cfg: Config, kl_measured_here: bool) -> dict[str, Tensor]:
+    """Per-row totals, token counts and row-level warning flags of one prepared chunk; ``kl_row`` too unless the
+    kl pass measured it (``kl_measured_here`` False)."""
+    b = p.batch
+    off = b.row_offsets
+    m0, m, s = b.original_mask, b.response_mask, b.token_level_scores
+    score_total = b.row_total(s)
+    # no KL shaping: the same tensor, so the same total
+    reward_total = score_total if b.token_level_rewards is s else b.row_total(b.token_level_rewards)
+    actor = kernels.segment_sum(m0, off)
+    cols = dict(
+        score_total=score_total, reward_total=reward_total, actor=actor, used=kernels.segment_sum(m, off),
+        padding=kernels.segment_sum(b.padding, off) if b.padding is not None else torch.zeros_like(actor),
+        score_on_masked_position=kernels.segment_sum(((s != 0) & (m0 == 0)).float(), off) > 0,
+    )
+    if p.components is not None:
+        cols.update({f"component_{k}": c for k, c in enumerate(p.components)})
+    if cfg.overlong_buffer_len is not None:
+        cols["overlong_penalty"] = p.overlong_penalty
+    if p.kld is not None:
+        if kl_measured_here:
+            cols["kl_row"] = kernels.segment_sum(p.kld, off) / (actor + 1e-8)
+        cols["kl_raises_reward"] = kernels.segment_sum(((p.beta * p.kld) < 0).float(), off) > 0
+        sign_s = torch.sign(score_total)
+        cols["kl_flips_sign"] = (sign_s != 0) & (torch.sign(reward_total) != sign_s)
+    return cols
+
+
+def _update_correction(correction: dict, chain: Chain, b: Batch, batch_ids: Tensor) -> None:
+    """Feed each batch's rollout-correction statistics (``correction``: batch id -> accumulator) with its rows."""
+    from ..stages.rejection import RolloutCorrectionStats
+
+    for bid in torch.unique(batch_ids).tolist():
+        stats = correction.setdefault(bid, RolloutCorrectionStats(chain.rules, chain.is_cfg))
+        sel = (batch_ids == bid).to(b.row_offsets.device)
+        if bool(sel.all()):
+            stats.update(b.old_log_probs, b.rollout_log_probs, b.original_mask, b.row_offsets)
+        else:
+            tokens, offsets = kernels.select_rows(sel, b.row_offsets)
+            stats.update(b.old_log_probs[tokens], b.rollout_log_probs[tokens], b.original_mask[tokens], offsets)
+
+
+def _moments(raw: Tensor, b: Batch) -> dict[str, Tensor]:
+    """Per-row whitening moments of raw advantages over the estimator's mask: ``w_count, w_sum, w_m2 (B,)``."""
+    count, total, m2 = kernels.row_moments(raw, b.response_mask, b.row_offsets)
+    return {"w_count": count, "w_sum": total, "w_m2": m2}
+
+
+def kl_row_mean(kld: Tensor, mask: Tensor, row_offsets: Tensor, width: Tensor) -> Tensor:
+    """verl's per-row KL ``masked_mean(kld, mask, axis=-1)``: the float32 row sum padded to ``width`` (as
+    verl sums a ``[B, T]`` row) over ``Σ mask + 1e-8``; ``(B,)`` float32. The adaptive controller steps on
+    their float32 mean, so a float64 mean would give another coefficient."""
+    return kernels.padded_row_sum(kld, row_offsets, width) / (kernels.segment_sum(mask, row_offsets).float() + 1e-8)
+
+
+def map_here(stage: str, work: ShardWork, items: list[tuple[Shard, dict[str, Tensor]]],
+             known: Optional[Established], write: Optional[Callable[[pa.Table], None]]) -> list[ShardResult]:
+    """The local engine's ``MapShards``: every shard in this process, in order; the write pass into ``write``."""
+    return [work.run(stage, shard, given, known, write) for shard, given in items]

@@ -1,0 +1,340 @@
+"""The report of a finished run (docs/contract.md §4): every section and every warning, built once the write
+pass is over from what the passes established (``Finished``); and ``finish_report``, which adds the output, the
+settings' notes and what a verl YAML contributed, and writes the JSON and HTML files."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .. import __version__
+from ..config.settings import setting_notes
+from ..contract.labels import Labels
+from ..estimators.registry import names_where
+from ..io.write import SideFiles
+from ..report import replay
+from ..report.diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions, first_rows, group_flags,
+                                  token_stats)
+from ..report.model import KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens, row_stats
+from .shard import Established, Plan
+
+# whitening warns when one float32 ulp of the batch mean moves advantages by this much (10 ulps: the 1e-5 tolerance)
+ILL_CONDITIONED_SHIFT = 1e-6
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A run after its last pass: the source and plan, the whole per-row table (``rows``), the labels, what the
+    passes established, the groups' ``flags`` (``group_flags``), each row's session's final output
+    (``fold_source``, folded sessions only), the whitening entries per batch, the uids merged as verl's
+    ``grpo_vectorized`` merges them (sets, first rows), the optimal-token baselines' worst rounding effect and
+    the groups over ``ILL_CONDITIONED_SHIFT``, the rollout-correction statistics per batch, the write pass's
+    value sketches, the basis of the outcome split, and the seconds per stage."""
+
+    source: Any
+    plan: Plan
+    has_sessions: bool
+    replay_skipped: dict
+    rows: RowTable
+    labels: Labels
+    known: Established
+    flags: dict[str, Tensor]
+    fold_source: Optional[Tensor]
+    whitening: list[dict]
+    uid_merges: tuple[list[tuple], Tensor]
+    baseline_ill_conditioned: tuple[float, Tensor]
+    correction_stats: dict[int, object]
+    sketches: TokenSketches
+    outcome_basis: str
+    seconds: dict[str, float]
+
+    @property
+    def groups(self):
+        """The group statistics on the CPU (None without a uid column)."""
+        return None if self.known.groups is None else self.known.groups.to(torch.device("cpu"))
+
+
+def _ulp_shift(whitening: dict) -> float:
+    """What one float32 step of a batch's whitening mean, at its values' magnitude ``sqrt(μ² + M2/N)``, moves
+    every advantage by once divided by ``sqrt(var + 1e-8)``: verl sums the mean in float32 in an order rladv
+    cannot follow, so its advantages sit a few such steps from rladv's."""
+    n, mean, var = whitening["tokens"], whitening["mean"], whitening["var"]
+    magnitude = math.sqrt(mean * mean + var * (n - 1) / n)
+    return float(np.spacing(np.float32(magnitude))) / math.sqrt(var + 1e-8)
+
+
+def build_report(run: Finished) -> Report:
+    """The ``Report`` of a finished run; warnings in a fixed order (groups, rows, conditioning, KL, tools)."""
+    rows, cfg, source = run.rows, run.plan.cfg, run.source
+    device = run.plan.chain.device
+    warn = WarningBuilder(source.locate)
+    tokens_total = int(rows["length"].sum())
+    actor, used, padding = int(rows["actor"].sum()), int(rows["used"].sum()), int(rows["padding"].sum())
+    groups = _groups_report(run, warn)
+    _row_warnings(run, warn)
+    _conditioning_warnings(run, warn)
+    kl = _kl_report(run, warn)
+    correction = {}
+    if run.correction_stats:
+        per = {run.labels.batch_name(b) or "all": s.metrics() for b, s in sorted(run.correction_stats.items())}
+        correction = next(iter(per.values())) if len(per) == 1 else {"batches": per}
+    total_s = run.seconds.get("total", 0.0)
+    has_uid = run.plan.has_uid
+    return Report(
+        rladv_version=__version__,
+        inputs=Inputs(paths=list(source.paths), files=_file_infos(run), rows=source.num_rows, tokens=tokens_total),
+        output=None,
+        config={**cfg.model_dump(), "score_column": "rm_scores" if "rm_scores" in source.columns else "score",
+                **({"score_column_ignored": "score"} if {"rm_scores", "score"} <= set(source.columns)
+                   and not cfg.reward_components else {}),
+                "device_resolved": str(device)},
+        tokens=Tokens(total=tokens_total, actor=actor, observation=tokens_total - actor - padding,
+                      padding=padding, rejected=actor - used, used=used),
+        groups=groups,
+        scores=Scores(score_total=row_stats(rows["score_total"].double().numpy()),
+                      reward_total=row_stats(rows["reward_total"].double().numpy())),
+        kl=kl,
+        rollout_rejection=correction,
+        dead_signal=_dead_signal_report(run),
+        whitening=run.whitening or None,
+        overlong=_overlong_report(run),
+        tool_rewards=_tool_rewards_report(run, warn),
+        sessions=_sessions_report(run),
+        replay=replay.report(rows, list(run.plan.replay_columns), run.replay_skipped, source.locate,
+                             rows["group_id"] if has_uid else None, "loss_mask" in source.columns),
+        advantages=token_stats(rows, "adv"),
+        returns=token_stats(rows, "ret"),
+        distributions=distributions(rows, run.sketches, run.outcome_basis, rows["group_id"] if has_uid else None),
+        warnings=warn.items,
+        timing=Timing(
+            seconds={k: round(v, 6) for k, v in run.seconds.items()},
+            tokens_per_second=tokens_total / total_s if total_s > 0 else 0.0,
+            device=str(device),
+        ),
+    )
+
+
+def _row_warnings(run: Finished, warn: WarningBuilder) -> None:
+    """The warnings about single rows: scores off the mask, rows without (or with rejected) actor tokens, the
+    estimators' own row checks, and sessions whose verl key collides."""
+    rows = run.rows
+    warn.add_rows("score_on_masked_position",
+                  "{n} row(s) carry a non-zero score on a position whose response_mask is 0 (a tool observation or padding): "
+                  "outcome estimators (R_i sums every position) still count it; gae, reinforce_plus_plus, remax and "
+                  "the optimal-token baselines drop it", rows["score_on_masked_position"])
+    warn.add_rows("row_without_actor_tokens", "{n} row(s) have no position with response_mask 1: they get no advantage",
+                  rows["actor"] == 0)
+    if "credit_reset_at_mask" in rows:
+        warn.add_rows("credit_reset_at_mask",
+                      "{n} row(s): reinforce_plus_plus in reset mode cut a reward off from earlier tokens at a mask-0 "
+                      "position (--rpp-mask-mode carry passes it through, as verl 0.9.1 does)", rows["credit_reset_at_mask"])
+    if "negative_token_weight" in rows:
+        warn.add_rows("negative_token_weight",
+                      "{n} row(s) have an actor token whose optimal-baseline weight w = 1 - 2π + sum_pi_squared is "
+                      "negative: sum_pi_squared is below π² = exp(old_log_prob)² there, which a policy's own Σπ² "
+                      "never is (another temperature or policy?); such weights can cancel in a group's baseline",
+                      rows["negative_token_weight"])
+    if run.plan.fold:
+        warn.add_rows("session_key_collision",
+                      "{n} row(s) belong to sessions whose uid and session_id join to another session's verl key "
+                      "f'{{uid}}_{{session_id}}' in the same batch: verl 0.9.1 folds such sessions into one, rladv keeps "
+                      "them apart (ids from verl, an integer session_id, never collide)",
+                      torch.isin(rows["session"], torch.from_numpy(run.labels.colliding_sessions())))
+    # rejected: by this run's rollout rejection, or already in the input (response_mask below its loss_mask)
+    rejected = rows["actor"] - rows["used"]
+    warn.add_rows("row_fully_rejected", "{n} row(s) lost every valid token to rollout rejection",
+                  (rows["actor"] > 0) & (rows["used"] == 0))
+    if run.plan.est.groups:
+        warn.add_rows("rejected_in_group_baseline",
+                      "{n} row(s) with rejected tokens still contribute their full reward to their group's baseline",
+                      rejected > 0)
+
+
+def _conditioning_warnings(run: Finished, warn: WarningBuilder) -> None:
+    """Batches whose whitening, and groups whose optimal-token baseline, one float32 rounding moves by 1e-6 or more."""
+    rows = run.rows
+    shifts = {b: _ulp_shift(w) for b, w in enumerate(run.whitening)}  # one entry per batch
+    ill = {b: shift for b, shift in shifts.items() if shift >= ILL_CONDITIONED_SHIFT}
+    if ill:
+        first = [int(torch.nonzero(rows["batch_id"] == b)[0]) for b in ill]
+        worst = max(ill.values())
+        warn.add("whitening_ill_conditioned",
+                 f"{len(first)} batch(es) whiten values whose spread is tiny next to their size: one float32 ulp "
+                 f"of the batch mean moves every advantage by up to {worst:.1e}. verl sums the mean in float32 in an "
+                 "order rladv cannot follow (rladv: float64), so its advantages differ from rladv's by a few such "
+                 "steps; all values equal gives rladv 0 and verl float32 noise", len(first), sorted(first))
+    worst, ill_groups = run.baseline_ill_conditioned
+    if ill_groups.numel():
+        first = torch.sort(first_rows(rows["group_id"], run.labels.group_count)[ill_groups]).values
+        warn.add("baseline_ill_conditioned",
+                 f"{ill_groups.numel()} group(s) have positions where the baseline's weights Σ_i W[i,t] nearly cancel "
+                 f"(w = 1 - 2π + Σπ² is negative where sum_pi_squared < π², which a policy's own Σπ² never "
+                 f"is): one float32 rounding of its sums moves the baseline, and "
+                 f"the advantages, by up to {worst:.1e}. verl sums them in float32 (rladv: float64), so its "
+                 "advantages there differ from rladv's by about that much", ill_groups.numel(), first)
+
+
+def _dead_signal_report(run: Finished) -> dict:
+    """Actor tokens (input response_mask 1) whose advantage is exactly 0, by cause: rejected by rollout
+    rejection, in an all-equal group, in a singleton group, or otherwise (e.g. grpo_passk's non-best rows)."""
+    rows = run.rows
+    actor = float(rows["actor"].sum())
+    zero = rows["adv_zero"]
+    rejected = rows["actor"] - rows["used"]
+    causes = {"rejected": float(rejected.sum())}
+    if run.known.groups is not None and run.plan.est.groups:
+        gid = rows["group_id"]
+        all_equal, single = run.flags["all_equal_group"][gid], run.flags["singleton_group"][gid]
+        causes["all_equal_group"] = float(zero[all_equal].sum())
+        causes["singleton"] = float(zero[single & ~all_equal].sum())
+        causes["other"] = float(zero[~all_equal & ~single].sum())
+    else:
+        causes["other"] = float(zero.sum())
+    dead = sum(causes.values())
+    return {"actor_tokens": int(actor), "zero_advantage_tokens": int(dead),
+            "share": dead / actor if actor else 0.0, "causes": {k: int(v) for k, v in causes.items()}}
+
+
+def _overlong_report(run: Finished) -> Optional[dict]:
+    if run.plan.cfg.overlong_buffer_len is None:
+        return None
+    penalty = run.rows["overlong_penalty"]
+    hit = penalty < 0
+    return {"rows_penalised": int(hit.sum()),
+            "mean_penalty_of_penalised": float(penalty[hit].double().mean()) if bool(hit.any()) else 0.0,
+            "min_penalty": float(penalty.min())}
+
+
+def _tool_rewards_report(run: Finished, warn: WarningBuilder) -> Optional[dict]:
+    """The ``tool_rewards`` column: rows and calls, each row's sum, whether they were added to the score,
+    and (left out, group estimators) the all-equal groups whose rows' tool rewards differ."""
+    rows = run.rows
+    if "tool_reward_sum" not in rows:
+        return None
+    sums, calls = rows["tool_reward_sum"], rows["tool_calls"]
+    called = calls > 0
+    coef = run.plan.cfg.tool_reward_coef
+    out = {"added": coef is not None, "coef": coef, "rows_with_calls": int(called.sum()), "calls": int(calls.sum()),
+           "sum_per_row": row_stats(sums[called].numpy()).model_dump()}
+    groups = run.groups
+    if groups is not None and run.plan.est.groups:
+        gid, size = rows["group_id"], groups.size
+        differ = run.flags["all_equal_group"] & ~group_flags(sums, gid, size)["all_equal_group"]
+        out["all_equal_groups_with_differing_tool_rewards"] = int(differ.sum())
+        if coef is None:
+            hit = torch.nonzero(differ).flatten()
+            warn.add("tool_rewards_not_in_score",
+                     f"{hit.numel()} all-equal group(s) have rows whose tool_rewards differ: a signal the score "
+                     "leaves out (verl never adds tool rewards; --tool-reward-coef C adds C * their sum to each "
+                     "row's score)", hit.numel(), torch.sort(first_rows(gid, size.numel())[hit]).values)
+    return out
+
+
+def _sessions_report(run: Finished) -> Optional[dict]:
+    if not run.has_sessions:
+        return None
+    rows = run.source.num_rows
+    folders = names_where(lambda e: e.folds_sessions)
+    if not run.plan.fold:
+        return {"folded": False, "rows": rows,
+                "note": f"{run.plan.cfg.estimator} counts every output row as a group member (verl folds sessions "
+                        f"for {', '.join(folders)} only)"}
+    final = torch.unique(run.fold_source).numel()
+    return {"folded": True, "sessions": final, "rows": rows,
+            "note": f"{run.plan.cfg.estimator}: only each session's final output enters the group statistics; every "
+                    "output of the session gets that output's advantage"}
+
+
+def _file_infos(run: Finished) -> list[FileInfo]:
+    lengths = run.rows["length"]
+    infos, start = [], 0
+    for path, n in zip(run.source.paths, run.source.file_rows):
+        infos.append(FileInfo(path=path, rows=n, tokens=int(lengths[start:start + n].sum())))
+        start += n
+    return infos
+
+
+def _groups_report(run: Finished, warn: WarningBuilder) -> Groups:
+    cfg, est, rows = run.plan.cfg, run.plan.est, run.rows
+    n_batches = len(run.labels.batches)
+    groups = run.groups
+    if groups is None:
+        return Groups(count=0, sizes={}, singletons=0, all_equal=0, batches=n_batches)
+    gid, size, flags = rows["group_id"], groups.size, run.flags
+    first_row = first_rows(gid, size.numel())
+    unused = "this estimator does not use groups"
+    singleton_text = est.singleton or f"no group fallback ({unused})"
+    equal = "equal reward components" if cfg.reward_components else "equal total rewards"
+    equal_text = ("no learning signal from them (float32 rounding can leave tiny non-zero advantages, as in verl)"
+                  if est.groups else f"{unused}, so their advantages do not depend on it")
+    for code, text in (
+        ("singleton_group", f"{{n}} uid group(s) have one row; {cfg.estimator}: {singleton_text}"),
+        ("all_equal_group", f"{{n}} group(s) of 2+ rows have {equal}: {equal_text}"),
+    ):
+        hit = torch.nonzero(flags[code]).flatten()
+        warn.add(code, text.format(n=hit.numel()), hit.numel(), torch.sort(first_row[hit]).values)
+    group_batch = torch.zeros(size.numel(), dtype=torch.long).scatter_(0, gid, rows["batch_id"])
+    mismatched = [b for b in range(n_batches) if torch.unique(size[group_batch == b]).numel() > 1]
+    if mismatched:
+        sizes = ", ".join(str(s) for s in torch.unique(size).tolist())
+        warn.add("group_size_mismatch",
+                 f"group sizes differ within {len(mismatched)} batch(es) ({sizes} rows): "
+                 "check that every prompt got rollout.n samples", len(mismatched),
+                 [int(first_row[group_batch == b].min()) for b in mismatched])
+    merges, merged_rows = run.uid_merges
+    if merges:
+        shown = "; ".join("/".join(repr(u) for u in m) for m in merges[:3])
+        merging = ", ".join(names_where(lambda e: e.int_uids))
+        warn.add("uid_merge_grpo_vectorized",
+                 f"{len(merges)} set(s) of distinct uids that verl's {merging} converts to one integer and "
+                 f"merges into one group ({shown}); rladv merges them too, as verl does", len(merges), merged_rows)
+    hist = torch.bincount(size)
+    return Groups(
+        count=size.numel(), sizes={str(k): int(v) for k, v in enumerate(hist.tolist()) if v},
+        singletons=int((size == 1).sum()), all_equal=int(flags["all_equal_group"].sum()), batches=n_batches,
+    )
+
+
+def _kl_report(run: Finished, warn: WarningBuilder) -> KL:
+    cfg, rows, labels = run.plan.cfg, run.rows, run.labels
+    if not cfg.use_kl:
+        return KL(enabled=False, penalty=cfg.kl_penalty, ctrl=cfg.kl_ctrl, coef=cfg.kl_coef)
+    warn.add_rows("kl_raises_reward",
+                  "{n} row(s) have a token whose KL estimate times the coefficient is negative, so shaping raised its reward",
+                  rows["kl_raises_reward"])
+    warn.add_rows("kl_flips_sign", "{n} row(s) changed the sign of their total reward through KL shaping",
+                  rows["kl_flips_sign"])
+    kl_row, batch_of_row, beta = rows["kl_row"], rows["batch_id"], run.known.shaping.beta
+    batches = []
+    for b in labels.batch_order():
+        sel = batch_of_row == b
+        coef = cfg.kl_coef if beta is None else float(beta[b])
+        batches.append(KLBatch(batch=labels.batch_name(b), rows=int(sel.sum()), kl=float(kl_row[sel].mean()), coef=coef))
+    return KL(enabled=True, penalty=cfg.kl_penalty, ctrl=cfg.kl_ctrl, mean=float(kl_row.mean()), coef=cfg.kl_coef,
+              batches=batches)
+
+
+def finish_report(report: Report, output: str, config_source: Optional[dict], report_path, html_path,
+                  side: Optional[SideFiles] = None) -> Report:
+    """``report`` with its output, the settings' notes (``Config.notes``) and what a verl YAML contributed,
+    written as JSON and HTML where asked: staged in ``side`` (renamed by its ``commit``), else at once."""
+    notes = setting_notes(report.config)
+    config = {**report.config, **({"notes": notes} if notes else {}),
+              **({"verl_config": config_source} if config_source else {})}
+    report = report.model_copy(update={"output": output, "config": config})
+    if report_path is None and html_path is None:
+        return report
+    with SideFiles() as own:
+        files = side if side is not None else own
+        if report_path is not None:
+            files.write(report_path, report.to_json())
+        if html_path is not None:
+            from ..report.html import render_html
+
+            files.write(html_path, render_html(report))
+        own.commit()
+    return report

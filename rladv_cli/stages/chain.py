@@ -1,0 +1,142 @@
+"""The per-chunk chain that runs before the estimator, in verl's order (docs/semantics.md §10):
+
+    validate -> tensors -> score assembly (tool rewards) -> DAPO overlong shaping -> KL shaping on the
+    original mask -> rollout rejection (rewrites ``response_mask``) -> importance weights
+
+``prepare`` runs it on one chunk and returns a ``Prepared`` (a new ``Batch`` per stage that changes it, never
+an edited one). What it needs of the earlier passes is one ``Shaping`` value (each batch's pad width, KL
+coefficient and IS normalisation factor).
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Iterator, Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..config.correction import ImportanceSampling, RejectionRule
+from ..config.settings import Config
+from ..contract import validation
+from ..contract.columns import list_sums, scalar_values
+from ..io.read import Chunk
+from ..tensors.batch import Batch, as_tensor, from_arrow
+from .shaping import apply_kl, overlong_penalty
+
+
+class Timer:
+    """Seconds spent per stage (``with timer("shaping"): ...``), summed over the chunks of a pass."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def __call__(self, stage: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] += time.perf_counter() - t0
+
+
+@dataclass(frozen=True)
+class Chain:
+    """The chain's settings: the run's ``Config``, its parsed rollout-correction rules and the device."""
+
+    cfg: Config
+    rules: tuple[RejectionRule, ...]
+    is_cfg: Optional[ImportanceSampling]
+    device: torch.device
+
+
+@dataclass(frozen=True)
+class Shaping:
+    """What the chain needs of the earlier passes, per batch id ``(n_batches,)``: ``pad_width`` (the layout
+    pass: verl pads each batch to its longest response, which fixes how row totals round), ``beta`` (the kl
+    pass: the adaptive controller's coefficient per batch; None = ``cfg.kl_coef``) and ``is_norm_factor`` (the
+    scan pass: the batch's mean IS weight, with ``--rollout-is-batch-normalize``)."""
+
+    pad_width: Tensor
+    beta: Optional[Tensor] = None
+    is_norm_factor: Optional[Tensor] = None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A chunk after the stages: the batch, the masked KL estimate ``kld (N,)`` and the coefficient that shaped
+    it (None and 0 without KL shaping), each row's overlong penalty ``(B,)`` and reward components ``(K, B)``
+    where those stages ran."""
+
+    batch: Batch
+    kld: Optional[Tensor]
+    beta: Tensor | float
+    overlong_penalty: Optional[Tensor] = None
+    components: Optional[Tensor] = None
+
+
+def add_to_score(batch: Batch, per_row: Tensor) -> Batch:
+    """Score assembly: ``s[p_i] += per_row[i]`` (``(B,)`` float32) at each row's score position, before any
+    KL shaping (``token_level_rewards`` is the same tensor)."""
+    scores = batch.token_level_scores.clone()
+    scores[batch.score_position] = scores[batch.score_position] + per_row
+    return replace(batch, token_level_scores=scores, token_level_rewards=scores)
+
+
+def prepare(chain: Chain, chunk: Chunk, batch_ids: Tensor, shaping: Shaping, timer: Timer, *,
+            validated: frozenset[str] = frozenset(), with_weights: bool = False) -> Prepared:
+    """The chain on one chunk whose rows are in batches ``batch_ids (B,)``; ``validated``: the columns an earlier
+    pass over these rows checked already; ``with_weights``: also the importance weights (the IS stage)."""
+    cfg, device = chain.cfg, chain.device
+    with timer("validate"):
+        if not chunk.checked:
+            validation.check_chunk(chunk.table, chunk.path, chunk.start, validated)
+    components = None
+    with timer("convert"):
+        batch = replace(from_arrow(chunk.table, chunk.first_row, device),
+                        pad_width=shaping.pad_width[batch_ids].to(device))
+        if cfg.reward_components:
+            validation.check_numbers(chunk.table, cfg.reward_components, chunk.path, chunk.start)
+            components = torch.stack([as_tensor(scalar_values(chunk.table, c), device) for c in cfg.reward_components])
+    penalty = None
+    with timer("shaping"):
+        if cfg.tool_reward_coef is not None:
+            sums, _ = list_sums(chunk.table, "tool_rewards")
+            batch = add_to_score(batch, as_tensor((cfg.tool_reward_coef * sums).astype(np.float32), device))
+        if cfg.overlong_buffer_len is not None:
+            penalty = overlong_penalty(batch.valid_length, cfg.overlong_buffer_len, cfg.overlong_penalty_factor,
+                                       cfg.max_resp_len)
+            batch = add_to_score(batch, penalty)
+    kld, beta = None, 0.0
+    with timer("shaping"):
+        if cfg.use_kl:
+            beta = cfg.kl_coef if shaping.beta is None else batch.per_token(
+                shaping.beta[batch_ids].to(torch.float32).to(device))
+            shaped = apply_kl(batch.token_level_scores, batch.old_log_probs, batch.ref_log_prob,
+                              batch.original_mask, beta, cfg.kl_penalty)
+            batch, kld = replace(batch, token_level_rewards=shaped.token_level_rewards), shaped.kld
+    with timer("rejection"):
+        if chain.rules:
+            from .rejection import rejection_keep
+
+            keep, _ = rejection_keep(chain.rules, batch.old_log_probs, batch.rollout_log_probs,
+                                     batch.original_mask, batch.row_offsets)
+            batch = replace(batch, response_mask=(batch.original_mask * keep).to(batch.original_mask.dtype))
+        if with_weights and chain.is_cfg is not None:
+            batch = replace(batch, rollout_is_weights=_is_weights(chain.is_cfg, batch, batch_ids, shaping))
+    return Prepared(batch, kld, beta, penalty, components)
+
+
+def _is_weights(is_cfg: ImportanceSampling, batch: Batch, batch_ids: Tensor, shaping: Shaping) -> Tensor:
+    """The IS stage's weights ``(N,)`` (docs/semantics.md §5.2); with batch normalisation each row is divided by its
+    own batch's factor."""
+    from .rejection import importance_weights
+
+    factor = None
+    if shaping.is_norm_factor is not None:
+        factor = batch.per_token(shaping.is_norm_factor[batch_ids].to(batch.row_offsets.device))
+    return importance_weights(is_cfg, batch.old_log_probs, batch.rollout_log_probs, batch.original_mask, batch.row_offsets,
+                   norm_factor=factor)
