@@ -17,7 +17,7 @@ import typer
 import typer.core
 
 from .errors import TERMINATION_SIGNALS, Interrupted, RladvError, one_line, shown
-from .estimators.registry import ESTIMATORS
+from .estimators.registry import DEFAULT_GROUP_ESTIMATOR, ESTIMATORS
 
 
 class _OneLineErrors(typer.core.TyperGroup):
@@ -383,7 +383,8 @@ def inspect(
     --row, --uid and --export compute with every setting of compute; the checklist takes --kl-coef/--kl-penalty."""
     from rich.console import Console
 
-    from .diagnose import checklist as inspection
+    from .diagnose import checklist
+    from .diagnose.findings import render_inspection
 
     paths = [str(p) for p in dataset]
     if chunk_rows < 1:
@@ -401,9 +402,9 @@ def inspect(
         kl_coef, kl_penalty = merged.get("kl_coef", 0.0), merged.get("kl_penalty", "kl")
         if not math.isfinite(kl_coef):
             _fail(f"--kl-coef must be a finite number, got {kl_coef}")
-        result = _run(lambda: inspection.inspect(paths, expected_n=expected_n, kl_coef=kl_coef, kl_penalty=kl_penalty,
+        result = _run(lambda: checklist.inspect(paths, expected_n=expected_n, kl_coef=kl_coef, kl_penalty=kl_penalty,
                                                  estimator=name, chunk_rows=chunk_rows, html_path=html))
-        typer.echo(result.to_json(), nl=False) if as_json else inspection.render_inspection(result, console)
+        typer.echo(result.to_json(), nl=False) if as_json else render_inspection(result, console)
         if strict and result.status == "fail":
             raise typer.Exit(code=1)
         return
@@ -417,12 +418,14 @@ def inspect(
     else:
         from .config.settings import RUN_ONLY, Config
 
-        name = name or "grpo"
+        name = name or DEFAULT_GROUP_ESTIMATOR
         cfg = _run(lambda: Config(estimator=name, **merged))
         _refuse_inert(ctx, cfg, None)
         options = cfg.model_dump(exclude={"estimator", *RUN_ONLY})
     if export is not None:
-        written = _run(lambda: views.export_group(paths, uid, export, estimator=name, **options))
+        from .diagnose.export import export_group
+
+        written = _run(lambda: export_group(paths, uid, export, estimator=name, **options))
         typer.echo("\n".join(written))
         return
     if row is not None:
@@ -518,21 +521,7 @@ def estimators(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """List the estimators: what each needs, its baseline, and how credit crosses a tool observation."""
-    rows = [
-        {
-            "name": e.name,
-            "needs": ["response_mask", "rm_scores|score", *e.columns, *(["uid"] if e.groups else [])],
-            "critic": "values" in e.columns,
-            "groups": e.groups,
-            "whitened": e.whiten,
-            "baseline": e.baseline,
-            "observation_credit": e.observation_credit,
-            "singleton": e.singleton,
-            "summary": e.summary,
-            "settings": [f"--{name.replace('_', '-')}" for name in e.settings],
-        }
-        for e in ESTIMATORS.values()
-    ]
+    rows = [e.describe() for e in ESTIMATORS.values()]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return

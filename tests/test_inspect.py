@@ -16,7 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
-from rladv_cli.diagnose.checklist import inspect, kl_estimate, render_inspection
+from rladv_cli.diagnose.checklist import inspect
+from rladv_cli.diagnose.findings import render_inspection
+from rladv_cli.diagnose.scan import kl_estimate
 from rladv_cli.diagnose.views import group_view, render_group, render_row, row_view
 from rladv_cli.errors import ConfigError, InputError
 
@@ -364,7 +366,7 @@ def test_sample_groups_finds_the_singleton_and_all_equal_group():
 def test_inspect_does_not_import_torch(computed_groups):
     code = (
         "import sys\n"
-        "from rladv_cli.diagnose.checklist import inspect, render_inspection\n"
+        "from rladv_cli.diagnose.checklist import inspect\nfrom rladv_cli.diagnose.findings import render_inspection\n"
         f"ins = inspect([{str(computed_groups)!r}], kl_coef=0.1, estimator='grpo')\n"
         f"inspect({str(SAMPLES / 'multiturn.parquet')!r}, chunk_rows=5)\n"
         "import io; from rich.console import Console\n"

@@ -70,439 +70,32 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Literal, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict, Field
 
 from ..contract import validation
-from ..contract.columns import array_of, assemble_scores, flat_values, list_offsets, list_sums, score_positions
 from ..contract.labels import Labels, uid_merges
-from ..contract.schema import COLUMNS
-from ..errors import ConfigError, InputError
-from ..estimators.registry import Estimator, get_estimator
+from ..errors import ConfigError
+from ..estimators.registry import SINGLETON_EXAMPLES, Estimator, get_estimator, names_where, with_check
 from ..io.read import Dataset
 from ..io.write import check_output_path
 from ..report.distributions import histogram
-from ..report.model import Histogram, Stats, row_stats
+from ..report.model import row_stats
+from .findings import (CAUSES, Advantages, Cause, Check, DeadSignal, Dist, Groups, Inspection, KLSummary, Layout,
+                       LossVsResponse, Masks, RowDistributions, Scores, Status, TokenCounts)
+from .scan import Plan, RowScalars, invalid_rows, plan_of, scan_chunk
 
 PathLike = str | os.PathLike
 FIRST_ROWS = 5
-Status = Literal["pass", "warn", "fail"]
-
-# Columns inspect reads beyond the contract's: list<number> aligned with response_mask, and session ids.
-EXTRA_LISTS = ("token_level_rewards", "advantages")
-CAUSES = ("rejected", "all_equal_group", "singleton", "other")  # rladv compute's dead_signal causes, in its order
-
-
-# ==================================================================================== models
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Check(_Model):
-    """One entry of the checklist; ``code`` is a CONTRACT §4 warning code or one of inspect's own."""
-
-    code: str
-    status: Status
-    message: str
-    count: int
-    rows: list[int] = Field(description="first few rows flagged (0-based within their file)")
-    where: list[str] = Field(default_factory=list, description="the same rows as file:row")
-    dataset_rows: list[int] = Field(default_factory=list, description="the same rows 0-based across all files, "
-                                    "in the order they are read: what --row takes")
-    step: int = Field(description="step of the chapter's §13 debugging order this check belongs to")
-
-
-class TokenCounts(_Model):
-    """As ``rladv compute``'s report counts them: actor tokens are the mask as read before rollout rejection
-    (``loss_mask`` when the file has it, e.g. an rladv output; else ``response_mask``)."""
-
-    total: int
-    actor: int = Field(description="positions with loss_mask 1 when present, else response_mask 1")
-    observation: int = Field(description="total - actor - padding: tool observations")
-    padding: int = Field(description="attention_mask 0")
-    rejected: int = Field(description="actor tokens with response_mask 0: removed by rollout rejection (0 without loss_mask)")
-    used: int = Field(description="positions with response_mask 1: the tokens an estimator trains on")
-
-
-class Groups(_Model):
-    count: int
-    sizes: dict[str, int] = Field(description="group size (rows) -> number of groups")
-    singletons: int
-    all_equal: int = Field(description="groups of 2+ rows whose total rewards (reward basis) are all equal")
-    expected_n: Optional[int] = None
-    all_equal_scores: int = Field(0, description="groups of 2+ rows whose score totals (before shaping) are equal")
-    size_mismatch: int = Field(0, description="groups whose size differs from expected_n, or without it from the most "
-                               "common size (sessions for an estimator that folds them)")
-    basis: str = Field("score", description="what all_equal compares: score, kl_shaped or token_level_rewards")
-    session_sizes: Optional[dict[str, int]] = Field(
-        None, description="with a session_id column: distinct sessions per uid -> number of groups")
-
-
-class Dist(_Model):
-    """Mean / min / max of one value per row."""
-
-    mean: Optional[float]
-    min: Optional[float]
-    max: Optional[float]
-
-
-class Layout(_Model):
-    """Rows as read, before rollout rejection: actor tokens are ``loss_mask`` 1 when present, else ``response_mask`` 1."""
-
-    length: Dist = Field(description="positions per row")
-    turns: Dist = Field(description="assistant turns per row: spans of actor tokens")
-    observation_spans: Dist = Field(description="tool-observation spans per row (not actor tokens, not padding)")
-    rows_ending_in_observation: int = Field(description="rows whose last non-padding position is not an actor token")
-    rows_with_padding: int
-
-
-class Scores(_Model):
-    column: Optional[str] = Field(description="rm_scores (token-level) or score (scalar), None when absent")
-    score_total: Stats = Field(description="per-row sum of the assembled scores")
-    reward_total: Stats = Field(description="per-row sum of the reward basis (equal to score_total without shaping)")
-    reward_basis: str
-    rows_score_on_masked_position: int
-    tokens_score_on_observation: int
-    tokens_score_on_padding: int
-    rows_non_terminal_score: int
-    tool_rewards: Optional[Stats] = Field(None, description="per row with tool calls, the sum of its tool_rewards "
-                                          "(None without the column); rladv compute adds them only with --tool-reward-coef")
-
-
-class LossVsResponse(_Model):
-    """``response_mask`` against ``loss_mask``, the mask before rollout rejection (a ``response_mask`` 1 under a
-    ``loss_mask`` 0 breaks the contract: its row is an invalid row)."""
-
-    rows: int = Field(description="rows where response_mask drops loss_mask tokens")
-    loss_only_tokens: int = Field(description="loss_mask 1, response_mask 0 (rejected by rollout correction?)")
-
-
-class Masks(_Model):
-    has_loss_mask: bool
-    has_attention_mask: bool
-    loss_vs_response: Optional[LossVsResponse]
-    padding_tokens: int
-    loss_on_padding_tokens: int = Field(0, description="loss_mask 1 where attention_mask is 0")
-    rows_without_actor_tokens: int = Field(description="rows without an actor token (loss_mask 1 when present, else response_mask 1)")
-    rows_fully_rejected: int = Field(0, description="rows with actor tokens but no response_mask 1: all rejected")
-
-
-class KLSummary(_Model):
-    penalty: str
-    coef: float
-    mean: Optional[float] = Field(description="verl's actor/reward_kl_penalty: mean over rows of the row-mean estimate "
-                                  "over the actor tokens (the mask before rejection, as KL shaping uses)")
-    rows_raises_reward: int
-    rows_flips_sign: int
-
-
-class Advantages(Stats):
-    """``advantages`` over response_mask 1 tokens, plus non-zero values where response_mask is 0."""
-
-    masked_nonzero_tokens: int = 0
-    masked_nonzero_rows: int = 0
-
-
-class Cause(_Model):
-    tokens: int
-    share: float = Field(description="of all actor tokens")
-
-
-class DeadSignal(_Model):
-    base: str = Field(description="what counts as an actor token: loss_mask 1 when present, else response_mask 1")
-    actor_tokens: int
-    zero_tokens: int = Field(description="actor tokens whose advantage is exactly 0")
-    share: float
-    by_cause: dict[str, Cause] = Field(description="rladv compute's causes: rejected (response_mask 0), then the "
-                                       "used tokens in all-equal groups, in singleton groups, and the other ones")
-
-
-class RowDistributions(_Model):
-    """Per-row histograms for ``inspect --html`` (None when no valid row has the value)."""
-
-    length: Optional[Histogram] = Field(description="rows by positions")
-    actor_tokens: Optional[Histogram] = Field(description="rows by actor tokens (loss_mask 1 when present, else response_mask 1)")
-    turns: Optional[Histogram] = Field(description="rows by assistant turns")
-    score_total: Optional[Histogram] = Field(description="rows by total score")
-    reward_total: Optional[Histogram] = Field(description="rows by total reward on the reward basis; None when it is the score")
-
-
-class Inspection(_Model):
-    """What ``rladv inspect --json`` prints: CONTRACT §5's keys first, then inspect's own sections."""
-
-    rows: int
-    tokens: TokenCounts
-    groups: Groups
-    columns: dict[str, str]
-    checks: list[Check]
-    paths: list[str]
-    estimator: Optional[str]
-    invalid_rows: int
-    layout: Layout
-    scores: Optional[Scores]
-    masks: Masks
-    kl: Optional[KLSummary]
-    advantages: Optional[Advantages]
-    dead_signal: Optional[DeadSignal]
-    distributions: RowDistributions
-
-    def to_json(self) -> str:
-        return self.model_dump_json(indent=2) + "\n"
-
-    @property
-    def status(self) -> Status:
-        """The worst status of any check."""
-        order = {"pass": 0, "warn": 1, "fail": 2}
-        return max((c.status for c in self.checks), key=order.__getitem__, default="pass")
-
-    def check(self, code: str) -> Optional[Check]:
-        return next((c for c in self.checks if c.code == code), None)
-
-
-# ==================================================================================== numpy helpers
-def _seg_sum(x: np.ndarray, off: np.ndarray) -> np.ndarray:
-    """Per-row sums of a flat array (every row has ``L_i >= 1``); bools are counted."""
-    if off.size <= 1:
-        return np.zeros(0, dtype=np.int64 if x.dtype == bool else x.dtype)
-    return np.add.reduceat(x.astype(np.int64) if x.dtype == bool else x, off[:-1])
-
-
-def _in_row_cumsum(x: np.ndarray, off: np.ndarray, row_of: np.ndarray) -> np.ndarray:
-    """Inclusive running sum of ``x`` inside each row."""
-    c = np.cumsum(x.astype(np.int64))
-    return c - (c - x)[off[:-1]][row_of]
-
-
-def kl_estimate(logprob: np.ndarray, ref_logprob: np.ndarray, mode: str) -> np.ndarray:
-    """verl's per-token KL estimate (SEMANTICS §4.1) in float32 numpy, ``d = logprob − ref_logprob``:
-    ``kl``/``k1`` d, ``abs`` |d|, ``mse``/``k2`` 0.5·d², ``low_var_kl``/``k3`` clamp(e^k − k − 1, ±10) with
-    ``k = clamp(ref − logprob, ±20)``; ``<mode>+`` has the base mode's value (NaN where 0.5·d² is not finite)."""
-    logprob, ref_logprob = logprob.astype(np.float32), ref_logprob.astype(np.float32)
-    d = logprob - ref_logprob
-    base = mode.removesuffix("+")
-    with np.errstate(over="ignore", invalid="ignore"):
-        if base in ("kl", "k1"):
-            value = d
-        elif base == "abs":
-            value = np.abs(d)
-        elif base in ("mse", "k2"):
-            value = np.float32(0.5) * np.square(d)
-        elif base in ("low_var_kl", "k3"):
-            k = np.clip(ref_logprob - logprob, np.float32(-20), np.float32(20))
-            value = np.clip((np.exp(k) - k) - np.float32(1), np.float32(-10), np.float32(10))
-        else:
-            raise ConfigError(f"--kl-penalty {mode}: not a KL estimate verl implements")
-        if mode.endswith("+"):
-            k2 = np.float32(0.5) * np.square(d)
-            value = value + (k2 - k2)
-    return value.astype(np.float32, copy=False)
 
 
 def _dist(v: np.ndarray) -> Dist:
     if v.size == 0:
         return Dist(mean=None, min=None, max=None)
     return Dist(mean=math.fsum(v.astype(np.float64)) / v.size, min=float(v.min()), max=float(v.max()))
-
-
-# ==================================================================================== validation per row
-def _check_extra(table: pa.Table, path: str, start: int) -> None:
-    """Row checks of the non-contract columns inspect reads (same rules as a contract float list)."""
-    names = table.column_names
-    lengths = pc.list_value_length(array_of(table["response_mask"])).to_numpy(zero_copy_only=False)
-    for name in names:
-        arr = array_of(table[name])
-        if name == "session_id":
-            bad = np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))
-            if bad.size:
-                raise InputError(path, "is null; every row of a multi-output dataset needs one", row=start + int(bad[0]), column=name)
-            continue
-        if name not in EXTRA_LISTS:
-            continue
-        bad = np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))
-        if bad.size:
-            raise InputError(path, "is null; every row needs a value", row=start + int(bad[0]), column=name)
-        row_len = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
-        bad = np.flatnonzero(row_len != lengths)
-        if bad.size:
-            i = int(bad[0])
-            raise InputError(path, f"has length {row_len[i]} but response_mask has {lengths[i]}", row=start + i, column=name)
-        values = arr.flatten()
-        v = values.to_numpy(zero_copy_only=False).astype(np.float64) if len(values) else np.zeros(0)
-        bad = np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False) | ~np.isfinite(v)) if len(values) else bad[:0]
-        if bad.size:
-            parents = pc.list_parent_indices(arr).to_numpy()
-            raise InputError(path, f"has {v[bad[0]]}; values must be finite", row=start + int(parents[bad[0]]), column=name)
-
-
-def _check_rows(table: pa.Table, path: str, start: int) -> None:
-    validation.check_chunk(table, path, start)
-    _check_extra(table, path, start)
-
-
-def invalid_rows(table: pa.Table, path: str, start: int) -> list[tuple[int, str]]:
-    """``(row within table, message)`` of every row that fails inspect's checks (``validation.invalid_rows``)."""
-    return [(row, str(err)) for row, err in validation.invalid_rows(table, path, start, _check_rows)]
-
-
-# ==================================================================================== the streaming scan
-@dataclass
-class _Plan:
-    """What the scan reads and computes, fixed from the schema before any row is read."""
-
-    score: Optional[str]
-    uid: bool
-    attention: bool
-    loss: bool
-    kl: bool
-    tlr: bool
-    advantages: bool
-    session: bool
-    tools: bool
-    columns: list[str]
-
-    @property
-    def basis(self) -> str:
-        return "kl_shaped" if self.kl else "token_level_rewards" if self.tlr else "score"
-
-
-@dataclass
-class _Rows:
-    """Per-row scalars of the valid rows, appended chunk by chunk (dataset order)."""
-
-    parts: dict[str, list[np.ndarray]] = field(default_factory=dict)
-    _whole: dict[str, np.ndarray] = field(default_factory=dict)
-
-    def add(self, **cols: np.ndarray) -> None:
-        for k, v in cols.items():
-            self.parts.setdefault(k, []).append(np.asarray(v))
-            self._whole.pop(k, None)
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        if name not in self._whole:
-            p = self.parts.get(name)
-            self._whole[name] = np.concatenate(p) if p else np.zeros(0)
-        return self._whole[name]
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.parts
-
-
-def _scan_chunk(t: pa.Table, plan: _Plan, beta: float, kl_mode: str) -> dict[str, np.ndarray]:
-    """Per-row scalars of one validated chunk ``t`` (numpy only)."""
-    off = list_offsets(array_of(t["response_mask"]))
-    B, N = t.num_rows, int(off[-1])
-    lengths = np.diff(off)
-    row_of = np.repeat(np.arange(B), lengths)
-    pos = np.arange(N) - off[:-1][row_of]
-    m = flat_values(t, "response_mask", np.int8).astype(bool)
-    pad = flat_values(t, "attention_mask", np.int8) == 0 if plan.attention else np.zeros(N, dtype=bool)
-    # m0: the mask as read before rollout rejection (an rladv output's loss_mask), as rladv compute's m0
-    m0 = flat_values(t, "loss_mask", np.int8).astype(bool) if plan.loss else m
-    first = pos == 0
-    actor = _seg_sum(m0, off)
-    obs = ~m0 & ~pad
-    prev_m0 = np.concatenate([[False], m0[:-1]]) & ~first
-    prev_obs = np.concatenate([[False], obs[:-1]]) & ~first
-    last = score_positions(off, (~pad).astype(np.int8) if plan.attention else None)[0] - off[:-1]
-    used = _seg_sum(m, off) if plan.loss else actor
-    out: dict[str, np.ndarray] = dict(
-        length=lengths, actor=actor, used=used, padding=_seg_sum(pad, off),
-        turns=_seg_sum(m0 & ~prev_m0, off), observation_spans=_seg_sum(obs & ~prev_obs, off),
-        ends_in_observation=~m0[off[:-1] + last],
-    )
-    if plan.loss:
-        out.update(loss_only=_seg_sum(m0 & ~m, off), loss_on_padding=_seg_sum(m0 & pad, off))
-    r = None
-    if plan.score is not None:
-        s = assemble_scores(t, off, off[:-1] + last)
-        nz = s != 0
-        score_total = _seg_sum(s.astype(np.float64), off)
-        out.update(score_total=score_total, score_on_observation=_seg_sum(nz & obs, off),
-                   score_on_padding=_seg_sum(nz & pad, off),
-                   non_terminal=_seg_sum(nz & (pos < last[row_of]), off) > 0)
-        r = s
-        if plan.kl:
-            kld = kl_estimate(flat_values(t, "old_log_probs", np.float32), flat_values(t, "ref_log_prob", np.float32), kl_mode)
-            kld = kld * m0.astype(np.float32)  # KL shaping runs before rejection (SEMANTICS §4.2, §10)
-            penalty = np.float32(beta) * kld
-            r = s - penalty
-            out.update(kl_row=_seg_sum(kld.astype(np.float64), off) / (actor + 1e-8),
-                       kl_raises=_seg_sum(penalty < 0, off) > 0)
-        elif plan.tlr:
-            r = flat_values(t, "token_level_rewards", np.float32)
-        reward_total = _seg_sum(r.astype(np.float64), off) if r is not s else score_total
-        out["reward_total"] = reward_total
-        if plan.kl:
-            sign = np.sign(score_total)
-            out["kl_flips"] = (sign != 0) & (np.sign(reward_total) != sign)
-        # credit_reset_at_mask: from the first mask-0 position that has an actor token before it, every
-        # later reward (at a mask-0 position or beyond it) is cut off from those earlier actor tokens.
-        actor_before = _in_row_cumsum(m, off, row_of) - m
-        cut = _in_row_cumsum(~m & (actor_before > 0), off, row_of) > 0
-        out["credit_cut"] = _seg_sum(cut & (r != 0), off) > 0
-    if plan.tools:
-        out["tool_sum"], out["tool_calls"] = list_sums(t, "tool_rewards")
-    if plan.advantages:
-        a = flat_values(t, "advantages", np.float32).astype(np.float64)
-        am = np.where(m, a, 0.0)
-        total = _seg_sum(am, off)
-        mean = np.divide(total, used, out=np.zeros(B), where=used > 0)
-        out.update(
-            adv_count=used, adv_sum=total, adv_m2=_seg_sum(np.where(m, (a - mean[row_of]) ** 2, 0.0), off),
-            adv_min=np.minimum.reduceat(np.where(m, a, np.inf), off[:-1]) if B else np.zeros(0),
-            adv_max=np.maximum.reduceat(np.where(m, a, -np.inf), off[:-1]) if B else np.zeros(0),
-            adv_pos=_seg_sum(m & (a > 0), off), adv_neg=_seg_sum(m & (a < 0), off),
-            adv_masked_nonzero=_seg_sum(~m & (a != 0), off),
-            dead_base=actor, dead_used=_seg_sum(m0 & m & (a == 0), off),
-            dead_rejected=_seg_sum(m0 & ~m & (a == 0), off),
-        )
-    return out
-
-
-def _plan(ds: Dataset, kl_coef: float) -> tuple[_Plan, list[str]]:
-    """Columns to read and computations to run, and a message per unusable contract column."""
-    schema = ds.schema
-    bad: list[str] = []
-    usable: set[str] = set()
-    for f in schema:
-        if f.name in COLUMNS:
-            try:
-                validation.check_schema(ds.paths[0], pa.schema([f]), [])
-                usable.add(f.name)
-            except InputError as err:
-                if f.name == "response_mask":
-                    raise
-                bad.append(str(err))
-        elif f.name in EXTRA_LISTS:
-            t = f.type
-            if validation.is_number_list(t):
-                usable.add(f.name)
-            else:
-                bad.append(f"{ds.paths[0]}: column {f.name}: has type {t}; expected a list of numbers")
-        elif f.name == "session_id":
-            usable.add(f.name)
-    if "response_mask" not in usable:
-        raise InputError(ds.paths[0], "missing; inspect needs it to tell actor tokens from the rest", column="response_mask")
-    score = "rm_scores" if "rm_scores" in usable else "score" if "score" in usable else None
-    kl = kl_coef != 0.0 and score is not None and {"old_log_probs", "ref_log_prob"} <= usable
-    plan = _Plan(
-        score=score, uid="uid" in usable, attention="attention_mask" in usable, loss="loss_mask" in usable,
-        kl=kl, tlr="token_level_rewards" in usable and not kl, advantages="advantages" in usable,
-        session="session_id" in usable and "uid" in usable, tools="tool_rewards" in usable, columns=[],
-    )
-    wanted = {"response_mask", score, "uid" if plan.uid else None, "attention_mask" if plan.attention else None,
-              "loss_mask" if plan.loss else None, "token_level_rewards" if plan.tlr else None,
-              "advantages" if plan.advantages else None, "session_id" if plan.session else None,
-              "tool_rewards" if plan.tools else None}
-    if kl:
-        wanted |= {"old_log_probs", "ref_log_prob"}
-    plan.columns = [c for c in schema.names if c in wanted]
-    return plan, bad
 
 
 def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] = None, kl_coef: float = 0.0,
@@ -528,8 +121,8 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
     ds = Dataset(inputs)
     if html_path is not None:
         check_output_path(str(html_path), ds.paths, "--html")
-    plan, bad_columns = _plan(ds, kl_coef)
-    rows = _Rows()
+    plan, bad_columns = plan_of(ds, kl_coef)
+    rows = RowScalars()
     labels = Labels(None)
     sessions: set[tuple[int, Any]] = set()
     bad_rows: list[tuple[int, str]] = []  # (dataset row, message)
@@ -546,7 +139,7 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
             drow = chunk.first_row + np.arange(t.num_rows)
         if t.num_rows == 0:
             continue
-        cols = _scan_chunk(t, plan, kl_coef, kl_penalty)
+        cols = scan_chunk(t, plan, kl_coef, kl_penalty)
         if plan.uid:
             gids = labels.group_ids(t, np.zeros(t.num_rows, dtype=np.int64), chunk.path, chunk.start)
             cols["gid"] = gids
@@ -586,11 +179,11 @@ class _Checks:
                                 where=[f"{p}:{r}" for p, r in where], dataset_rows=first, step=step))
 
 
-def _flagged(rows: _Rows, name: str) -> np.ndarray:
+def _flagged(rows: RowScalars, name: str) -> np.ndarray:
     return rows["drow"][rows[name].astype(bool)] if name in rows else np.zeros(0, dtype=np.int64)
 
 
-def _summarise(ds: Dataset, plan: _Plan, est: Optional[Estimator], rows: _Rows, labels: Labels,
+def _summarise(ds: Dataset, plan: Plan, est: Optional[Estimator], rows: RowScalars, labels: Labels,
                sessions: set, bad_rows: list, bad_columns: list[str], expected_n: Optional[int],
                kl_coef: float, kl_penalty: str) -> Inspection:
     checks = _Checks(ds)
@@ -670,13 +263,15 @@ def _summarise(ds: Dataset, plan: _Plan, est: Optional[Estimator], rows: _Rows, 
         adv, dead = _advantage_summary(checks, plan, rows, group_flags)
     # ---- step 7: REINFORCE++ credit
     if scored:
+        resetting = with_check("credit_reset_at_mask")
         fl = _flagged(rows, "credit_cut")
         checks.add("credit_reset_at_mask", 7, fl.size, fl,
                    "no reward sits at or after a mask-0 position that follows a response_mask 1 token",
                    f"{fl.size} row(s) have a reward at or after a response_mask 0 position that follows a "
                    "response_mask 1 token: reinforce_plus_plus in reset mode (the default) cuts it off from the "
                    "earlier tokens (--rpp-mask-mode carry passes it through)",
-                   relevant=name in (None, "reinforce_plus_plus"), irrelevant=f"only reinforce_plus_plus resets; {name} is unaffected")
+                   relevant=name is None or name in resetting,
+                   irrelevant=f"only {' and '.join(resetting)} resets; {name} is unaffected")
 
     scores = None
     if scored:
@@ -717,7 +312,7 @@ def _summarise(ds: Dataset, plan: _Plan, est: Optional[Estimator], rows: _Rows, 
     )
 
 
-def _group_checks(checks: _Checks, plan: _Plan, est: Optional[Estimator], rows: _Rows, labels: Labels,
+def _group_checks(checks: _Checks, plan: Plan, est: Optional[Estimator], rows: RowScalars, labels: Labels,
                   sessions: set, expected_n: Optional[int]) -> tuple[Groups, dict[str, np.ndarray]]:
     """Steps 4-5: group sizes, singletons, uid merges, all-equal groups; per-group flags for the dead signal."""
     gid, drow = rows["gid"].astype(np.int64), rows["drow"].astype(np.int64)
@@ -728,6 +323,7 @@ def _group_checks(checks: _Checks, plan: _Plan, est: Optional[Estimator], rows: 
     present = size > 0  # groups whose rows were all invalid have no valid member
     uses_groups = est is None or est.groups
     no_groups = f"{est.name if est else ''} does not use groups"
+    folding = " and ".join(names_where(lambda e: e.folds_sessions))
 
     session_sizes = None
     size_for_n = size
@@ -752,12 +348,11 @@ def _group_checks(checks: _Checks, plan: _Plan, est: Optional[Estimator], rows: 
                f"batch): {off} of {int(present.sum())} uid group(s) do not have {reference} {what}"
                + (" (--expected-n)" if expected_n is not None else " (the most common size)")
                + f", their first rows shown; sizes: {hist}. Check that every prompt got rollout.n samples"
-               + ("; with multi-output sessions grpo counts sessions, other estimators count output rows"
+               + (f"; with multi-output sessions {folding} counts sessions, other estimators count output rows"
                   if plan.session else ""),
                relevant=uses_groups, irrelevant=no_groups)
     single = present & (size == 1)
-    singleton_text = (est.singleton if est is not None and est.singleton else
-                      "grpo gives R/(1+eps) (the raw score, not 0), rloo keeps R, rloo_vectorized gives 0")
+    singleton_text = est.singleton if est is not None and est.singleton else SINGLETON_EXAMPLES
     checks.add("singleton_group", 4, int(single.sum()), np.sort(first[single]), "no uid group has a single row",
                f"{int(single.sum())} uid group(s) have one row, so there is no group baseline; "
                f"{est.name + ': ' if est else ''}{singleton_text}", relevant=uses_groups, irrelevant=no_groups)
@@ -765,12 +360,13 @@ def _group_checks(checks: _Checks, plan: _Plan, est: Optional[Estimator], rows: 
     merges = uid_merges(uids)
     merged_gids = [i for (_, u), i in labels.groups.items() if present[i] and any(u in m for m in merges)]
     shown = "; ".join("/".join(repr(u) for u in m) for m in merges[:3])
+    merging = " and ".join(names_where(lambda e: e.int_uids))
     checks.add("uid_merge_grpo_vectorized", 4, len(merges), np.sort(first[merged_gids]) if merged_gids else [],
-               "no two uids would be merged by verl's grpo_vectorized",
-               f"{len(merges)} set(s) of uids that verl's grpo_vectorized converts to one integer and merges into "
-               f"one group ({shown}); rladv compute merges them too for grpo_vectorized",
+               f"no two uids would be merged by verl's {merging}",
+               f"{len(merges)} set(s) of uids that verl's {merging} converts to one integer and merges into "
+               f"one group ({shown}); rladv compute merges them too for {merging}",
                relevant=est is None or est.int_uids,
-               irrelevant=f"only grpo_vectorized merges; {est.name if est else ''} keeps them apart")
+               irrelevant=f"only {merging} merges; {est.name if est else ''} keeps them apart")
     if plan.session:
         uid_of = {g: u for (_, u), g in labels.groups.items()}
         joined = [sorted(pairs, key=repr) for pairs in labels.session_key_collisions(sessions)]
@@ -781,7 +377,7 @@ def _group_checks(checks: _Checks, plan: _Plan, est: Optional[Estimator], rows: 
                    f"{len(joined)} verl session key(s) f'{{uid}}_{{session_id}}' shared by two or more sessions "
                    f"({shown}): verl 0.9.1 folds them into one session, rladv compute keeps them apart and warns",
                    relevant=est is None or est.folds_sessions,
-                   irrelevant=f"only grpo folds sessions; {est.name if est else ''} counts every output row")
+                   irrelevant=f"only {folding} folds sessions; {est.name if est else ''} counts every output row")
 
     flags: dict[str, np.ndarray] = {"singleton": single}
     all_equal_scores = 0
@@ -821,7 +417,7 @@ def _group_checks(checks: _Checks, plan: _Plan, est: Optional[Estimator], rows: 
     return groups, flags
 
 
-def _advantage_summary(checks: _Checks, plan: _Plan, rows: _Rows,
+def _advantage_summary(checks: _Checks, plan: Plan, rows: RowScalars,
                        group_flags: dict[str, np.ndarray]) -> tuple[Advantages, DeadSignal]:
     """Step 6: advantages over response_mask 1 tokens; non-zero values off the mask; the dead signal by cause."""
     count, total, m2 = rows["adv_count"], rows["adv_sum"], rows["adv_m2"]
@@ -866,87 +462,3 @@ def _advantage_summary(checks: _Checks, plan: _Plan, rows: _Rows,
     return adv, dead
 
 
-# ==================================================================================== rendering
-_STATUS_STYLE = {"pass": "[green]PASS[/green]", "warn": "[yellow]WARN[/yellow]", "fail": "[bold red]FAIL[/bold red]"}
-STEP_TITLES = {
-    0: "data contract", 1: "score totals", 2: "KL shaping", 3: "masks", 4: "group sizes",
-    5: "all-equal groups", 6: "advantages", 7: "REINFORCE++ credit",
-}
-
-
-def _fmt(x: Optional[float]) -> str:
-    return "-" if x is None else f"{x:.6g}"
-
-
-def _pct(x: Optional[float]) -> str:
-    return "-" if x is None else f"{x:.1%}"
-
-
-def render_inspection(ins: Inspection, console) -> None:
-    """Print an ``Inspection`` with rich: inputs, layout, groups, scores, masks, advantages, then the checklist
-    (status, code, count, first rows) in the chapter's order."""
-    from rich.table import Table
-
-    console.print(
-        f"[bold]rladv inspect[/bold]  {ins.rows} rows ({ins.invalid_rows} invalid) from {len(ins.paths)} file(s)"
-        + (f"  estimator [cyan]{ins.estimator}[/cyan]" if ins.estimator else "")
-    )
-    t = Table(title="layout", show_header=False, box=None, pad_edge=False)
-    tk = ins.tokens
-    t.add_row("tokens actor / observation / padding", f"{tk.actor} / {tk.observation} / {tk.padding} (of {tk.total})"
-              + (f"; {tk.rejected} actor token(s) rejected, {tk.used} used" if tk.rejected else ""))
-    lay = ins.layout
-    t.add_row("length per row mean / max", f"{_fmt(lay.length.mean)} / {_fmt(lay.length.max)}")
-    t.add_row("assistant turns per row mean / max", f"{_fmt(lay.turns.mean)} / {_fmt(lay.turns.max)}")
-    t.add_row("observation spans per row mean / max", f"{_fmt(lay.observation_spans.mean)} / {_fmt(lay.observation_spans.max)}")
-    t.add_row("rows ending in an observation", str(lay.rows_ending_in_observation))
-    t.add_row("rows with padding", str(lay.rows_with_padding))
-    g = ins.groups
-    sizes = ", ".join(f"{k}x{v}" for k, v in g.sizes.items()) or "-"
-    t.add_row("groups (size x count)", f"{g.count} ({sizes})" + (f", expected n={g.expected_n}" if g.expected_n else ""))
-    if g.session_sizes is not None:
-        t.add_row("sessions per uid (size x count)", ", ".join(f"{k}x{v}" for k, v in g.session_sizes.items()))
-    t.add_row("singletons / all-equal", f"{g.singletons} / {g.all_equal} (basis: {g.basis})")
-    m = ins.masks
-    if m.loss_vs_response is not None:
-        lv = m.loss_vs_response
-        t.add_row("loss_mask vs response_mask", f"{lv.rows} rows differ: {lv.loss_only_tokens} loss-only tokens")
-    if ins.kl is not None:
-        t.add_row("KL", f"{ins.kl.penalty}, coef {_fmt(ins.kl.coef)}, mean estimate {_fmt(ins.kl.mean)}")
-    console.print(t)
-    if ins.scores is not None or ins.advantages is not None:
-        s = Table(title="values (+ - 0: shares)", header_style="bold")
-        for col in ("", "count", "mean", "std", "min", "max", "+", "-", "0"):
-            s.add_column(col, justify="right" if col else "left", no_wrap=not col)
-        entries = []
-        if ins.scores is not None:
-            entries.append((f"{ins.scores.column} / row", ins.scores.score_total))
-            if ins.scores.reward_basis != "score":
-                entries.append(("reward / row", ins.scores.reward_total))
-            if ins.scores.tool_rewards is not None:
-                entries.append(("tool_rewards / row with calls", ins.scores.tool_rewards))
-        if ins.advantages is not None:
-            entries.append(("advantage / token", ins.advantages))
-        for label, st in entries:
-            s.add_row(label, str(st.count), _fmt(st.mean), _fmt(st.std), _fmt(st.min), _fmt(st.max),
-                      *(_pct(f) for f in (st.fraction_positive, st.fraction_negative, st.fraction_zero)))
-        console.print(s)
-    if ins.dead_signal is not None:
-        d = ins.dead_signal
-        causes = ", ".join(f"{k} {c.tokens} ({c.share:.1%})" for k, c in d.by_cause.items() if c.tokens)
-        console.print(f"dead signal: {d.zero_tokens} of {d.actor_tokens} actor tokens ({d.share:.1%}) have advantage 0"
-                      + (f" - {causes}" if causes else ""))
-    one_file = len(ins.paths) == 1
-    c = Table(title="checks, in the chapter's §13 order" + (f" (rows of {ins.paths[0]})" if one_file else ""),
-              header_style="bold")
-    for col in ("status", "code", "count", "first rows", "message"):
-        c.add_column(col, overflow="fold", no_wrap=col in ("status", "count"))
-    step = None
-    for item in ins.checks:
-        if item.step != step:
-            step = item.step
-            c.add_row("", f"[bold]{step}. {STEP_TITLES.get(step, '')}[/bold]", "", "", "")
-        rows = ", ".join(str(r) for r in item.rows) if one_file else ", ".join(
-            f"{w} (row {d})" for w, d in zip(item.where[:3], item.dataset_rows))
-        c.add_row(_STATUS_STYLE[item.status], item.code, str(item.count), rows, item.message)
-    console.print(c)

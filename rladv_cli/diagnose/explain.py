@@ -1,9 +1,9 @@
 """``rladv explain``: one row's advantage derived step by step, as the chapter's worked examples do.
 
-Token-level estimators (GAE, REINFORCE++, ReMax, the optimal-token baselines) get a per-token table of the
-recursion with its constants; group estimators get their group: members' totals, baseline, scale and result.
-The final advantages always come from ``compute`` (the same numbers ``rladv compute`` writes); the
-intermediate columns are recomputed here with the plain recursion, for reading.
+Each estimator's module gives its derivation (the registry's ``explain``): token-level estimators a per-token
+table of the recursion with its constants, group estimators their group (members' totals, baseline, scale and
+result). The final advantages always come from the same computation ``rladv compute`` runs; the intermediate
+columns are recomputed with the plain recursion, for reading.
 """
 from __future__ import annotations
 
@@ -42,10 +42,6 @@ class Explanation(BaseModel):
         None, description="the row's own advantages in the input (a trainer dump, an earlier output), when it has them")
 
 
-def _flat(table, name: str) -> Optional[np.ndarray]:
-    return np.asarray(table[name][0].as_py(), dtype=np.float64) if name in table.column_names else None
-
-
 def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **settings) -> Explanation:
     """Explain dataset row ``row`` (0-based; the row within the file for a single file) under ``estimator``.
 
@@ -68,17 +64,23 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
         w = report.whitening[0] if len(report.whitening) == 1 else next(
             x for x in report.whitening if cfg.batch_key and x["batch"] == f"{cfg.batch_key}={one[cfg.batch_key][0].as_py()}")
         whitening = {"whitening mean": w["mean"], "whitening std": float(np.sqrt(w["var"] + 1e-8)), "batch tokens": w["tokens"]}
-    if est.groups and est.accumulate is None:  # one advantage per row: explained by its group
+    derived = est.derivation()(est, _row_values(mine), cfg.params(), whitening)
+    if derived.by_group:  # one advantage per row: explained by its group
         view = group_view(ds.paths, uid, estimator=estimator, **settings)
-        return Explanation(**base, formula=[est.summary, f"baseline: {est.baseline}", f"singleton: {est.singleton}"],
-                           constants={**whitening, **({"epsilon": cfg.epsilon} if "epsilon" in est.settings else {})},
-                           columns=[], tokens=[], group=view)
-    derivation = _token_derivation(est.name, cfg, mine, whitening)
+        return Explanation(**base, formula=derived.formula, constants=derived.constants, columns=[], tokens=[],
+                           group=view)
+    columns, tokens = list(derived.columns), [list(values) for values in derived.tokens]
     if base["input_advantages"] is not None:  # beside the advantage, for a replay's differing row
-        derivation["columns"].append("input's advantage")
-        for values, given in zip(derivation["tokens"], base["input_advantages"]):
+        columns.append("input's advantage")
+        for values, given in zip(tokens, base["input_advantages"]):
             values.append(given)
-    return Explanation(**base, **derivation)
+    return Explanation(**base, formula=derived.formula, constants=derived.constants, columns=columns, tokens=tokens)
+
+
+def _row_values(row: pa.Table) -> dict[str, np.ndarray]:
+    """The one output row's token columns a derivation reads, as float64 arrays (``values`` when present)."""
+    names = ("response_mask", "token_level_rewards", "advantages", "returns", "values")
+    return {name: np.asarray(row[name][0].as_py(), dtype=np.float64) for name in names if name in row.column_names}
 
 
 def _given_advantages(row: pa.Table) -> Optional[list[Optional[float]]]:
@@ -91,62 +93,6 @@ def _given_advantages(row: pa.Table) -> Optional[list[Optional[float]]]:
     if values is None or len(values) != len(row["response_mask"][0].as_py()):
         return None
     return [None if v is None else float(v) for v in values]
-
-
-def _token_derivation(name: str, cfg: Config, row, whitening: dict) -> dict:
-    """Per-token table of the row's recursion (float64 for reading) and its constants."""
-    m = _flat(row, "response_mask")
-    r = _flat(row, "token_level_rewards")
-    adv = _flat(row, "advantages")
-    ret = _flat(row, "returns")
-    T = m.size
-    if name == "gae":
-        values = _flat(row, "values")
-        gl = cfg.gamma * cfg.lam
-        nextvalue, running = 0.0, 0.0
-        table = [None] * T
-        for t in reversed(range(T)):
-            delta = r[t] + cfg.gamma * nextvalue - values[t]
-            if m[t]:
-                running = delta + gl * running
-                table[t] = [t, int(m[t]), r[t], values[t], nextvalue, delta, running, running + values[t], adv[t]]
-                nextvalue = values[t]
-            else:
-                table[t] = [t, 0, r[t], values[t], nextvalue, None, running, None, adv[t]]
-        return dict(
-            formula=["delta_t = r_t + gamma * V(next actor token) - V_t",
-                     "A_t = delta_t + gamma*lam * A_(t+1) on actor tokens; A carried unchanged across mask-0 positions",
-                     "returns_t = A_t + V_t;  advantages = (A - batch mean) / sqrt(batch var + 1e-8), 0 off-mask"],
-            constants={"gamma": cfg.gamma, "lam": cfg.lam, "gamma*lam": float(np.float32(gl)), **whitening},
-            columns=["t", "mask", "reward", "value", "next value", "delta", "running A", "return", "advantage"],
-            tokens=table)
-    if name == "reinforce_plus_plus":
-        running, table = 0.0, [None] * T
-        for t in reversed(range(T)):
-            if m[t]:
-                running = r[t] + cfg.gamma * running
-                table[t] = [t, 1, r[t], running, "", adv[t]]
-            else:
-                cut = cfg.rpp_mask_mode == "reset"
-                mark = ("reset: credit " + f"{r[t] + cfg.gamma * running:.4g} cut") if cut and (r[t] + cfg.gamma * running) else (
-                    "reset" if cut else "carry")
-                running = 0.0 if cut else running
-                table[t] = [t, 0, r[t], None, mark, adv[t]]
-        return dict(
-            formula=["G_t = r_t + gamma * G_(t+1) on actor tokens",
-                     f"at mask-0 positions the running return is {'reset to 0 (chapter)' if cfg.rpp_mask_mode == 'reset' else 'carried through unchanged (verl 0.9.1)'}",
-                     "advantages = (G - batch mean) / sqrt(batch var + 1e-8), 0 off-mask; returns = G"],
-            constants={"gamma": cfg.gamma, "mode": cfg.rpp_mask_mode, **whitening},
-            columns=["t", "mask", "reward", "reward-to-go G", "mask-0 point", "advantage"], tokens=table)
-    baseline = [float(ret[t] - adv[t]) if m[t] else None for t in range(T)]
-    formula = {"remax": ["G_t = sum of r_u * m_u for u >= t", "advantages = G - reward_baselines * m"],
-               "optimal_token_baseline": ["G_t = reward-to-go over actor tokens", "b_t = sum_i G[i,t] W[i,t] / (sum_i W[i,t] + 1e-8) over the group, per absolute position",
-                                          "advantages = (G - b) * m"],
-               "tir_optimal_token_baseline": ["G_t = reward-to-go over actor tokens", "b_k = group baseline at the k-th actor token of each row",
-                                              "advantages = (G - b) * m"]}[name]
-    return dict(formula=formula, constants={},
-                columns=["t", "mask", "reward", "return G", "baseline", "advantage"],
-                tokens=[[t, int(m[t]), r[t], ret[t] if m[t] else None, baseline[t], adv[t]] for t in range(T)])
 
 
 def render_explanation(e: Explanation, console) -> None:

@@ -7,7 +7,7 @@ import os
 
 from ..report import plots
 from ..report.page import Html, cards, charts, e, figure, kv, muted, num, page, pct, stats_table, table, write_page
-from .checklist import STEP_TITLES, Inspection
+from .findings import STEP_TITLES, Inspection
 
 SECTIONS = (
     ("checks", "Checklist"),

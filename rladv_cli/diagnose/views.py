@@ -11,10 +11,8 @@ Rows: ``row`` is 0-based within its file, ``dataset_row`` 0-based across all fil
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import re
 from typing import Literal, Optional, Sequence
 
 import numpy as np
@@ -24,11 +22,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..contract import validation
 from ..contract.columns import array_of, assemble_scores, flat_values, list_offsets, score_positions
+from ..config.settings import Config
 from ..contract.labels import Labels
-from ..errors import ConfigError, InputError, OutputError, RladvError, shown
-from ..estimators.registry import ESTIMATORS, Estimator, get_estimator
-from ..io.read import Dataset, TableSource
-from ..io.write import check_output_path
+from ..errors import ConfigError, InputError, RladvError
+from ..estimators.registry import DEFAULT_GROUP_ESTIMATOR, Estimator, get_estimator, with_check
+from ..io.read import Dataset, Origin, TableSource
 
 PathLike = str | os.PathLike
 
@@ -158,7 +156,7 @@ def uid_equals(table: pa.Table, uid: str) -> np.ndarray:
     return pc.fill_null(pc.equal(as_str, pa.scalar(str(uid), pa.string())), False).to_numpy(zero_copy_only=False)
 
 
-def _group_rows(ds: Dataset, uid: str) -> tuple[pa.Table, np.ndarray]:
+def group_rows(ds: Dataset, uid: str) -> tuple[pa.Table, np.ndarray]:
     """The rows of uid group ``uid`` and their dataset-wide indices; errors when there is no such group."""
     if "uid" not in ds.columns:
         raise InputError(ds.paths[0], "missing; --uid needs a uid column", column="uid")
@@ -168,25 +166,11 @@ def _group_rows(ds: Dataset, uid: str) -> tuple[pa.Table, np.ndarray]:
     return table, index
 
 
-_TABLE = TableSource(pa.table({})).paths[0]  # how ``compute`` names an in-memory table
-_TABLE_ROW = re.compile(re.escape(_TABLE) + r"(?:(:?) row (\d+))?")
-
-
-def in_files(err: RladvError, ds: Dataset, index: np.ndarray) -> RladvError:
-    """``err``, raised computing the rows ``index`` (dataset-wide) read into one table, as ``rladv compute``
-    would give it: naming the file and the row within it instead of the table and the row within that."""
-    if isinstance(err, InputError) and err.path == _TABLE:
-        path, row = ds.locate(int(index[err.row])) if err.row is not None else (ds.paths[0], None)
-        return InputError(path, err.message, row=row, column=err.column, kind=err.kind)
-
-    def where(m: re.Match) -> str:
-        if m.group(2) is None:
-            return shown(ds.paths[0])  # a whole-table problem (a column's type): every file has the schema
-        path, row = ds.locate(int(index[int(m.group(2))]))
-        return f"{shown(path)}{m.group(1)} row {row}"
-
-    message = _TABLE_ROW.sub(where, str(err))
-    return err if message == str(err) else type(err)(message)
+def origin_of(ds: Dataset, index: np.ndarray) -> Origin:
+    """Where the dataset rows ``index`` (dataset-wide, ``(K,)``) live: each one's file and row within it."""
+    starts = np.cumsum([0, *ds.file_rows])
+    file_index = np.searchsorted(starts, index, side="right") - 1
+    return Origin(tuple(ds.paths), file_index.astype(np.int64), (index - starts[file_index]).astype(np.int64))
 
 
 def pad_widths(ds: Dataset, batch_key: Optional[str]) -> Optional[dict]:
@@ -209,7 +193,7 @@ def compute_rows(ds: Dataset, est: Estimator, target: np.ndarray, uid: Optional[
     on the uid's rows only and row-local ones on ``target``, padded to their batches' longest responses in the
     dataset (``pad_widths``), so they round as in a run over it; the others on the whole dataset (in memory)
     (``scope_of``). An error names the files and their rows, as ``rladv compute`` would."""
-    from ..api import compute
+    from ..pipeline.driver import run_in_memory
 
     scope = scope_of(est, settings)
     if scope == "dataset":
@@ -220,10 +204,8 @@ def compute_rows(ds: Dataset, est: Estimator, target: np.ndarray, uid: Optional[
         else:
             table, index = read_rows(ds, lambda c: np.isin(c.first_row + np.arange(c.table.num_rows), target))
         widths = pad_widths(ds, settings.get("batch_key"))
-    try:
-        out, report = compute(table, estimator=est.name, pad_widths=widths, **settings)
-    except RladvError as err:  # it names the in-memory table and its rows: name the files and theirs
-        raise in_files(err, ds, index) from None
+    source = TableSource(table, origin=origin_of(ds, index))  # messages name the files and their rows
+    out, report = run_in_memory(source, Config(estimator=est.name, **settings), pad_widths=widths)
     return out.take(pa.array(np.searchsorted(index, target))), report, scope
 
 
@@ -308,7 +290,8 @@ def row_view(inputs: Sequence[PathLike] | PathLike, row: int, *, estimator: Opti
                 notes.append(f"score_on_masked_position: score {v:g} at position {t} ({kind}): outcome estimators count "
                              "it, GAE/REINFORCE++/REMAX drop it")
     basis = reward if reward is not None else score
-    if estimator in (None, "reinforce_plus_plus") and basis is not None and _credit_cut(m, basis):
+    if (estimator is None or estimator in with_check("credit_reset_at_mask")) and basis is not None \
+            and _credit_cut(m, basis):
         notes.append("credit_reset_at_mask: a reward sits at or after a response_mask 0 position that follows an actor "
                      "token; reinforce_plus_plus in reset mode (the default) cuts it off from the earlier tokens")
     if not any(m):
@@ -419,7 +402,8 @@ def render_row(view: RowView, console, *, max_tokens: int = 200) -> None:
         console.print(f"[yellow]note[/yellow] {note}")
 
 
-def group_view(inputs: Sequence[PathLike] | PathLike, uid: str, *, estimator: str = "grpo", **settings) -> GroupView:
+def group_view(inputs: Sequence[PathLike] | PathLike, uid: str, *, estimator: str = DEFAULT_GROUP_ESTIMATOR,
+               **settings) -> GroupView:
     """The rows of uid group ``uid``: each member's score and reward totals, the group mean/std, each member's
     advantage under ``estimator``, and why (singleton fallback, all-equal totals, rejected or empty rows still
     in the baseline, scores on masked positions).
@@ -435,7 +419,7 @@ def group_view(inputs: Sequence[PathLike] | PathLike, uid: str, *, estimator: st
     """
     est = get_estimator(estimator)
     ds = Dataset(inputs)
-    table, index = _group_rows(ds, uid)
+    table, index = group_rows(ds, uid)
     for i in range(table.num_rows):
         path, file_row = ds.locate(int(index[i]))
         validation.check_chunk(table.slice(i, 1), path, file_row)
@@ -549,84 +533,3 @@ def render_group(view: GroupView, console) -> None:
     console.print(t)
     for r in v.why:
         console.print(f"[yellow]{r.code}[/yellow] {r.message}")
-
-
-def _padded_like_the_dataset(ds: Dataset, table: pa.Table, estimator: str, settings: dict):
-    """The export's ``Config``: ``settings`` with ``pad_width`` raised to the widest of the group's batches in
-    the dataset (``pad_widths``) when that is wider than the group's own longest row, so the group alone sums
-    its totals as the full run does; and the widths of the group's batches."""
-    from ..config.settings import Config
-
-    full = pad_widths(ds, settings.get("batch_key")) or {}
-    keys = table[settings["batch_key"]].to_pylist() if settings.get("batch_key") else [None] * table.num_rows
-    widths = [full[k] for k in dict.fromkeys(keys) if k in full]
-    own = int(pc.max(pc.list_value_length(table["response_mask"])).as_py() or 0) if "response_mask" in table.column_names else 0
-    wanted = max([w for w in widths if w > own] + [settings.get("pad_width") or 0])
-    return Config(estimator=estimator, **{**settings, "pad_width": wanted or None}), widths
-
-
-def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLike, *, estimator: str = "grpo",
-                 **settings) -> list[str]:
-    """Write a minimal reproducer of group ``uid`` into ``folder`` (created when missing): ``group.parquet`` (the
-    group's rows, only the columns the run reads) and ``command.txt`` (the ``rladv compute`` line, with paths
-    relative to ``folder``, so the folder can travel, and ``--pad-width`` where the group's batch in the dataset
-    is wider than its own rows, so that the numbers are the full run's to the bit). Whitened and batch-wide
-    estimators also depend on rows outside the group; the command file says so. Returns the paths written."""
-    import shlex
-
-    from ..config.settings import Config, command_flags
-    from ..io.write import SideFiles
-
-    Config(estimator=estimator, **settings)  # bad settings fail before anything is read
-    folder = os.fspath(folder)
-    if os.path.exists(folder) and not os.path.isdir(folder):
-        raise ConfigError(f"--export {folder}: exists and is not a folder")
-    ds = Dataset(inputs)
-    table, _ = _group_rows(ds, uid)
-    run, widths = _padded_like_the_dataset(ds, table, estimator, settings)
-    needed = set(validation.required_columns(
-        ds.columns, ESTIMATORS[estimator].input_columns, kl=bool(settings.get("kl_coef")),
-        rollout_correction=bool(settings.get("rollout_rs") or settings.get("rollout_is")),
-        batch_key=settings.get("batch_key"), reward_components=settings.get("reward_components") or (),
-        tool_rewards=settings.get("tool_reward_coef") is not None))
-    needed |= {c for c in ("uid", "attention_mask", "loss_mask", "responses", "old_log_probs", "rollout_log_probs",
-                           "session_id", "output_index") if c in ds.columns}
-    import pyarrow.parquet as pq
-
-    parquet = pa.BufferOutputStream()
-    pq.write_table(table.select([c for c in ds.columns if c in needed]), parquet, compression="zstd")
-    command = ["rladv", "compute", "group.parquet", "--estimator", estimator, *command_flags(run.changed()), "-o", "group.adv.parquet"]
-    text = " ".join(shlex.quote(part) for part in command) + "\n"
-    text += "# run it in this folder"
-    if run.pad_width is not None:
-        text += (f"; --pad-width {run.pad_width}: verl sums each row padded to its batch's longest response, "
-                 f"{run.pad_width} positions in the full dataset, and that width decides how the totals round")
-    text += "\n"
-    if len(set(widths)) > 1:
-        text += (f"# note: the group's rows are in batches padded to {', '.join(map(str, sorted(set(widths))))} "
-                 "positions; one --pad-width cannot give each its width, so totals in the narrower ones can "
-                 "differ from the full run's by float32 rounding\n")
-    if scope_of(ESTIMATORS[estimator], settings) == "dataset":
-        text += (f"# note: with these settings {estimator} also depends on rows outside this group (batch "
-                 "whitening, a batch-wide scale, an adaptive KL coefficient or rollout correction's batch "
-                 "statistics); on this file alone the numbers can differ from the full dataset's\n")
-    created = not os.path.isdir(folder)
-    if created:
-        try:
-            os.makedirs(folder)
-        except OSError as err:
-            raise OutputError(f"--export {folder}: cannot create the folder ({err.strerror})") from None
-    data, script = os.path.join(folder, "group.parquet"), os.path.join(folder, "command.txt")
-    try:
-        for target in (data, script):
-            check_output_path(target, ds.paths, option="--export")
-        with SideFiles() as files:  # both files, or neither
-            files.write(data, parquet.getvalue().to_pybytes())
-            files.write(script, text)
-            files.commit()
-    except BaseException:
-        if created:  # the folder this export made, empty again: it goes too (never masking the error)
-            with contextlib.suppress(OSError):
-                os.rmdir(folder)
-        raise
-    return [data, script]
