@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from rladv_cli.contract.schema import COLUMNS, RolloutRow, json_schemas, write_json_schemas
+from rladv_cli.contract.schema import COLUMNS, RolloutRow
+from rladv_cli.report.schemas import json_schemas, write_json_schemas
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_data"
@@ -13,10 +14,10 @@ SAMPLES = Path(__file__).resolve().parents[1] / "sample_data"
 def test_committed_schemas_match_models():
     generated = json_schemas()
     on_disk = {p.name for p in SCHEMAS.glob("*.json")}
-    assert on_disk == set(generated), "regenerate with: python -m rladv_cli.contract.schema schemas"
+    assert on_disk == set(generated), "regenerate with: python -m rladv_cli.report.schemas schemas"
     for name, schema in generated.items():
         committed = json.loads((SCHEMAS / name).read_text())
-        assert committed == schema, f"{name} drifted from the code; run: python -m rladv_cli.contract.schema schemas"
+        assert committed == schema, f"{name} drifted from the code; run: python -m rladv_cli.report.schemas schemas"
 
 
 def test_regenerating_into_a_new_folder_writes_the_committed_files(tmp_path):

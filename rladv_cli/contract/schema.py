@@ -1,4 +1,4 @@
-"""The column contract of a rollout dataset (CONTRACT.md §1, §3): names, Arrow kinds, roles.
+"""The column contract of a rollout dataset (docs/contract.md §1, §3): names, Arrow kinds, roles.
 
 ``COLUMNS`` is the single source; the pydantic ``RolloutRow`` (and so ``schemas/rollout.schema.json``) and the
 row-level Arrow checks in ``validation.py`` are both derived from it.
@@ -48,7 +48,7 @@ COLUMNS: dict[str, Column] = {
     )
 }
 
-# Columns rladv writes (CONTRACT §3); response_mask and loss_mask are rewritten as int8 lists.
+# Columns rladv writes (docs/contract.md §3); response_mask and loss_mask are rewritten as int8 lists.
 OUTPUT_COLUMNS: dict[str, str] = {
     "token_level_rewards": "scores after every shaping stage",
     "response_mask": "the mask the estimator used (input mask after rollout rejection), int8",
@@ -91,38 +91,3 @@ class OutputRow(BaseModel):
     rollout_is_weights: Optional[list[float]] = Field(
         default=None, description="only with --rollout-is: the importance weights"
     )
-
-
-def json_schemas() -> dict[str, dict]:
-    """The JSON Schemas rladv publishes in ``schemas/``, by file name."""
-    from ..config.settings import Config
-    from ..report.model import Report
-
-    return {
-        "rollout.schema.json": RolloutRow.model_json_schema(),
-        "output.schema.json": OutputRow.model_json_schema(),
-        "config.schema.json": Config.model_json_schema(),
-        "report.schema.json": Report.model_json_schema(),
-    }
-
-
-def write_json_schemas(folder: str) -> list[str]:
-    """Regenerate ``schemas/*.json`` (``python -m rladv_cli.schema schemas``; the folder is made when missing);
-    returns the paths written."""
-    import json
-    from pathlib import Path
-
-    written = []
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    for name, schema in json_schemas().items():
-        path = Path(folder) / name
-        path.write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
-        written.append(str(path))
-    return written
-
-
-if __name__ == "__main__":
-    import sys
-
-    for p in write_json_schemas(sys.argv[1] if len(sys.argv) > 1 else "schemas"):
-        print(p)
