@@ -54,7 +54,7 @@ class ConfigError(RladvError):
 
 
 class InputError(RladvError):
-    """The dataset breaks the data contract (CONTRACT.md §1); names file, row and column.
+    """The dataset breaks the data contract (docs/contract.md §1); names file, row and column.
 
     Example: ``data/a.parquet: row 7, column rm_scores: length 12 differs from response_mask's 13``
     """

@@ -35,7 +35,7 @@ def arrow_of(values: np.ndarray, kind: pa.DataType) -> pa.Array:
 
 def mask_before_rejection(names) -> str:
     """The column holding the mask before rollout rejection (m0): ``loss_mask`` when among ``names`` (an rladv
-    output, verl's [P] batch), else ``response_mask``."""
+    output, verl 0.9.1's batch), else ``response_mask``."""
     return "loss_mask" if "loss_mask" in names else "response_mask"
 
 
@@ -58,7 +58,7 @@ def score_positions(row_offsets: np.ndarray, attention: np.ndarray | None) -> tu
     """``(p, L)``: flat index of each row's score position and its non-padding length, ``(B,)`` each.
 
     ``L_i`` counts non-padding tokens (``attention_mask`` ones; the row length without it), tool observations
-    included; ``p_i = L_i − 1`` (SEMANTICS §1), and an all-padding row (``p_i = −1``) wraps to the row's last
+    included; ``p_i = L_i − 1`` (docs/semantics.md §1), and an all-padding row (``p_i = −1``) wraps to the row's last
     position, as verl's indexing does.
     """
     lengths = np.diff(row_offsets)

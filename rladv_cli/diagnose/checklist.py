@@ -1,7 +1,7 @@
-"""The mask/group debugger for "the reward looks fine but the model does not learn" (chapter §13).
+"""The mask/group debugger for "the reward looks fine but the model does not learn" (docs/debugging.md).
 
 ``inspect`` streams a dataset chunk by chunk with pyarrow/numpy (no torch; only the columns it needs; per row
-and per group it keeps a few scalars, never tokens) and returns an ``Inspection``: CONTRACT §5's object
+and per group it keeps a few scalars, never tokens) and returns an ``Inspection``: docs/contract.md §5's object
 (``rows``, ``tokens``, ``groups``, ``columns``, ``checks``) plus ``layout``, ``scores``, ``masks``, ``kl``,
 ``advantages`` and ``dead_signal``. ``--row`` and ``--uid`` (one trajectory token by token, one uid group member
 by member, computed through ``rladv_cli.compute``) live in ``views.py``.
@@ -16,7 +16,7 @@ else ``response_mask``. ``tokens`` counts them as compute's report does (``rejec
 and ``row_without_actor_tokens`` use them, as compute does; advantages and ``credit_reset_at_mask`` use
 ``response_mask``, the mask the estimator saw. So on an rladv output inspect gives compute's numbers.
 
-Checks, in the chapter's §13 order (``step``); every check is listed with ``pass`` when the data allows
+Checks, in the debugging order of docs/debugging.md (``step``); every check is listed with ``pass`` when the data allows
 checking it, ``rows`` are the first five rows:
 
   0 invalid_rows      fail  rows breaking the data contract (validation error, or a null / wrong-length /
@@ -56,7 +56,7 @@ groups, ``uid_merge_grpo_vectorized`` for anything but ``grpo_vectorized``, ``cr
 anything but ``reinforce_plus_plus``) keeps its ``count`` but has status ``pass`` and says why.
 
 Reward basis (``groups.basis``): the KL-shaped reward ``s − β·kld`` when ``kl_coef`` != 0 and both log-prob
-columns exist (computed here in numpy from the scores, SEMANTICS §4, ``kld`` on the actor tokens; on an rladv
+columns exist (computed here in numpy from the scores, docs/semantics.md §4, ``kld`` on the actor tokens; on an rladv
 output made with the same coefficient this is its ``token_level_rewards``, and another coefficient asks
 "what if"); else ``token_level_rewards`` when the file has it (a ``rladv compute`` output); else the scores.
 Row totals are float64 sums of the float32 values, so an all-equal decision can differ from ``rladv compute``'s
@@ -101,7 +101,7 @@ def _dist(v: np.ndarray) -> Dist:
 def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] = None, kl_coef: float = 0.0,
             kl_penalty: str = "kl", estimator: Optional[str] = None, chunk_rows: int = 8192,
             html_path: Optional[PathLike] = None) -> Inspection:
-    """Stream a dataset (file, files or folder) and check it in the chapter's §13 order; no torch.
+    """Stream a dataset (file, files or folder) and check it in the debugging order of docs/debugging.md; no torch.
 
     ``expected_n``: rows each uid group should have (verl's ``rollout.n``); ``kl_coef`` / ``kl_penalty``: check
     KL reward shaping as ``rladv compute`` would apply it; ``estimator``: word messages and statuses for it and

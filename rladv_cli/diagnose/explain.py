@@ -1,4 +1,4 @@
-"""``rladv explain``: one row's advantage derived step by step, as the chapter's worked examples do.
+"""``rladv explain``: one row's advantage derived step by step, as the worked examples of docs/semantics.md do.
 
 Each estimator's module gives its derivation (the registry's ``explain``): token-level estimators a per-token
 table of the recursion with its constants, group estimators their group (members' totals, baseline, scale and

@@ -19,7 +19,7 @@ class _Model(BaseModel):
 
 
 class Check(_Model):
-    """One entry of the checklist; ``code`` is a CONTRACT §4 warning code or one of inspect's own."""
+    """One entry of the checklist; ``code`` is a docs/contract.md §4 warning code or one of inspect's own."""
 
     code: str
     status: Status
@@ -29,7 +29,7 @@ class Check(_Model):
     where: list[str] = Field(default_factory=list, description="the same rows as file:row")
     dataset_rows: list[int] = Field(default_factory=list, description="the same rows 0-based across all files, "
                                     "in the order they are read: what --row takes")
-    step: int = Field(description="step of the chapter's §13 debugging order this check belongs to")
+    step: int = Field(description="step of the debugging order (docs/debugging.md) this check belongs to")
 
 
 class TokenCounts(_Model):
@@ -148,7 +148,7 @@ class RowDistributions(_Model):
 
 
 class Inspection(_Model):
-    """What ``rladv inspect --json`` prints: CONTRACT §5's keys first, then inspect's own sections."""
+    """What ``rladv inspect --json`` prints: docs/contract.md §5's keys first, then inspect's own sections."""
 
     rows: int
     tokens: TokenCounts
@@ -197,7 +197,7 @@ def _pct(x: Optional[float]) -> str:
 
 def render_inspection(ins: Inspection, console) -> None:
     """Print an ``Inspection`` with rich: inputs, layout, groups, scores, masks, advantages, then the checklist
-    (status, code, count, first rows) in the chapter's order."""
+    (status, code, count, first rows) in the debugging order."""
     from rich.table import Table
 
     console.print(

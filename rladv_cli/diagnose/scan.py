@@ -34,7 +34,7 @@ def _in_row_cumsum(x: np.ndarray, off: np.ndarray, row_of: np.ndarray) -> np.nda
 
 
 def kl_estimate(logprob: np.ndarray, ref_logprob: np.ndarray, mode: str) -> np.ndarray:
-    """verl's per-token KL estimate (SEMANTICS §4.1) in float32 numpy, ``d = logprob − ref_logprob``:
+    """verl's per-token KL estimate (docs/semantics.md §4.1) in float32 numpy, ``d = logprob − ref_logprob``:
     ``kl``/``k1`` d, ``abs`` |d|, ``mse``/``k2`` 0.5·d², ``low_var_kl``/``k3`` clamp(e^k − k − 1, ±10) with
     ``k = clamp(ref − logprob, ±20)``; ``<mode>+`` has the base mode's value (NaN where 0.5·d² is not finite)."""
     logprob, ref_logprob = logprob.astype(np.float32), ref_logprob.astype(np.float32)
@@ -177,7 +177,7 @@ def scan_chunk(t: pa.Table, plan: Plan, beta: float, kl_mode: str) -> dict[str, 
         r = s
         if plan.kl:
             kld = kl_estimate(flat_values(t, "old_log_probs", np.float32), flat_values(t, "ref_log_prob", np.float32), kl_mode)
-            kld = kld * m0.astype(np.float32)  # KL shaping runs before rejection (SEMANTICS §4.2, §10)
+            kld = kld * m0.astype(np.float32)  # KL shaping runs before rejection (docs/semantics.md §4.2, §10)
             penalty = np.float32(beta) * kld
             r = s - penalty
             out.update(kl_row=_seg_sum(kld.astype(np.float64), off) / (actor + 1e-8),

@@ -256,7 +256,7 @@ def row_view(inputs: Sequence[PathLike] | PathLike, row: int, *, estimator: Opti
     ones (``gae``, ``reinforce_plus_plus*``) and ``gpg``, whose numbers depend on every row of the batch, and
     where the settings tie rows together (``scope_of``). Rows run on their own are padded to their batch's
     longest response in the dataset, as the whole run pads them (``pad_widths``), so their totals round the
-    same (SEMANTICS §7.2). A failing computation is reported in ``error``, not raised.
+    same (docs/semantics.md §7.2). A failing computation is reported in ``error``, not raised.
     """
     est = None if estimator is None else get_estimator(estimator)
     ds = Dataset(inputs)
@@ -413,7 +413,7 @@ def group_view(inputs: Sequence[PathLike] | PathLike, uid: str, *, estimator: st
     depend on the whole batch, so they run on the whole dataset (held in memory) and the members are taken
     from it (as for settings that tie rows together, ``scope_of``). A group run on its own is padded to its
     batch's longest response in the dataset (``pad_widths``), so its totals round as in the whole run
-    (SEMANTICS §7.2). With ``batch_key`` the uid's rows in different batches are
+    (docs/semantics.md §7.2). With ``batch_key`` the uid's rows in different batches are
     different groups: ``groups`` has one entry per batch. A failing computation (e.g. ``grpo_passk`` on a
     singleton) is reported in ``error``, not raised.
     """

@@ -16,7 +16,7 @@ def reinforce_plus_plus(batch: Batch, inputs: Inputs, params: Params) -> tuple[T
     (docs/semantics.md §7.7).
 
     ``m_t = 1``: ``G_t = r_t + γ·run``. At ``m_t = 0`` the running return
-    ``reset`` (default, the chapter and verl's earlier trainer): restarts at 0, so tokens left of an
+    ``reset`` (default; the chapter, docs/semantics.md §13, and verl's earlier trainer): restarts at 0, so tokens left of an
     observation or rejected token never see rewards right of it; ``carry`` (verl 0.9.1): passes through
     unchanged, the position's own reward dropped. returns = G, 0 off-mask.
     """

@@ -24,7 +24,7 @@ from ..contract.columns import arrow_of
 from ..errors import InputError, OutputError
 from .write import AtomicParquetWriter, check_output_path, signals_deferred
 
-# verl's batch names -> the contract's (SEMANTICS §1: token_level_scores is rm_scores copied verbatim)
+# verl's batch names -> the contract's (docs/semantics.md §1: token_level_scores is rm_scores copied verbatim)
 RENAMES = {"token_level_scores": "rm_scores"}
 PROMPT_SIDE = frozenset({"prompts", "input_ids", "position_ids", "raw_prompt_ids"})
 MASKS = frozenset({"response_mask", "attention_mask", "loss_mask"})

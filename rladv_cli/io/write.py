@@ -67,7 +67,7 @@ def writer_options(schema: pa.Schema) -> dict:
 
 
 def output_schema(schema: pa.Schema, with_is_weights: bool) -> pa.Schema:
-    """Input columns in their order (rewritten masks as int8 lists), then the added columns (CONTRACT §3)."""
+    """Input columns in their order (rewritten masks as int8 lists), then the added columns (docs/contract.md §3)."""
     added = computed_columns(with_is_weights)
     fields = [pa.field(f.name, added.pop(f.name)) if f.name in added else f for f in schema]
     return pa.schema(fields + [pa.field(name, t) for name, t in added.items()], metadata=schema.metadata)

@@ -111,15 +111,17 @@ class Pipeline:
             known = self._step_kl_controller(self._map(map_shards, "kl", ("batch_id",), known), known)
         correction, known = self._merge_scan(self._map(map_shards, "scan", ("batch_id",), known), known)
         uid_merges = self._merge_int_uids() if est.int_uids and self.plan.has_uid else ([], torch.zeros(0, dtype=torch.long))
-        self._check_correction_batches()
+        if self.plan.correct:
+            check_correction_batches(self.rows, self.labels)
         known, grouped = self._group_pass(known)
         given = ("batch_id", "group_id", "reward_total", *(("session_total", "session_active") if fold else ()))
         ill = (0.0, torch.zeros(0, dtype=torch.long))
         if (est.whiten and est.groups) or est.accumulate:
             known, ill = self._merge_group_statistics(self._map(map_shards, "group_statistics", given, known), known)
-        whitening = []
+        entries = []
         if est.whiten:
-            known, whitening = self._whitening(known)
+            mean, var, entries = whitening(self.rows, self.labels, self.cfg.estimator)
+            known = replace(known, whiten_mean=mean.to(self.device), whiten_var=var.to(self.device))
         if est.groups and known.groups:
             outcome_basis, outcome = row_outcomes(grouped["basis"], self.rows["group_id"], grouped["flags"])
         else:
@@ -133,7 +135,7 @@ class Pipeline:
         return build_report(Finished(
             source=self.source, plan=self.plan, has_sessions=self.has_sessions, replay_skipped=self.replay_skipped,
             rows=self.rows, labels=self.labels, known=known, flags=grouped["flags"], fold_source=grouped["fold"],
-            whitening=whitening, uid_merges=uid_merges, baseline_ill_conditioned=ill, correction_stats=correction,
+            whitening=entries, uid_merges=uid_merges, baseline_ill_conditioned=ill, correction_stats=correction,
             sketches=sketches, outcome_basis=outcome_basis, seconds=dict(self.seconds),
         ))
 
@@ -291,47 +293,48 @@ class Pipeline:
                 width, {k: v.float().to(self.device) for k, v in sums.items() if not k.endswith("_abs")}))
         return known, ill
 
-    def _whitening(self, known: Established) -> tuple[Established, list[dict]]:
-        """Per-batch mean and unbiased variance of the raw advantages over valid tokens (float64 -> float32),
-        and the report's entry for each batch."""
-        n_batches = len(self.labels.batches)
-        mean = torch.zeros(n_batches, dtype=torch.float64)
-        var = torch.zeros(n_batches, dtype=torch.float64)
-        batch_of_row, entries = self.rows["batch_id"], []
-        for b in range(n_batches):
-            sel = batch_of_row == b
-            n, mu, m2 = kernels.combine_moments(self.rows["w_count"][sel], self.rows["w_sum"][sel], self.rows["w_m2"][sel])
-            where = self.labels.batch_name(b)
-            if n <= 1:
-                raise ComputeError(
-                    f"{self.cfg.estimator}: {'batch ' + where if where else 'the dataset'} has {int(n)} valid token(s) "
-                    "after masking; whitening needs at least 2 (verl raises ValueError here)"
-                )
-            with np.errstate(over="ignore"):
-                overflow = not np.isfinite(np.float32(m2 / (n - 1)))
-            if overflow:
-                raise ComputeError(
-                    f"{self.cfg.estimator}: the variance of the values to whiten in "
-                    f"{'batch ' + where if where else 'the dataset'} overflows float32 ({m2 / (n - 1):.3g}); verl "
-                    "would give every advantage 0 (check the scores and values for huge entries)"
-                )
-            mean[b], var[b] = mu, m2 / (n - 1)
-            entries.append({"batch": where, "tokens": int(n), "mean": float(np.float32(mu)),
-                            "var": float(np.float32(m2 / (n - 1)))})
-        return replace(known, whiten_mean=mean.float().to(self.device), whiten_var=var.float().to(self.device)), entries
 
-    def _check_correction_batches(self) -> None:
-        """verl's rollout correction refuses a batch with no valid token (docs/semantics.md §5.1)."""
-        if not self.plan.correct:
-            return
-        actor = self.rows["actor"]
-        for b in range(len(self.labels.batches)):
-            if float(actor[self.rows["batch_id"] == b].sum()) == 0:
-                where = self.labels.batch_name(b)
-                raise ComputeError(
-                    f"rollout correction: {'batch ' + where if where else 'the dataset'} has no token with "
-                    "response_mask 1 (verl: response_mask must contain at least one valid token (1).)"
-                )
+def whitening(rows: RowTable, labels: Labels, estimator: str) -> tuple[Tensor, Tensor, list[dict]]:
+    """Per-batch mean and unbiased variance ``(n_batches,)`` of the raw advantages over valid tokens, from the
+    rows' moments (float64, returned as float32), and the report's entry for each batch. verl raises where a
+    batch has fewer than 2 valid tokens; a variance beyond float32 would zero every advantage there."""
+    n_batches = len(labels.batches)
+    mean = torch.zeros(n_batches, dtype=torch.float64)
+    var = torch.zeros(n_batches, dtype=torch.float64)
+    batch_of_row, entries = rows["batch_id"], []
+    for b in range(n_batches):
+        sel = batch_of_row == b
+        n, mu, m2 = kernels.combine_moments(rows["w_count"][sel], rows["w_sum"][sel], rows["w_m2"][sel])
+        where = labels.batch_name(b)
+        if n <= 1:
+            raise ComputeError(
+                f"{estimator}: {'batch ' + where if where else 'the dataset'} has {int(n)} valid token(s) "
+                "after masking; whitening needs at least 2 (verl raises ValueError here)"
+            )
+        with np.errstate(over="ignore"):
+            overflow = not np.isfinite(np.float32(m2 / (n - 1)))
+        if overflow:
+            raise ComputeError(
+                f"{estimator}: the variance of the values to whiten in "
+                f"{'batch ' + where if where else 'the dataset'} overflows float32 ({m2 / (n - 1):.3g}); verl "
+                "would give every advantage 0 (check the scores and values for huge entries)"
+            )
+        mean[b], var[b] = mu, m2 / (n - 1)
+        entries.append({"batch": where, "tokens": int(n), "mean": float(np.float32(mu)),
+                        "var": float(np.float32(m2 / (n - 1)))})
+    return mean.float(), var.float(), entries
+
+
+def check_correction_batches(rows: RowTable, labels: Labels) -> None:
+    """verl's rollout correction refuses a batch with no valid token (docs/semantics.md §5.1)."""
+    actor = rows["actor"]
+    for b in range(len(labels.batches)):
+        if float(actor[rows["batch_id"] == b].sum()) == 0:
+            where = labels.batch_name(b)
+            raise ComputeError(
+                f"rollout correction: {'batch ' + where if where else 'the dataset'} has no token with "
+                "response_mask 1 (verl: response_mask must contain at least one valid token (1).)"
+            )
 
 
 def run_in_memory(source, cfg: Config, progress: Optional[Progress] = None,

@@ -41,7 +41,7 @@ def _hist(caption: str, h: Optional[Histogram], xlabel: str, ylabel: str, name: 
 
 
 def _stages(r: Report) -> list[str]:
-    """The stage order as run (SEMANTICS §10), from what the report says was on."""
+    """The stage order as run (docs/semantics.md §10), from what the report says was on."""
     cfg = r.config
     score = cfg.get("score_column", "score")
     if cfg.get("reward_components"):

@@ -1,4 +1,4 @@
-"""The run report (CONTRACT §4): pydantic models, JSON out, and a rich rendering of the same content."""
+"""The run report (docs/contract.md §4): pydantic models, JSON out, and a rich rendering of the same content."""
 from __future__ import annotations
 
 import math
@@ -180,7 +180,7 @@ class Distributions(_Model):
 
 
 class Report(_Model):
-    """Everything rladv measured in one run; ``warnings`` carry stable codes (CONTRACT §4)."""
+    """Everything rladv measured in one run; ``warnings`` carry stable codes (docs/contract.md §4)."""
 
     rladv_version: str
     inputs: Inputs

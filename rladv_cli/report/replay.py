@@ -2,7 +2,7 @@
 trainer's batch dump, or an earlier rladv output) against what this run computes, and the first stage where
 the two runs part. Pure functions over one chunk's columns and over the per-row results; no I/O.
 
-Compared as the golden cases are (verl 0.9.1's outputs, CONTRACT §3): ``|input − rladv| <= ATOL + RTOL·|rladv|``;
+Compared as the golden cases are (verl 0.9.1's outputs, docs/contract.md §3): ``|input − rladv| <= ATOL + RTOL·|rladv|``;
 ``token_level_rewards`` and ``rollout_is_weights`` at every position, ``advantages`` and ``returns`` where this
 run's ``response_mask`` is 1 (verl leaves values at mask-0 positions for gae, remax and the optimal-token
 baselines; rladv writes 0 there). A row whose list length differs from the response's is not compared.
@@ -24,7 +24,7 @@ from ..tensors import kernels
 from ..tensors.batch import as_tensor
 
 ATOL, RTOL = 1e-5, 1e-4
-# in the order the stages make them (SEMANTICS §10): the first that differs says where the runs part
+# in the order the stages make them (docs/semantics.md §10): the first that differs says where the runs part
 STAGES = ("token_level_rewards", "rollout_is_weights", "advantages", "returns")
 ON_VALID_TOKENS = frozenset({"advantages", "returns"})
 FIRST_ROWS = 5

@@ -187,7 +187,7 @@ def _clamped_std(csum: float, c2sum: float, count: float) -> np.float32:
 
 
 class RolloutCorrectionStats:
-    """Batch-level accumulator of every §5.4 metric ([P]), fed chunk by chunk.
+    """Batch-level accumulator of every docs/semantics.md §5.4 metric (verl 0.9.1), fed chunk by chunk.
 
     ``update`` reduces each chunk to per-row values (float64 row sums, counts, row extrema, float32 row
     statistics) and keeps them; ``metrics``/``norm_factor`` reduce the concatenated rows with exact sums, so the
@@ -318,7 +318,7 @@ class RolloutCorrectionStats:
         return rows
 
     def norm_factor(self) -> float | None:
-        """IS batch-normalisation ``μ`` (§5.2) or None when not normalising; 1.0 when ``μ ≤ 1e-8``.
+        """IS batch-normalisation ``μ`` (docs/semantics.md §5.2) or None when not normalising; 1.0 when ``μ ≤ 1e-8``.
 
         token: ``μ = masked_mean(w, m0)``; sequence: ``μ = Σ_i q_i / max(#valid rows, 1e-8)``.
         """
@@ -335,60 +335,23 @@ class RolloutCorrectionStats:
         return float(mu) if mu > _f32(1e-8) else 1.0
 
     def metrics(self) -> dict[str, float]:
-        """Every §5.4 metric of verl 0.9.1 (keys without ``rollout_corr/``), in verl's order: IS, RS, off-policy."""
+        """Every docs/semantics.md §5.4 metric of verl 0.9.1 (keys without ``rollout_corr/``), in verl's order: IS, RS, off-policy."""
         rows = self._rows()
         out: dict[str, np.floating | float] = {}
         if self.is_cfg is not None:
             out.update(self._is_metrics(rows))
         for rule in self.rules:
-            out.update(self._rule_metrics(rule, rows))
+            out.update(_rule_metrics(rule, rows))
         if self.rules:
             n = rows["n"]
             rejected_rows = np.count_nonzero(rows["rs/rejected"] > 0)
             out["rollout_rs_masked_fraction"] = _masked_mean(_fsum(rows["rs/rejected"]), _fsum(n))
             out["rollout_rs_seq_masked_fraction"] = _f32(rejected_rows) / _f32(n.size)
-        out.update(self._offpolicy_metrics(rows))
+        out.update(_offpolicy_metrics(rows))
         return {key: float(value) for key, value in out.items()}
 
-    @staticmethod
-    def _rule_metrics(rule: RejectionRule, rows: dict[str, np.ndarray]) -> dict[str, np.floating | float]:
-        """``rollout_rs_<option>_*``: token-weighted mean/std, token (token rule) or row (sequence rule)
-        extrema and fractions, and row-value summaries over valid rows."""
-        p = f"rs/{rule.option}/"
-        key = f"rollout_rs_{rule.option}_"
-        n = rows["n"]
-        count = _fsum(n)
-        valid = n > 0
-        row_val = rows[p + "row"][valid]
-        k1 = rule.lower is not None
-        m: dict[str, np.floating | float] = {key + "mean": _masked_mean(_fsum(rows[p + "sum"]), count)}
-        if rule.is_token:
-            m[key + "max"] = _f32(rows[p + "max"][valid].max())
-            m[key + "min"] = _f32(rows[p + "min"][valid].min())
-            m[key + "fraction_high"] = _masked_mean(_fsum(rows[p + "tok_high"]), count)
-            m[key + "fraction_low"] = _masked_mean(_fsum(rows[p + "tok_low"]), count) if k1 else 0.0
-        else:
-            m[key + "max"] = _f32(row_val.max())
-            m[key + "min"] = _f32(row_val.min())
-            m[key + "fraction_high"] = _mean(rows[p + "row_high"][valid])
-            m[key + "fraction_low"] = _mean(rows[p + "row_low"][valid]) if k1 else 0.0
-        m[key + "std"] = _clamped_std(_fsum(rows[p + "csum"]), _fsum(rows[p + "c2sum"]), count)
-        m[key + "seq_mean"] = _mean(row_val)
-        m[key + "seq_std"] = _std(row_val)
-        m[key + "seq_max"] = _f32(row_val.max())
-        m[key + "seq_min"] = _f32(row_val.min())
-        m[key + "seq_max_deviation"] = _f32(np.abs(row_val).max())
-        m[key + "seq_fraction_high"] = _mean(rows[p + "row_high"][valid])
-        if k1:
-            m[key + "seq_fraction_low"] = _mean(rows[p + "row_low"][valid])
-        m[key + "masked_fraction"] = _masked_mean(_fsum(rows[p + "rejected"]), count)
-        m[key + "seq_masked_fraction"] = _f32(np.count_nonzero(rows[p + "rejected"] > 0)) / _f32(
-            np.count_nonzero(valid)
-        )
-        return m
-
     def _is_metrics(self, rows: dict[str, np.ndarray]) -> dict[str, np.floating | float]:
-        """``rollout_is_*`` ([P]): mean/max/min/std/ESS/seq_* from the applied weights (std/ESS clamped to
+        """``rollout_is_*`` (verl 0.9.1): mean/max/min/std/ESS/seq_* from the applied weights (std/ESS clamped to
         ``[0, upper]``), high/low fractions from the raw weights (sequence level: from ``S_i`` over all rows)."""
         cfg = self.is_cfg
         n = rows["n"]
@@ -433,24 +396,61 @@ class RolloutCorrectionStats:
             m["rollout_is_batch_norm_factor"] = self._norm_factor(rows)
         return m
 
-    @staticmethod
-    def _offpolicy_metrics(rows: dict[str, np.ndarray]) -> dict[str, np.floating | float]:
-        """Off-policy diagnostics over ``m0``: PPLs and log-PPL differences are means over all ``B`` rows of row
-        values; ``kl``, ``k3_kl``, ``chi2_token`` are token means; ``chi2_seq`` a row mean."""
-        count = _fsum(rows["n"])
-        diff = rows["log_ppl_diff"]
-        return {
-            "training_ppl": _mean(rows["ppl_old"]),
-            "training_log_ppl": _mean(-rows["lp_old"]),
-            "kl": _masked_mean(_fsum(rows["kl_sum"]), count),
-            "k3_kl": _masked_mean(_fsum(rows["k3_kl_sum"]), count),
-            "rollout_ppl": _mean(rows["ppl_roll"]),
-            "rollout_log_ppl": _mean(-rows["lp_roll"]),
-            "log_ppl_diff": _mean(diff),
-            "log_ppl_abs_diff": _mean(np.abs(diff)),
-            "log_ppl_diff_max": _f32(diff.max()),
-            "log_ppl_diff_min": _f32(diff.min()),
-            "ppl_ratio": _mean(rows["ppl_ratio"]),
-            "chi2_token": _masked_mean(_fsum(rows["rho2_sum"]), count) - _f32(1.0),
-            "chi2_seq": _mean(rows["rho2_seq"]) - _f32(1.0),
-        }
+
+def _rule_metrics(rule: RejectionRule, rows: dict[str, np.ndarray]) -> dict[str, np.floating | float]:
+    """``rollout_rs_<option>_*``: token-weighted mean/std, token (token rule) or row (sequence rule)
+    extrema and fractions, and row-value summaries over valid rows."""
+    p = f"rs/{rule.option}/"
+    key = f"rollout_rs_{rule.option}_"
+    n = rows["n"]
+    count = _fsum(n)
+    valid = n > 0
+    row_val = rows[p + "row"][valid]
+    k1 = rule.lower is not None
+    m: dict[str, np.floating | float] = {key + "mean": _masked_mean(_fsum(rows[p + "sum"]), count)}
+    if rule.is_token:
+        m[key + "max"] = _f32(rows[p + "max"][valid].max())
+        m[key + "min"] = _f32(rows[p + "min"][valid].min())
+        m[key + "fraction_high"] = _masked_mean(_fsum(rows[p + "tok_high"]), count)
+        m[key + "fraction_low"] = _masked_mean(_fsum(rows[p + "tok_low"]), count) if k1 else 0.0
+    else:
+        m[key + "max"] = _f32(row_val.max())
+        m[key + "min"] = _f32(row_val.min())
+        m[key + "fraction_high"] = _mean(rows[p + "row_high"][valid])
+        m[key + "fraction_low"] = _mean(rows[p + "row_low"][valid]) if k1 else 0.0
+    m[key + "std"] = _clamped_std(_fsum(rows[p + "csum"]), _fsum(rows[p + "c2sum"]), count)
+    m[key + "seq_mean"] = _mean(row_val)
+    m[key + "seq_std"] = _std(row_val)
+    m[key + "seq_max"] = _f32(row_val.max())
+    m[key + "seq_min"] = _f32(row_val.min())
+    m[key + "seq_max_deviation"] = _f32(np.abs(row_val).max())
+    m[key + "seq_fraction_high"] = _mean(rows[p + "row_high"][valid])
+    if k1:
+        m[key + "seq_fraction_low"] = _mean(rows[p + "row_low"][valid])
+    m[key + "masked_fraction"] = _masked_mean(_fsum(rows[p + "rejected"]), count)
+    m[key + "seq_masked_fraction"] = _f32(np.count_nonzero(rows[p + "rejected"] > 0)) / _f32(
+        np.count_nonzero(valid)
+    )
+    return m
+
+
+def _offpolicy_metrics(rows: dict[str, np.ndarray]) -> dict[str, np.floating | float]:
+    """Off-policy diagnostics over ``m0``: PPLs and log-PPL differences are means over all ``B`` rows of row
+    values; ``kl``, ``k3_kl``, ``chi2_token`` are token means; ``chi2_seq`` a row mean."""
+    count = _fsum(rows["n"])
+    diff = rows["log_ppl_diff"]
+    return {
+        "training_ppl": _mean(rows["ppl_old"]),
+        "training_log_ppl": _mean(-rows["lp_old"]),
+        "kl": _masked_mean(_fsum(rows["kl_sum"]), count),
+        "k3_kl": _masked_mean(_fsum(rows["k3_kl_sum"]), count),
+        "rollout_ppl": _mean(rows["ppl_roll"]),
+        "rollout_log_ppl": _mean(-rows["lp_roll"]),
+        "log_ppl_diff": _mean(diff),
+        "log_ppl_abs_diff": _mean(np.abs(diff)),
+        "log_ppl_diff_max": _f32(diff.max()),
+        "log_ppl_diff_min": _f32(diff.min()),
+        "ppl_ratio": _mean(rows["ppl_ratio"]),
+        "chi2_token": _masked_mean(_fsum(rows["rho2_sum"]), count) - _f32(1.0),
+        "chi2_seq": _mean(rows["rho2_seq"]) - _f32(1.0),
+    }

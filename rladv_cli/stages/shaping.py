@@ -1,4 +1,4 @@
-"""Reward shaping before the estimator: KL penalty in the reward (SEMANTICS §4) and its coefficient controllers."""
+"""Reward shaping before the estimator: KL penalty in the reward (docs/semantics.md §4) and its coefficient controllers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,7 +8,7 @@ from torch import Tensor
 
 
 def overlong_penalty(length: Tensor, buffer_len: int, penalty_factor: float, max_resp_len: int) -> Tensor:
-    """DAPO's overlong penalty per row (SEMANTICS §3), ``(B,)`` float32, in verl's arithmetic::
+    """DAPO's overlong penalty per row (docs/semantics.md §3), ``(B,)`` float32, in verl's arithmetic::
 
         exceed  = L − (max_resp_len − buffer_len)          (integer; L = non-padding tokens, observations included)
         penalty = min(−exceed / buffer_len · penalty_factor, 0)
@@ -58,7 +58,7 @@ class KLShaping:
 
 def apply_kl(token_level_scores: Tensor, old_log_probs: Tensor, ref_log_prob: Tensor, original_mask: Tensor,
              beta: Tensor | float, mode: str) -> KLShaping:
-    """``kld = kl_penalty(old, ref) × m0``; ``r = s − β·kld`` (SEMANTICS §4.2), on the ORIGINAL mask.
+    """``kld = kl_penalty(old, ref) × m0``; ``r = s − β·kld`` (docs/semantics.md §4.2), on the ORIGINAL mask.
 
     ``beta`` is a Python float, or a per-token ``(N,)`` float32 tensor when rows of several batches (each
     with its own controller value) share a chunk.
@@ -68,7 +68,7 @@ def apply_kl(token_level_scores: Tensor, old_log_probs: Tensor, ref_log_prob: Te
 
 
 class KLController:
-    """verl's ``FixedKLController`` / ``AdaptiveKLController`` (SEMANTICS §4.3).
+    """verl's ``FixedKLController`` / ``AdaptiveKLController`` (docs/semantics.md §4.3).
 
     adaptive: ``e = clip(current_kl / target − 1, −0.2, 0.2)``; ``β ← β·(1 + e·n_steps/horizon)`` (float64),
     applied to the next batch.
