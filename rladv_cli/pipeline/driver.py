@@ -29,6 +29,7 @@ from ..contract import validation
 from ..contract.labels import Labels
 from ..errors import ComputeError, InputError
 from ..estimators import ESTIMATORS
+from ..io.read import RowSource
 from ..io.write import computed_columns, output_schema
 from ..report import replay
 from ..report.diagnostics import RowTable, TokenSketches, first_rows, group_flags, row_outcomes
@@ -50,7 +51,7 @@ class Pipeline:
     reduced here over whole per-row arrays and handed to the next pass. Whatever runs the shards, the
     reductions see the same arrays, so the numbers are the same."""
 
-    def __init__(self, source, cfg: Config, progress: Optional[Progress] = None,
+    def __init__(self, source: RowSource, cfg: Config, progress: Optional[Progress] = None,
                  pad_widths: Optional[Mapping[object, int]] = None):
         self.source, self.cfg, self.pad_widths = source, cfg, pad_widths
         self.est = est = ESTIMATORS[cfg.estimator]
@@ -337,7 +338,7 @@ def check_correction_batches(rows: RowTable, labels: Labels) -> None:
             )
 
 
-def run_in_memory(source, cfg: Config, progress: Optional[Progress] = None,
+def run_in_memory(source: RowSource, cfg: Config, progress: Optional[Progress] = None,
                   pad_widths: Optional[Mapping[object, int]] = None) -> tuple[pa.Table, Report]:
     """All passes over an in-memory source, the output gathered as one table: ``(output, report)``."""
     pipeline = Pipeline(source, cfg, progress, pad_widths)

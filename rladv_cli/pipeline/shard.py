@@ -27,7 +27,7 @@ from ..contract.columns import array_of, flat_values, list_offsets, list_sums, m
 from ..contract.labels import Labels
 from ..estimators.inputs import Inputs
 from ..estimators.registry import Estimator
-from ..io.read import Chunk, Shard
+from ..io.read import Chunk, RowSource, Shard
 from ..report import replay
 from ..report.diagnostics import RowTable, TokenSketches
 from ..stages.chain import Chain, Prepared, Shaping, Timer, prepare
@@ -112,7 +112,7 @@ class ShardWork:
     (``batch_id``, ``group_id``, ``reward_total``, ``outcome``, and ``session_total``, ``session_active``
     with folded sessions), each ``(B_shard,)``."""
 
-    def __init__(self, plan: Plan, source=None, progress: Optional[Progress] = None):
+    def __init__(self, plan: Plan, source: Optional[RowSource] = None, progress: Optional[Progress] = None):
         self.plan, self.source, self.progress = plan, source, progress
         self.num_rows = source.num_rows if source is not None else 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 import torch
@@ -15,6 +15,7 @@ from .. import __version__
 from ..config.settings import setting_notes
 from ..contract.labels import Labels
 from ..estimators.registry import names_where
+from ..io.read import RowSource
 from ..io.write import SideFiles
 from ..report import replay
 from ..report.diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions, first_rows, group_flags,
@@ -35,7 +36,7 @@ class Finished:
     the groups over ``ILL_CONDITIONED_SHIFT``, the rollout-correction statistics per batch, the write pass's
     value sketches, the basis of the outcome split, and the seconds per stage."""
 
-    source: Any
+    source: RowSource
     plan: Plan
     has_sessions: bool
     replay_skipped: dict
