@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from .correction import RS_OPTIONS, parse_rollout_is, parse_rollout_rs
 from .verl_schema import check_algorithm, locate
 from .verl_yaml import Document, kind, load
 
@@ -30,12 +31,6 @@ __all__ = ["VerlSettings", "settings_from_verl_yaml", "VERL_ESTIMATORS"]
 VERL_ESTIMATORS = (
     "gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "rloo", "opo", "grpo_passk",
     "gpg", "rloo_vectorized", "grpo_vectorized", "optimal_token_baseline", "tir_optimal_token_baseline", "gdpo",
-)
-
-# verl's rejection options (``rollout_correction.rollout_rs``), SEMANTICS §5.3.
-_RS_OPTIONS = (
-    "token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
-    "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3",
 )
 
 _OVERLONG_KEYS = ("enable", "len", "penalty_factor", "log")
@@ -225,9 +220,9 @@ class _Algorithm(_Part):
             options = self.doc.string(f"{base}.rollout_rs", rc["rollout_rs"], optional=True)
             if options is not None:
                 for name in (part.strip() for part in options.split(",")):
-                    if name and name not in _RS_OPTIONS:
-                        close = difflib.get_close_matches(name, _RS_OPTIONS, n=1)
-                        hint = f"; did you mean {close[0]}?" if close else f"; choose from {', '.join(_RS_OPTIONS)}"
+                    if name and name not in RS_OPTIONS:
+                        close = difflib.get_close_matches(name, RS_OPTIONS, n=1)
+                        hint = f"; did you mean {close[0]}?" if close else f"; choose from {', '.join(RS_OPTIONS)}"
                         raise self.doc.error(f"{base}.rollout_rs", f"invalid option {name!r}{hint}")
             s["rollout_rs"] = options
         thresholds = self.doc.spec(f"{base}.rollout_rs_threshold", rc["rollout_rs_threshold"]) \
@@ -245,8 +240,6 @@ class _Algorithm(_Part):
         if "loss_type" in rc:
             self.ignored.append(f"{base}.loss_type")
         # verl's strings, checked as verl parses them, with this file's keys in the message
-        from .settings import parse_rollout_is, parse_rollout_rs
-
         try:
             if options is not None:
                 parse_rollout_rs(options, s["rollout_rs_threshold"],
