@@ -21,17 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from ..estimators.registry import ESTIMATORS, REFERENCE_NAMES, names_where
 from .correction import RS_OPTIONS, parse_rollout_is, parse_rollout_rs
 from .verl_schema import check_algorithm, locate
 from .verl_yaml import Document, kind, load
 
-__all__ = ["VerlSettings", "settings_from_verl_yaml", "VERL_ESTIMATORS"]
-
-# verl 0.9.1's registry names (``AdvantageEstimator``); rladv may implement only some of them.
-VERL_ESTIMATORS = (
-    "gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "rloo", "opo", "grpo_passk",
-    "gpg", "rloo_vectorized", "grpo_vectorized", "optimal_token_baseline", "tir_optimal_token_baseline", "gdpo",
-)
+__all__ = ["VerlSettings", "settings_from_verl_yaml"]
 
 _OVERLONG_KEYS = ("enable", "len", "penalty_factor", "log")
 _KL_CTRL_DEFAULT_COEF = 0.001  # verl's KLControlConfig.kl_coef
@@ -108,16 +103,14 @@ class _Algorithm(_Part):
         self._gdpo(a, estimator)
 
     def _estimator(self, raw: Any) -> str:
-        from ..estimators.registry import ESTIMATORS
-
         key = "algorithm.adv_estimator"
         name = self.doc.string(key, raw)
         if name in ESTIMATORS:
             return name
-        if name in VERL_ESTIMATORS:
+        if name in REFERENCE_NAMES:
             raise self.doc.error(key, f"verl's estimator {name!r} is not implemented by rladv (rladv estimators "
                                       "lists those it has)")
-        close = difflib.get_close_matches(name, list(dict.fromkeys([*ESTIMATORS, *VERL_ESTIMATORS])), n=1)
+        close = difflib.get_close_matches(name, list(dict.fromkeys([*ESTIMATORS, *REFERENCE_NAMES])), n=1)
         hint = f"; did you mean {close[0]}?" if close else f"; choose one of {', '.join(ESTIMATORS)}"
         raise self.doc.error(key, f"unknown advantage estimator {name!r}{hint}")
 
@@ -254,10 +247,11 @@ class _Algorithm(_Part):
         present = [k for k in ("gdpo_reward_keys", "gdpo_reward_weights") if k in a and a[k] is not None]
         if not present:
             return
-        if estimator is not None and estimator != "gdpo":
+        if estimator is not None and not ESTIMATORS[estimator].components:
             for key in present:
                 self.ignored.append(f"algorithm.{key}")
-            self.notes.append(f"algorithm.{present[0]} is unused: only adv_estimator gdpo reads it "
+            readers = " or ".join(names_where(lambda e: e.components))
+            self.notes.append(f"algorithm.{present[0]} is unused: only adv_estimator {readers} reads it "
                               f"(the file says {estimator})")
             return
         keys = weights = None
