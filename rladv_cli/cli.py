@@ -222,24 +222,11 @@ def compute(
         raise typer.Exit(code=1)
 
 
-def _settings(params: dict) -> dict:
-    """The ``Config`` fields among a command's parameters, as ``Config`` takes them (enum values, split lists)."""
-    from .config.settings import Config
-
-    settings = {k: v for k, v in params.items() if k in Config.model_fields}
-    for key, value in settings.items():
-        if isinstance(value, Enum):
-            settings[key] = value.value
-        elif key in ("reward_components", "reward_weights"):
-            settings[key] = _split(value)
-    return settings
-
-
 def _resolve_config(ctx: typer.Context, path: Optional[Path], engine: Optional["Engine"] = None):
     """The run's ``Config`` from the command's flags over ``--config`` (a verl YAML), and what the file gave."""
     from .config.settings import Config
 
-    settings, source = _merge_verl_config(ctx, path, _settings(ctx.params))
+    settings, source = _merge_verl_config(ctx, path)
     if settings.get("estimator") is None:
         given = f"{shown(path)} sets no algorithm.adv_estimator and " if path is not None else ""
         _fail(f"--estimator is required: {given}no --estimator was given (rladv estimators lists them)")
@@ -248,38 +235,22 @@ def _resolve_config(ctx: typer.Context, path: Optional[Path], engine: Optional["
     return cfg, source
 
 
-def _merge_verl_config(ctx: typer.Context, path: Optional[Path], flags: dict) -> tuple[dict, Optional[dict]]:
-    """Settings from ``--config`` (a verl YAML) overridden by every flag typed on the command line; flags left
-    at their defaults do not override the file. Returns the settings and what the file contributed."""
-    typed = {k: v for k, v in flags.items() if _typed(ctx, k)}
-    if path is None:
-        return {k: v for k, v in flags.items() if v is not None or k in typed}, None
-    from .config.verl import settings_from_verl_yaml
+def _merge_verl_config(ctx: typer.Context, path: Optional[Path]) -> tuple[dict, Optional[dict]]:
+    """The command's settings over ``--config`` (``config.resolve.merge_verl_config``): flags typed on the
+    command line win over the file, flags left at their defaults do not."""
+    from .config.resolve import merge_verl_config, settings_from_flags
 
-    from_file = _run(lambda: settings_from_verl_yaml(str(path)))
-    merged = {k: v for k, v in flags.items() if v is not None}
-    merged.update(from_file.settings)
-    merged.update(typed)
-    source = {"path": str(path), "settings": from_file.settings, "overridden_by_flags": sorted(set(typed) & set(from_file.settings)),
-              "ignored": from_file.ignored, "notes": from_file.notes}
-    return merged, source
+    return _run(lambda: merge_verl_config(settings_from_flags(ctx.params), set(_typed_values(ctx)), path))
 
 
 def _refuse_inert(ctx: typer.Context, cfg, engine: Optional["Engine"]) -> None:
-    """Options typed on the command line that the other settings (flags, or the --config file) leave without
-    effect (``Config.inert``) are errors, as --rollout-rs-threshold without --rollout-rs is, unless they say
-    the default (``--kl-ctrl fixed``, ``--gamma 1.0``). Only what was typed is judged: a verl YAML writes verl's
-    defaults for keys its author never thought about."""
-    defaults = type(cfg).model_fields
-    inert = [(name, why) for name, why in cfg.inert().items()
-             if _typed(ctx, name) and getattr(cfg, name) != defaults[name].default]
-    if engine is not Engine.ray:
-        inert += [(name, "without --engine ray") for name in ("ray_address", "ray_workers") if _typed(ctx, name)]
-    if inert:
-        name, why = inert[0]
-        value = ctx.params[name]
-        flag = ("--norm-adv-by-std" if value else "--no-norm-adv-by-std") if name == "norm_adv_by_std" else f"--{name.replace('_', '-')}"
-        _fail(f"{flag} has no effect {why}")
+    """Stop (exit code 2) at the first option typed on the command line that has no effect
+    (``config.resolve.refused_inert``)."""
+    from .config.resolve import refused_inert
+
+    message = refused_inert(cfg, _typed_values(ctx), engine is Engine.ray)
+    if message is not None:
+        _fail(message)
 
 
 def _typed(ctx: typer.Context, name: str) -> bool:
@@ -288,17 +259,17 @@ def _typed(ctx: typer.Context, name: str) -> bool:
     return source is not None and getattr(source, "name", "") == "COMMANDLINE"
 
 
+def _typed_values(ctx: typer.Context) -> dict:
+    """The options given on the command line (not defaults), with their values."""
+    return {name: value for name, value in ctx.params.items() if _typed(ctx, name)}
+
+
 def _only_typed(ctx: typer.Context, allowed: tuple[str, ...], why: str) -> None:
     """Stop with ``--flag: why`` when a setting of ``SETTINGS_OPTIONS`` (or --config) other than ``allowed``
     was typed on the command line."""
     for name in ("config", *(n for n, _, _ in SETTINGS_OPTIONS)):
         if name not in allowed and _typed(ctx, name):
             _fail(f"--{name.replace('_', '-')}: {why}")
-
-
-def _split(text: Optional[str]) -> Optional[list[str]]:
-    """``"a, b"`` -> ``["a", "b"]``; None stays None."""
-    return None if text is None else [part.strip() for part in text.split(",") if part.strip()]
 
 
 def _row_rate_column():
@@ -393,7 +364,7 @@ def inspect(
         _fail("--row shows one trajectory and --uid one group; give one of them")
     if export is not None and uid is None:
         _fail("--export needs --uid")
-    merged, _ = _merge_verl_config(ctx, config, _settings(ctx.params))
+    merged, _ = _merge_verl_config(ctx, config)
     name = merged.pop("estimator", None)
     console = Console()
     if row is None and uid is None:

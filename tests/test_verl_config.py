@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from rladv_cli.config.settings import Config
-from rladv_cli.config.verl import VERL_ESTIMATORS, VerlSettings, settings_from_verl_yaml
+from rladv_cli.config.verl import VerlSettings, settings_from_verl_yaml
 from rladv_cli.errors import ConfigError
+from rladv_cli.estimators.registry import REFERENCE_NAMES
 
 DATA = Path(__file__).parent / "data"
 
@@ -348,6 +349,7 @@ def test_gdpo_keys_and_weights(tmp_path):
     # the file's estimator is grpo: verl ignores the gdpo keys
     assert "reward_components" not in vs.settings
     assert vs.ignored == ["algorithm.gdpo_reward_keys", "algorithm.gdpo_reward_weights"]
+    assert vs.notes == ["algorithm.gdpo_reward_keys is unused: only adv_estimator gdpo reads it (the file says grpo)"]
 
     vs = read(tmp_path, """
         algorithm:
@@ -508,7 +510,7 @@ def test_verl_estimator_rladv_lacks(tmp_path, monkeypatch):
     from rladv_cli.estimators import registry
 
     monkeypatch.delitem(registry.ESTIMATORS, "gdpo", raising=False)  # pretend rladv lacks one of verl's
-    assert "gdpo" in VERL_ESTIMATORS
+    assert "gdpo" in REFERENCE_NAMES
     message = error_of(tmp_path, "adv_estimator: gdpo\n")
     assert message.startswith("algorithm.adv_estimator: ") and "not implemented by rladv" in message
 
@@ -621,3 +623,21 @@ def test_a_misspelt_keyword_is_named_as_the_python_caller_wrote_it():
         rladv_cli.compute(table, estimator="grpo", kl_coeff=0.1)
     with pytest.raises(ConfigError, match=r"^zzz: not a setting \(rladv_cli.Config's fields are the settings\)$"):
         rladv_cli.Config(estimator="grpo", zzz=1)
+
+
+def test_config_names_no_estimator():
+    """Estimator names live in the registry: no string constant under config/ is one (its messages name
+    estimators through the registry's declarations)."""
+    import ast
+
+    import rladv_cli.config
+    from rladv_cli.estimators.registry import ESTIMATORS
+
+    names = {*ESTIMATORS, *REFERENCE_NAMES}
+    found = [
+        (path.name, node.lineno, node.value)
+        for path in sorted(Path(rladv_cli.config.__file__).parent.glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and node.value in names
+    ]
+    assert found == []
