@@ -145,3 +145,16 @@ def test_ray_options_without_the_ray_engine_are_refused():
     # the settings' own refusals come first
     assert refused_inert(Config(estimator="grpo", kl_penalty="k3"), {"ray_workers": 4, "kl_penalty": "k3"},
                          ray_engine=False) == "--kl-penalty has no effect without --kl-coef (KL reward shaping is off)"
+
+
+@pytest.mark.parametrize("coef", [0.1, -0.1])
+@pytest.mark.parametrize("setting, message", [
+    ({"kl_target": 0.0}, "--kl-target must not be 0 for the adaptive controller (verl divides by it)"),
+    ({"kl_horizon": 0}, "--kl-horizon must be > 0 for the adaptive controller"),
+])
+def test_the_adaptive_controller_refuses_what_it_would_divide_by_for_any_shaping_coefficient(coef, setting, message):
+    """A negative --kl-coef shapes the rewards too (verl accepts it), so the adaptive controller steps on it: a
+    zero target or horizon is refused before any data is read, not a ZeroDivisionError traceback in the kl pass."""
+    with pytest.raises(ConfigError) as err:
+        Config(estimator="grpo", kl_coef=coef, kl_ctrl="adaptive", batch_key="step", **setting)
+    assert str(err.value) == message

@@ -112,7 +112,7 @@ class Config(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Config":
-        if self.kl_ctrl == "adaptive" and self.kl_coef > 0:
+        if self.kl_ctrl == "adaptive" and self.use_kl:  # a negative coefficient shapes (and steps) too
             if self.kl_horizon <= 0:
                 raise ValueError("--kl-horizon must be > 0 for the adaptive controller")
             if self.kl_target == 0:
