@@ -115,6 +115,7 @@ def test_gae_on_the_cpu_is_bit_identical_to_verl(seed, gamma, lam):
     """The C loop evaluates verl's recurrence in verl's order and rounding: GAE returns (raw advantages +
     values, before verl's whitening) agree bit for bit, not just within the tolerance."""
     from rladv_cli.estimators.gae import gae
+    from rladv_cli.estimators.inputs import Inputs
     from rladv_cli.tensors.batch import from_arrow
     from rladv_cli.tensors.kernels import NATIVE_SCAN
 
@@ -124,7 +125,8 @@ def test_gae_on_the_cpu_is_bit_identical_to_verl(seed, gamma, lam):
     mask = padded(table, "response_mask", torch.float32)
     _, want = core_algos.compute_gae_advantage_return(
         padded(table, "rm_scores", torch.float32), padded(table, "values", torch.float32), mask, gamma, lam)
-    _, got = gae(from_arrow(table, 0, torch.device("cpu")), rladv_cli.Config(estimator="gae", gamma=gamma, lam=lam))
+    params = rladv_cli.Config(estimator="gae", gamma=gamma, lam=lam).params()
+    _, got = gae(from_arrow(table, 0, torch.device("cpu")), Inputs(), params)
     lengths = [len(r) for r in table["response_mask"].to_pylist()]
     flat_want = torch.cat([want[i, :n] for i, n in enumerate(lengths)])
     kept = torch.cat([mask[i, :n] for i, n in enumerate(lengths)]) > 0
