@@ -65,7 +65,10 @@ def compute(table: pa.Table, config: Optional[Config] = None, *, progress: Optio
     """
     from .pipeline.driver import run_in_memory
 
-    return run_in_memory(TableSource(table), _config(config, settings), progress, pad_widths)
+    cfg = _config(config, settings)
+    source = TableSource(table, columns=cfg.columns)
+    out, report = run_in_memory(source, cfg, progress, pad_widths)
+    return out.rename_columns(source.names.written(out.column_names)), report
 
 
 def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config] = None, *,
@@ -79,7 +82,7 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
     appear together or not at all. ``config_source`` (what a verl YAML contributed) is recorded in the
     report's ``config``."""
     cfg = _config(config, settings)
-    dataset = Dataset(inputs)
+    dataset = Dataset(inputs, columns=cfg.columns)
     out = str(output) if output is not None else default_output(dataset.inputs)
     check_output_path(out, dataset.paths)
     extra = {"--report": report_path, "--html": html_path}
@@ -97,7 +100,8 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
     try:
         schema = output_schema(dataset.schema, with_is_weights=bool(cfg.rollout_is))
         carried = [name for name in dataset.columns if name not in computed_columns(bool(cfg.rollout_is))]
-        with AtomicParquetWriter(out, schema, carried) as sink, SideFiles() as side:
+        written = dataset.names.written(schema.names)  # the files' own names of mapped columns (--column)
+        with AtomicParquetWriter(out, schema, carried, written) as sink, SideFiles() as side:
             # while torch imports: the input is decoded and checked, and its carried columns encoded
             once = dataset.read_once(cfg.chunk_rows, cfg.cache_mib << 20, validation.check_chunk, sink)
             try:
@@ -148,14 +152,16 @@ class ValidationSummary:
 
 def validate(inputs: Sequence[PathLike] | PathLike, estimator: Optional[str] = None, *, kl: bool = False,
              rollout_correction: bool = False, batch_key: Optional[str] = None,
-             chunk_rows: int = 8192) -> ValidationSummary:
+             chunk_rows: int = 8192, columns: Optional[Mapping[str, str]] = None) -> ValidationSummary:
     """Check a dataset against the contract (and the columns ``estimator`` needs) without torch.
 
     Dataset-level problems (unreadable file, missing column, wrong type) raise ``InputError`` at once; every
     row-level problem is collected, grouped by kind with counts and first rows (``compute`` stops at the
-    first one instead)."""
-    dataset = Dataset(inputs)
-    reads = () if estimator is None else ESTIMATORS[Config(estimator=estimator).estimator].input_columns
+    first one instead). ``columns``: the files' names of contract columns, as ``Config.columns``."""
+    if columns is not None:
+        Config(estimator=estimator or "gae", columns=columns)  # a bad mapping is a ConfigError
+    dataset = Dataset(inputs, columns=columns)
+    reads = {} if estimator is None else ESTIMATORS[Config(estimator=estimator).estimator].reads
     required = validation.required_columns(dataset.columns, reads, kl=kl,
                                            rollout_correction=rollout_correction, batch_key=batch_key)
     validation.check_schema(dataset.paths[0], dataset.schema, required)

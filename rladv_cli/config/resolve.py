@@ -6,22 +6,43 @@ from __future__ import annotations
 
 import os
 from enum import Enum
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
+from ..errors import ConfigError
+from ..estimators.registry import REFERENCE_DEFAULT
 from .settings import Config
 
-__all__ = ["merge_verl_config", "refused_inert", "settings_from_flags"]
+__all__ = ["column_names", "merge_verl_config", "refused_inert", "settings_from_flags"]
 
 
 def settings_from_flags(params: Mapping[str, object]) -> dict:
-    """The ``Config`` fields among a command's parameters, as ``Config`` takes them (enum values, split lists)."""
+    """The ``Config`` fields among a command's parameters, as ``Config`` takes them (enum values, split lists,
+    ``--column`` pairs)."""
     settings = {k: v for k, v in params.items() if k in Config.model_fields}
     for key, value in settings.items():
         if isinstance(value, Enum):
             settings[key] = value.value
         elif key in ("reward_components", "reward_weights"):
             settings[key] = _split(value)
+        elif key == "columns":
+            settings[key] = column_names(value)
     return settings
+
+
+def column_names(given: Optional[Sequence[str]]) -> Optional[dict[str, str]]:
+    """``["uid=prompt_id", ...]`` (``--column``, repeated) -> ``{"uid": "prompt_id", ...}``; None or empty stays
+    None. A value without ``=`` is a ``ConfigError``."""
+    if not given:
+        return None
+    out = {}
+    for item in given:
+        name, sep, column = item.partition("=")
+        if not sep or not name.strip() or not column.strip():
+            raise ConfigError(f"--column {item}: write NAME=COLUMN, the contract's name and yours (uid=prompt_id)")
+        if name.strip() in out:
+            raise ConfigError(f"--column {item}: {name.strip()} is mapped twice")
+        out[name.strip()] = column.strip()
+    return out
 
 
 def _split(text: Optional[str]) -> Optional[list[str]]:
@@ -32,8 +53,9 @@ def _split(text: Optional[str]) -> Optional[list[str]]:
 def merge_verl_config(flags: dict, typed: set[str], path: Optional[str | os.PathLike]) -> tuple[dict, Optional[dict]]:
     """Settings from ``path`` (a verl YAML, or None) overridden by the ``flags`` named in ``typed`` (those given
     on the command line); flags left at their defaults do not override the file, and a None among them is left
-    out. Returns the settings and what the file contributed (None without a file); a ``ConfigError`` for a
-    file that cannot be read."""
+    out; a file that sets no estimator, and no flag that names one, gives verl's default (``gae``) and a note.
+    Returns the settings and what the file contributed (None without a file); a ``ConfigError`` for a file
+    that cannot be read."""
     typed_flags = {k: v for k, v in flags.items() if k in typed}
     if path is None:
         return {k: v for k, v in flags.items() if v is not None or k in typed_flags}, None
@@ -43,9 +65,13 @@ def merge_verl_config(flags: dict, typed: set[str], path: Optional[str | os.Path
     merged = {k: v for k, v in flags.items() if v is not None}
     merged.update(from_file.settings)
     merged.update(typed_flags)
+    notes = list(from_file.notes)
+    if merged.get("estimator") is None:  # verl's AlgoConfig default, as its trainer would take it
+        merged["estimator"] = REFERENCE_DEFAULT
+        notes.append(f"algorithm.adv_estimator is not set: verl's default {REFERENCE_DEFAULT}")
     source = {"path": str(path), "settings": from_file.settings,
               "overridden_by_flags": sorted(set(typed_flags) & set(from_file.settings)),
-              "ignored": from_file.ignored, "notes": from_file.notes}
+              "ignored": from_file.ignored, "notes": notes}
     return merged, source
 
 

@@ -10,12 +10,16 @@ from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..contract.schema import COLUMNS, OUTPUT_COLUMNS
 from ..errors import ConfigError
-from ..estimators.registry import ESTIMATOR_SETTINGS, ESTIMATORS, Params, names_where
+from ..estimators.registry import ESTIMATOR_SETTINGS, ESTIMATORS, Params, names_where, unknown_estimator
 from .correction import parse_rollout_is, parse_rollout_rs
 
 INT_MAX = 2**31 - 1
 KL_MODES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+# the contract's columns (read or written) that ``columns`` may give another name
+MAPPABLE = (*COLUMNS, *(c for c in OUTPUT_COLUMNS if c not in COLUMNS), "rollout_is_weights", "session_id",
+            "output_index")
 RUN_ONLY = frozenset({"chunk_rows", "cache_mib", "device", "threads"})  # how a run goes, never its numbers
 
 
@@ -29,10 +33,11 @@ class Config(BaseModel):
     lam: float = Field(1.0, ge=0.0, le=1.0, description="GAE lambda")
     norm_adv_by_std: bool = Field(True, description="grpo: divide by the group std (false = Dr.GRPO)")
     epsilon: float = Field(1e-6, gt=0.0, description="grpo: added to the group std")
-    rpp_mask_mode: Literal["reset", "carry"] = Field(
-        "reset", description="reinforce_plus_plus at mask-0 positions: reset (chapter) or carry (verl 0.9.1)"
+    rpp_mask_mode: Literal["carry", "reset"] = Field(
+        "carry", description="reinforce_plus_plus at mask-0 positions: carry the return through (verl 0.9.1) or "
+        "reset it to 0 (verl before 0.9, the chapter)"
     )
-    kl_coef: float = Field(0.0, description="> 0 turns on KL reward shaping (verl's use_kl_in_reward)")
+    kl_coef: float = Field(0.0, description="a non-zero value turns on KL reward shaping (verl's use_kl_in_reward); negative raises rewards that diverge")
     kl_penalty: str = Field("kl", description="per-token KL estimate: kl/k1, abs, mse/k2, low_var_kl/k3, or <mode>+")
     kl_ctrl: Literal["fixed", "adaptive"] = Field("fixed", description="KL coefficient controller")
     kl_target: float = Field(0.1, description="adaptive controller: target KL")
@@ -62,6 +67,10 @@ class Config(BaseModel):
         "pads a batch to its longest response, and the padded width decides how float32 totals round): what "
         "rladv inspect --export writes for a group taken out of a batch with longer responses",
     )
+    columns: Optional[dict[str, str]] = Field(
+        None, description="the files' own names of contract columns (contract name -> column, e.g. uid -> "
+        "prompt_id): read under the contract's names, written back under the files'",
+    )
     chunk_rows: int = Field(512, gt=0, le=INT_MAX, description="rows held in memory at once; results do not depend on it")
     cache_mib: int = Field(
         512, ge=0, le=1 << 30,
@@ -79,7 +88,7 @@ class Config(BaseModel):
     @classmethod
     def _known_estimator(cls, v: str) -> str:
         if v not in ESTIMATORS:
-            raise ValueError(f"unknown estimator '{v}'; choose one of {', '.join(ESTIMATORS)}")
+            raise ValueError(unknown_estimator(v))
         return v
 
     @field_validator("batch_key")
@@ -87,6 +96,23 @@ class Config(BaseModel):
     def _names_a_column(cls, v: Optional[str]) -> Optional[str]:
         if v is not None and not v.strip():
             raise ValueError(f"{v!r} names no column; give the column whose values split the dataset into batches")
+        return v
+
+    @field_validator("columns")
+    @classmethod
+    def _mappable(cls, v: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
+        if v is None:
+            return v
+        for name, column in v.items():
+            if name not in MAPPABLE:
+                close = difflib.get_close_matches(name, MAPPABLE, n=1)
+                hint = f"did you mean {close[0]}?" if close else f"one of {', '.join(MAPPABLE)}"
+                raise ValueError(f"{name}={column}: {name} is not a column rladv reads or writes; {hint}")
+            if not column or not column.strip():
+                raise ValueError(f"{name}={column!r} names no column; write CONTRACT_NAME=YOUR_COLUMN")
+        twice = next((c for c in v.values() if list(v.values()).count(c) > 1), None)
+        if twice is not None:
+            raise ValueError(f"maps {twice} to two columns; each of your columns is one contract column")
         return v
 
     @field_validator("reward_components")
@@ -199,7 +225,7 @@ class Config(BaseModel):
                 close = difflib.get_close_matches(name, type(self).model_fields, n=1)
                 raise ConfigError(f"{name}: not a setting" + (f"; did you mean {close[0]}?" if close else
                                                              " (rladv_cli.Config's fields are the settings)")) from None
-            raise ConfigError(f"--{name.replace('_', '-')}: {msg}") from None
+            raise ConfigError(f"{_flag(name)}: {msg}") from None
 
 
 def setting_notes(settings: Mapping[str, Any]) -> list[str]:
@@ -214,7 +240,8 @@ def setting_notes(settings: Mapping[str, Any]) -> list[str]:
 
 
 def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+    """The command-line flag of setting ``name`` (``columns`` is ``--column``, one per mapped column)."""
+    return "--column" if name == "columns" else "--" + name.replace("_", "-")
 
 
 def command_flags(settings: Mapping[str, Any]) -> list[str]:
@@ -228,6 +255,8 @@ def command_flags(settings: Mapping[str, Any]) -> list[str]:
             out += [flag] if value else []
         elif isinstance(value, (list, tuple)):
             out += [flag, ",".join(str(v) for v in value)]
+        elif isinstance(value, dict):  # columns: one --column NAME=COLUMN each
+            out += [part for name, column in value.items() for part in ("--column", f"{name}={column}")]
         elif value is not None:
             out += [flag, str(value)]
     return out

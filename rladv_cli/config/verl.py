@@ -5,7 +5,9 @@ What is read (CONTRACT §2, SEMANTICS §3-§6):
 - ``algorithm.*``: estimator, ``gamma``, ``lam``, the GRPO std flag, KL reward shaping (``use_kl_in_reward``,
   ``kl_penalty``, ``kl_ctrl.*``), ``rollout_correction.*`` and the GDPO reward keys/weights;
 - the DAPO overlong buffer: ``reward.reward_kwargs`` ([P]) or ``reward_model.reward_kwargs`` ([S]), each with
-  ``overlong_buffer_cfg.{enable,len,penalty_factor}`` and ``max_resp_len``.
+  ``overlong_buffer_cfg.{enable,len,penalty_factor}`` and ``max_resp_len``;
+- rladv's own section ``rladv:`` beside ``algorithm:``: ``columns`` (the files' names of contract columns,
+  ``uid: prompt_id``, as ``--column``).
 
 Only keys the file writes (or settings derived from them, such as ``kl_coef``) end up in
 ``VerlSettings.settings``, so flags typed on the command line can be merged on top. Every problem is a
@@ -64,7 +66,28 @@ def _read(path: str) -> VerlSettings:
     _Algorithm(doc, found).read(algo)
     if not doc.bare:
         _Overlong(doc, found).read()
+        _own_section(doc, found)
     return found
+
+
+def _own_section(doc: Document, found: VerlSettings) -> None:
+    """``rladv:``, the file's settings for rladv itself: ``columns`` (contract name -> the files' column)."""
+    raw = doc.tree.get("rladv")
+    if raw is None:
+        return
+    section = doc.resolve("rladv", raw)
+    if not isinstance(section, dict):
+        raise doc.error("rladv", f"must be a mapping, got a {kind(section)}")
+    for key in section:
+        if key != "columns":
+            raise doc.error(f"rladv.{key}", "not a key rladv reads under rladv (known keys: columns)")
+    columns = doc.resolve("rladv.columns", section.get("columns"))
+    if columns is None:
+        return
+    if not isinstance(columns, dict):
+        raise doc.error("rladv.columns", f"must be a mapping of contract names to your columns, got a {kind(columns)}")
+    found.settings["columns"] = {str(name): doc.string(f"rladv.columns.{name}", column)
+                                 for name, column in columns.items()}
 
 
 class _Part:

@@ -43,7 +43,7 @@ _ALGO_SCHEMA: dict[str, Any] = {
 _TRAINER_SECTIONS = frozenset({
     "defaults", "actor_rollout_ref", "data", "critic", "reward_model", "reward", "custom_reward_function",
     "sandbox_fusion", "trainer", "global_profiler", "ray_kwargs", "transfer_queue", "distillation", "skip",
-    "model_engine",
+    "model_engine", "rladv",
 })
 
 

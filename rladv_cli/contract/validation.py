@@ -4,7 +4,8 @@ Every failure is an ``InputError`` naming file, row (0-based within the file) an
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+import difflib
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -40,9 +41,9 @@ def _type_problem(col: Column, t: pa.DataType) -> str | None:
     if not _is_list(t):
         return f"has type {t}; expected a list per row"
     v = t.value_type
-    if col.kind == "mask":
-        ok = pa.types.is_integer(v) or pa.types.is_boolean(v)
-        return None if ok else f"has type {t}; expected a list of 0/1 (integers or bool)"
+    if col.kind == "mask":  # a float mask (a saved torch.ones) holds 0.0 and 1.0, checked row by row
+        ok = pa.types.is_integer(v) or pa.types.is_boolean(v) or pa.types.is_floating(v)
+        return None if ok else f"has type {t}; expected a list of 0/1 (integers, bool or 0.0/1.0 floats)"
     if col.kind == "int_list":
         return None if pa.types.is_integer(v) else f"has type {t}; expected a list of integer token ids"
     if col.kind == "call_list":
@@ -50,37 +51,46 @@ def _type_problem(col: Column, t: pa.DataType) -> str | None:
     return None if _is_number(v) else f"has type {t}; expected a list of numbers"
 
 
-def required_columns(columns: Iterable[str], estimator_columns: Iterable[str] = (), *, kl: bool = False,
+_SCORE_NEEDED = "a dataset needs rm_scores (token-level) or score (one per row)"
+
+
+def required_columns(columns: Iterable[str], reads: Mapping[str, str] = {}, *, kl: bool = False,
                      rollout_correction: bool = False, batch_key: str | None = None,
-                     reward_components: Iterable[str] = (), tool_rewards: bool = False) -> list[str]:
-    """Columns the chosen stages read: the mask, a score column (optional when an estimator reads reward
-    components), what the estimator reads (``Estimator.input_columns``) and what the stages declare
-    (``tool_rewards``: they are added to the score)."""
+                     reward_components: Iterable[str] = (), tool_rewards: bool = False) -> dict[str, str]:
+    """The columns the chosen stages read, each with why (the first reason when several stages read it): the
+    mask, a score column (optional when an estimator reads reward components), what the estimator reads
+    (``reads``: ``Estimator.reads``) and what the stages declare (``tool_rewards``: added to the score)."""
     names = set(columns)
-    need = ["response_mask"]
+    need = {"response_mask": "every row needs one (1 = a token the actor sampled)"}
     if "rm_scores" in names or "score" in names or not reward_components:
-        need.append("rm_scores" if "rm_scores" in names or "score" not in names else "score")
-    need += list(reward_components)
-    need += list(estimator_columns)
+        need["rm_scores" if "rm_scores" in names or "score" not in names else "score"] = _SCORE_NEEDED
+    for name in reward_components:
+        need.setdefault(name, "--reward-components names it")
+    for name, why in reads.items():
+        need.setdefault(name, why)
     if kl:
-        need += ["old_log_probs", "ref_log_prob"]
+        for name in ("old_log_probs", "ref_log_prob"):
+            need.setdefault(name, "KL shaping (--kl-coef) needs the old and the reference policy's log-probs")
     if rollout_correction:
-        need += ["old_log_probs", "rollout_log_probs"]
+        for name in ("old_log_probs", "rollout_log_probs"):
+            need.setdefault(name, "rollout correction needs the old and the rollout policy's log-probs")
     if tool_rewards:
-        need.append("tool_rewards")
+        need.setdefault("tool_rewards", "--tool-reward-coef adds each row's tool_rewards to its score")
     if batch_key:
-        need.append(batch_key)
-    return list(dict.fromkeys(need))
+        need.setdefault(batch_key, "--batch-key names it")
+    return need
 
 
-def check_schema(path: str, schema: pa.Schema, required: Iterable[str]) -> None:
-    """Every required column is present and every contract column present has an accepted type."""
+def check_schema(path: str, schema: pa.Schema, required: Mapping[str, str]) -> None:
+    """Every required column (name -> why it is needed, ``required_columns``) is present, or an error that says
+    why and names the closest column the file has; and every contract column present has an accepted type."""
     missing = [name for name in required if name not in schema.names]
     if missing:
-        if missing == ["rm_scores"]:
-            raise InputError(path, "missing; a dataset needs rm_scores (token-level) or score (one per row)", column="rm_scores")
-        raise InputError(path, f"missing; the chosen stages need {'it' if len(missing) == 1 else 'them'}",
-                         column=", ".join(missing))
+        why = "; ".join(dict.fromkeys(required[name] for name in missing))
+        others = [n for n in schema.names if n not in required]
+        close = [c for name in missing for c in difflib.get_close_matches(name, others, n=1, cutoff=0.6)]
+        hint = f" (did you mean {' or '.join(dict.fromkeys(close))}?)" if close else ""
+        raise InputError(path, f"missing; {why}{hint}", column=", ".join(missing))
     for field in schema:
         col = COLUMNS.get(field.name)
         if col is not None:
@@ -232,11 +242,15 @@ def _first_not_float32(v: np.ndarray) -> int | None:
 
 
 def _first_not_0_or_1(v: np.ndarray) -> int | None:
-    """Index of the first mask value other than 0 and 1, or None: read unsigned, a bad value is one above 1."""
+    """Index of the first mask value other than 0 and 1, or None: integers read unsigned (a bad value is one
+    above 1); floats must be exactly 0.0 or 1.0 (NaN is not)."""
     if v.dtype.kind == "b":
         return None
-    above = (v.view(f"u{v.itemsize}") if v.dtype.kind == "i" else v) > 1
-    return int(np.argmax(above)) if above.any() else None
+    if v.dtype.kind == "f":
+        bad = (v != 0) & (v != 1)
+    else:
+        bad = (v.view(f"u{v.itemsize}") if v.dtype.kind == "i" else v) > 1
+    return int(np.argmax(bad)) if bad.any() else None
 
 
 def _check_finite(arr: pa.Array, name: str, path: str, start: int) -> None:

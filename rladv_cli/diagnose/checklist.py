@@ -46,10 +46,10 @@ checking it, ``rows`` are the first five rows:
   6 advantage_on_masked_position fail  (``advantages`` present) a non-zero advantage where ``response_mask`` is 0
                             (the dead signal's causes are compute's: ``rejected``, ``all_equal_group``,
                             ``singleton``, ``other``)
-  7 credit_reset_at_mask warn  a non-zero reward at or after a ``response_mask`` 0 position that has a
-                            ``response_mask`` 1 token before it in its row: ``reinforce_plus_plus`` in reset
-                            mode cuts that reward off from the earlier tokens (equal to the pipeline's check
-                            for γ > 0, up to exact cancellations of rewards)
+  7 credit_reset_at_mask warn  a non-zero reward on an actor token after a ``response_mask`` 0 position that
+                            has a ``response_mask`` 1 token before it in its row: ``reinforce_plus_plus``
+                            passes it back to the earlier tokens in carry mode (the default) and cuts it off
+                            in reset mode (the pipeline's check for γ > 0, up to exact cancellations)
 
 When ``estimator`` is given, a check whose condition cannot affect it (group checks for an estimator without
 groups, ``uid_merge_grpo_vectorized`` for anything but ``grpo_vectorized``, ``credit_reset_at_mask`` for
@@ -70,7 +70,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -100,12 +100,13 @@ def _dist(v: np.ndarray) -> Dist:
 
 def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] = None, kl_coef: float = 0.0,
             kl_penalty: str = "kl", estimator: Optional[str] = None, chunk_rows: int = 8192,
-            html_path: Optional[PathLike] = None) -> Inspection:
+            html_path: Optional[PathLike] = None, columns: Optional[Mapping[str, str]] = None) -> Inspection:
     """Stream a dataset (file, files or folder) and check it in the debugging order of docs/debugging.md; no torch.
 
     ``expected_n``: rows each uid group should have (verl's ``rollout.n``); ``kl_coef`` / ``kl_penalty``: check
     KL reward shaping as ``rladv compute`` would apply it; ``estimator``: word messages and statuses for it and
-    require its columns; ``html_path``: also write the findings there as a self-contained HTML page. Memory: one
+    require its columns; ``html_path``: also write the findings there as a self-contained HTML page; ``columns``:
+    the files' names of contract columns (``Config.columns``). Memory: one
     chunk of ``chunk_rows`` rows plus a few scalars per row and per group.
     Raises ``InputError`` when the dataset cannot be read, ``ConfigError`` for bad arguments.
     """
@@ -118,7 +119,7 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
 
     if kl_penalty.removesuffix("+") not in KL_MODES:
         raise ConfigError(f"--kl-penalty: '{kl_penalty}' is not a KL estimate verl implements; choose one of {', '.join(KL_MODES)}")
-    ds = Dataset(inputs)
+    ds = Dataset(inputs, columns=columns)
     if html_path is not None:
         check_output_path(str(html_path), ds.paths, "--html")
     plan, bad_columns = plan_of(ds, kl_coef)
@@ -190,7 +191,7 @@ def _summarise(ds: Dataset, plan: Plan, est: Optional[Estimator], rows: RowScala
     name = est.name if est else None
     # ---- step 0: the data contract
     checks.add("invalid_rows", 0, len(bad_rows), [r for r, _ in bad_rows],
-               "every row passed the data contract (CONTRACT §1) on the columns inspect reads",
+               "every row passed the data contract (docs/contract.md §1) on the columns inspect reads",
                f"{len(bad_rows)} row(s) break the data contract and are left out of everything below; first: "
                f"{bad_rows[0][1] if bad_rows else ''}", severity="fail")
     checks.add("invalid_columns", 0, len(bad_columns), [], "every contract column has an accepted Arrow type",
@@ -200,7 +201,7 @@ def _summarise(ds: Dataset, plan: Plan, est: Optional[Estimator], rows: RowScala
         missing.append("rm_scores or score (a dataset needs one; score checks skipped)")
     if est is not None:
         names = set(ds.columns)
-        missing += [c for c in validation.required_columns(names, est.input_columns) if c not in names and c not in ("rm_scores", "score")]
+        missing += [c for c in validation.required_columns(names, est.reads) if c not in names and c not in ("rm_scores", "score")]
     if kl_coef != 0.0 and not {"old_log_probs", "ref_log_prob"} <= set(ds.columns):
         missing.append("old_log_probs and ref_log_prob (needed for --kl-coef; KL checks skipped)")
     checks.add("missing_columns", 0, len(missing), [], "every column the checks" + (f" and {name}" if name else "") + " need is present",
@@ -266,10 +267,11 @@ def _summarise(ds: Dataset, plan: Plan, est: Optional[Estimator], rows: RowScala
         resetting = with_check("credit_reset_at_mask")
         fl = _flagged(rows, "credit_cut")
         checks.add("credit_reset_at_mask", 7, fl.size, fl,
-                   "no reward sits at or after a mask-0 position that follows a response_mask 1 token",
-                   f"{fl.size} row(s) have a reward at or after a response_mask 0 position that follows a "
-                   "response_mask 1 token: reinforce_plus_plus in reset mode (the default) cuts it off from the "
-                   "earlier tokens (--rpp-mask-mode carry passes it through)",
+                   "no reward sits on an actor token after a mask-0 position that follows a response_mask 1 token",
+                   f"{fl.size} row(s) have a reward on an actor token after a response_mask 0 position that follows "
+                   "a response_mask 1 token: reinforce_plus_plus passes it back to the earlier tokens as verl 0.9.1 "
+                   "does (--rpp-mask-mode carry, the default); --rpp-mask-mode reset (verl before 0.9, the chapter) "
+                   "cuts it off there",
                    relevant=name is None or name in resetting,
                    irrelevant=f"only {' and '.join(resetting)} resets; {name} is unaffected")
 

@@ -49,7 +49,7 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
     loops round as verl's do, which the recursion shown beside the advantages follows."""
     settings.setdefault("device", "cpu")
     cfg = Config(estimator=estimator, **settings)
-    ds = Dataset(inputs)
+    ds = Dataset(inputs, columns=settings.get("columns"))
     if not 0 <= row < ds.num_rows:
         raise ConfigError(f"--row {row}: the dataset has {ds.num_rows} rows (0-based)")
     est = ESTIMATORS[estimator]

@@ -44,11 +44,11 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
     folder = os.fspath(folder)
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise ConfigError(f"--export {folder}: exists and is not a folder")
-    ds = Dataset(inputs)
+    ds = Dataset(inputs, columns=settings.get("columns"))
     table, _ = group_rows(ds, uid)
     run, widths = _padded_like_the_dataset(ds, table, estimator, settings)
     needed = set(validation.required_columns(
-        ds.columns, ESTIMATORS[estimator].input_columns, kl=bool(settings.get("kl_coef")),
+        ds.columns, ESTIMATORS[estimator].reads, kl=bool(settings.get("kl_coef")),
         rollout_correction=bool(settings.get("rollout_rs") or settings.get("rollout_is")),
         batch_key=settings.get("batch_key"), reward_components=settings.get("reward_components") or (),
         tool_rewards=settings.get("tool_reward_coef") is not None))
@@ -56,7 +56,10 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
                            "session_id", "output_index") if c in ds.columns}
     parquet = pa.BufferOutputStream()
     pq.write_table(table.select([c for c in ds.columns if c in needed]), parquet, compression="zstd")
-    command = ["rladv", "compute", "group.parquet", "--estimator", estimator, *command_flags(run.changed()), "-o", "group.adv.parquet"]
+    # group.parquet holds the contract's column names, so its command maps none (--column)
+    changed = {k: v for k, v in run.changed().items() if k != "columns"}
+    command = ["rladv", "compute", "group.parquet", "--estimator", estimator, *command_flags(changed), "-o",
+               "group.adv.parquet"]
     text = " ".join(shlex.quote(part) for part in command) + "\n"
     text += "# run it in this folder"
     if run.pad_width is not None:

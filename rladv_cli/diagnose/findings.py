@@ -250,7 +250,7 @@ def render_inspection(ins: Inspection, console) -> None:
         console.print(f"dead signal: {d.zero_tokens} of {d.actor_tokens} actor tokens ({d.share:.1%}) have advantage 0"
                       + (f" - {causes}" if causes else ""))
     one_file = len(ins.paths) == 1
-    c = Table(title="checks, in the chapter's §13 order" + (f" (rows of {ins.paths[0]})" if one_file else ""),
+    c = Table(title="checks, in the debugging order (docs/debugging.md)" + (f" (rows of {ins.paths[0]})" if one_file else ""),
               header_style="bold")
     for col in ("status", "code", "count", "first rows", "message"):
         c.add_column(col, overflow="fold", no_wrap=col in ("status", "count"))

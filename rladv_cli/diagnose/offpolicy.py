@@ -7,7 +7,7 @@ applies, from the same mask.
 from __future__ import annotations
 
 import os
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import torch
 from pydantic import BaseModel, Field
@@ -51,7 +51,8 @@ class Sweep(BaseModel):
 
 
 def sweep(inputs: Sequence[str | os.PathLike] | str | os.PathLike, options: Sequence[str], thresholds: Sequence[str],
-          *, chunk_rows: int = 1024, progress: Optional[Callable[[str, int, int], None]] = None) -> Sweep:
+          *, chunk_rows: int = 1024, progress: Optional[Callable[[str, int, int], None]] = None,
+          columns: Optional[Mapping[str, str]] = None) -> Sweep:
     """Every option of ``options`` (verl's ``rollout_rs`` strings) at every threshold of ``thresholds``.
 
     All option/threshold pairs are parsed first, so a bad one is a ``ConfigError`` before any data is read.
@@ -60,7 +61,7 @@ def sweep(inputs: Sequence[str | os.PathLike] | str | os.PathLike, options: Sequ
         raise ConfigError(f"--chunk-rows must be at least 1, got {chunk_rows}")
     # messages call a threshold what it is here (given by --thresholds or --threshold)
     configs = [(o, t, parse_rollout_rs(o, t, names=("--rollout-rs", "threshold"))) for o in options for t in thresholds]
-    dataset = Dataset(inputs)
+    dataset = Dataset(inputs, columns=columns)
     has_uid = "uid" in dataset.columns
     needed = ["response_mask", "old_log_probs", "rollout_log_probs"]
     validation.check_schema(dataset.paths[0], dataset.schema, needed)

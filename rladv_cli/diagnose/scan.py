@@ -189,11 +189,12 @@ def scan_chunk(t: pa.Table, plan: Plan, beta: float, kl_mode: str) -> dict[str, 
         if plan.kl:
             sign = np.sign(score_total)
             out["kl_flips"] = (sign != 0) & (np.sign(reward_total) != sign)
-        # credit_reset_at_mask: from the first mask-0 position that has an actor token before it, every
-        # later reward (at a mask-0 position or beyond it) is cut off from those earlier actor tokens.
+        # credit_reset_at_mask: a reward on an actor token after a mask-0 position that has an actor token
+        # before it reaches those earlier tokens in carry mode and not in reset mode (both drop rewards that
+        # sit on mask-0 positions themselves)
         actor_before = _in_row_cumsum(m, off, row_of) - m
         cut = _in_row_cumsum(~m & (actor_before > 0), off, row_of) > 0
-        out["credit_cut"] = _seg_sum(cut & (r != 0), off) > 0
+        out["credit_cut"] = _seg_sum(cut & m & (r != 0), off) > 0
     if plan.tools:
         out["tool_sum"], out["tool_calls"] = list_sums(t, "tool_rewards")
     if plan.advantages:

@@ -259,7 +259,7 @@ def row_view(inputs: Sequence[PathLike] | PathLike, row: int, *, estimator: Opti
     same (docs/semantics.md §7.2). A failing computation is reported in ``error``, not raised.
     """
     est = None if estimator is None else get_estimator(estimator)
-    ds = Dataset(inputs)
+    ds = Dataset(inputs, columns=settings.get("columns"))
     if not 0 <= row < ds.num_rows:
         across = f" across its {len(ds.paths)} files" if len(ds.paths) > 1 else ""
         raise ConfigError(f"--row {row}: the dataset has {ds.num_rows} rows{across} (0-based)")
@@ -292,8 +292,9 @@ def row_view(inputs: Sequence[PathLike] | PathLike, row: int, *, estimator: Opti
     basis = reward if reward is not None else score
     if (estimator is None or estimator in with_check("credit_reset_at_mask")) and basis is not None \
             and _credit_cut(m, basis):
-        notes.append("credit_reset_at_mask: a reward sits at or after a response_mask 0 position that follows an actor "
-                     "token; reinforce_plus_plus in reset mode (the default) cuts it off from the earlier tokens")
+        notes.append("credit_reset_at_mask: a reward sits on an actor token after a response_mask 0 position that "
+                     "follows an actor token; reinforce_plus_plus passes it back to the earlier tokens (carry, the "
+                     "default, as verl 0.9.1), --rpp-mask-mode reset cuts it off there")
     if not any(m):
         notes.append("row_without_actor_tokens: no position has response_mask 1, so no token gets an advantage")
     tools = table["tool_rewards"][0].as_py() if "tool_rewards" in table.column_names else None
@@ -314,12 +315,13 @@ def row_view(inputs: Sequence[PathLike] | PathLike, row: int, *, estimator: Opti
 
 
 def _credit_cut(m: list[int], reward: list[float]) -> bool:
-    """One row: a non-zero reward at or after a mask-0 position that has an actor token before it."""
+    """One row: a non-zero reward on an actor token after a mask-0 position that has an actor token before it
+    (what the two reinforce_plus_plus mask modes credit differently)."""
     seen_actor = cut = False
     for mt, r in zip(m, reward):
         cut = cut or (seen_actor and not mt)
         seen_actor = seen_actor or bool(mt)
-        if cut and r != 0:
+        if cut and mt and r != 0:
             return True
     return False
 
@@ -418,7 +420,7 @@ def group_view(inputs: Sequence[PathLike] | PathLike, uid: str, *, estimator: st
     singleton) is reported in ``error``, not raised.
     """
     est = get_estimator(estimator)
-    ds = Dataset(inputs)
+    ds = Dataset(inputs, columns=settings.get("columns"))
     table, index = group_rows(ds, uid)
     for i in range(table.num_rows):
         path, file_row = ds.locate(int(index[i]))

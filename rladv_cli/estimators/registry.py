@@ -7,6 +7,7 @@ The pipeline reads the declarations and never asks a name; estimator names appea
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -18,6 +19,7 @@ REFERENCE_NAMES = (
     "gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "rloo", "opo", "grpo_passk",
     "gpg", "rloo_vectorized", "grpo_vectorized", "optimal_token_baseline", "tir_optimal_token_baseline", "gdpo",
 )
+REFERENCE_DEFAULT = "gae"  # verl 0.9.1's AlgoConfig.adv_estimator: what a trainer config without one runs
 # the settings of one estimator or another (gamma: discount, lam: GAE, the rest: std scaling and REINFORCE++)
 ESTIMATOR_SETTINGS = ("gamma", "lam", "norm_adv_by_std", "epsilon", "rpp_mask_mode")
 # what an estimator may ask for in ``needs`` (the fields of ``inputs.Inputs``)
@@ -28,6 +30,14 @@ GROUP_STATISTICS = ("mean", "std", "seq_sum", "seq_std", "length_weighted_mean",
                     "longest_row", "second_longest", "nonempty_size")
 
 
+# what an estimator reads a column for, in its error message when the column is missing
+COLUMN_ROLES = {
+    "values": "the critic's values", "reward_baselines": "the greedy rollout's reward per row",
+    "old_log_probs": "the old policy's log-probs", "sum_pi_squared": "Σ_v π(v)² at each position",
+    "uid": "a group id per row (the prompt's id)",
+}
+
+
 @dataclass(frozen=True)
 class Params:
     """The settings an estimator reads (``Config``'s fields of the same names; docs/contract.md §2)."""
@@ -36,7 +46,7 @@ class Params:
     lam: float = 1.0
     norm_adv_by_std: bool = True
     epsilon: float = 1e-6
-    rpp_mask_mode: str = "reset"
+    rpp_mask_mode: str = "carry"
     reward_weights: Optional[tuple[float, ...]] = None
 
 
@@ -46,6 +56,7 @@ class Estimator:
 
     impl:      ``module:function`` in this package, the estimator itself
     columns:   input columns it reads beyond ``response_mask`` and the score (e.g. ``values``)
+    family:    what kind of baseline it is, in a few words (``rladv estimators``' table)
     needs:     the ``Inputs`` it reads (``INPUTS``); ``groups`` among them means a ``uid`` column and batch-wide
                group statistics of the row totals ``R_i``, of which it reads ``group_statistics``
     whiten:    its raw advantages are whitened over every valid token of the batch (``masked_whiten``)
@@ -72,6 +83,7 @@ class Estimator:
     impl: str
     columns: tuple[str, ...]
     needs: tuple[str, ...]
+    family: str
     whiten: bool
     baseline: str
     observation_credit: str
@@ -106,6 +118,11 @@ class Estimator:
         return (*self.columns, *(("uid",) if self.groups else ()))
 
     @property
+    def reads(self) -> dict[str, str]:
+        """Each of ``input_columns`` with why it needs it (``gae needs the critic's values``)."""
+        return {name: f"{self.name} needs {COLUMN_ROLES.get(name, name)}" for name in self.input_columns}
+
+    @property
     def fn(self) -> Callable:
         return _load(self.impl)
 
@@ -126,6 +143,7 @@ class Estimator:
         """What ``rladv estimators`` prints for it."""
         return {
             "name": self.name,
+            "family": self.family,
             "needs": ["response_mask", "rm_scores|score", *self.input_columns],
             "critic": "values" in self.columns,
             "groups": self.groups,
@@ -159,7 +177,7 @@ ESTIMATORS: dict[str, Estimator] = {
     e.name: e
     for e in (
         Estimator(
-            "gae", "gae:gae", ("values",), needs=(), whiten=True, settings=("gamma", "lam"),
+            "gae", "gae:gae", ("values",), family="critic", needs=(), whiten=True, settings=("gamma", "lam"),
             baseline="critic values V_t",
             observation_credit="skipped: state carried across mask-0 spans (bootstraps from the next actor token)",
             singleton=None,
@@ -167,7 +185,7 @@ ESTIMATORS: dict[str, Estimator] = {
             explain="gae:explain",
         ),
         _group(
-            "grpo", "grpo:grpo", needs=(*_OUTCOME, "session_total", "session_active"), group_statistics=("mean", "std"),
+            "grpo", "grpo:grpo", family="group", needs=(*_OUTCOME, "session_total", "session_active"), group_statistics=("mean", "std"),
             settings=("norm_adv_by_std", "epsilon"),
             baseline="group mean (divided by group std unless --no-norm-adv-by-std)",
             singleton="advantage R/(1+eps): the raw score, not 0",
@@ -175,43 +193,43 @@ ESTIMATORS: dict[str, Estimator] = {
             folds_sessions=True,
         ),
         _group(
-            "grpo_vectorized", "grpo:grpo_vectorized", group_statistics=("seq_sum", "seq_std"), int_uids=True,
+            "grpo_vectorized", "grpo:grpo_vectorized", family="group", group_statistics=("seq_sum", "seq_std"), int_uids=True,
             settings=("epsilon",),
             baseline="group mean / group std (always; verl ignores the std flag here)",
             singleton="advantage R/(1+eps): the raw score, not 0",
             summary="grpo through verl's group_mean_std; always divides by std",
         ),
         _group(
-            "rloo", "rloo:rloo", group_statistics=("mean",),
+            "rloo", "rloo:rloo", family="leave-one-out", group_statistics=("mean",),
             baseline="mean of the other rows of the group (leave-one-out)",
             singleton="advantage R: the raw score is kept",
             summary="R_i - mean of the other n-1 rows",
         ),
         _group(
-            "rloo_vectorized", "rloo:rloo_vectorized", group_statistics=("seq_sum",),
+            "rloo_vectorized", "rloo:rloo_vectorized", family="leave-one-out", group_statistics=("seq_sum",),
             baseline="mean of the other rows of the group (leave-one-out)",
             singleton="advantage 0",
             summary="(c R_i - S_g) / (c - 1); singletons get 0",
         ),
         Estimator(
-            "reinforce_plus_plus", "reinforce:reinforce_plus_plus", (), needs=(), whiten=True,
+            "reinforce_plus_plus", "reinforce:reinforce_plus_plus", (), family="reward-to-go", needs=(), whiten=True,
             settings=("gamma", "rpp_mask_mode"),
             baseline="none (batch whitening)",
-            observation_credit="--rpp-mask-mode reset (default): return resets at mask-0 positions; carry: passes through",
+            observation_credit="--rpp-mask-mode carry (default, verl 0.9.1): the return passes through mask-0 positions; reset: restarts at 0 there",
             singleton=None,
             summary="discounted reward-to-go over actor tokens, whitened over the batch",
             explain="reinforce:explain",
             row_checks=(("credit_reset_at_mask", "reinforce:credit_cut_rows"),),
         ),
         _group(
-            "reinforce_plus_plus_baseline", "reinforce:reinforce_plus_plus_baseline", group_statistics=("mean",),
+            "reinforce_plus_plus_baseline", "reinforce:reinforce_plus_plus_baseline", family="group+whiten", group_statistics=("mean",),
             whiten=True, baseline="group mean, then batch whitening",
             singleton="baseline 0: the raw score enters whitening",
             summary="(R_i - mean_g) broadcast to actor tokens, whitened over the batch",
             returns_are_advantages=True,
         ),
         Estimator(
-            "remax", "remax:remax", ("reward_baselines",), needs=(), whiten=False,
+            "remax", "remax:remax", ("reward_baselines",), family="greedy", needs=(), whiten=False,
             baseline="reward_baselines: the greedy rollout's reward for the same prompt",
             observation_credit="masked rewards dropped; undiscounted reward-to-go over actor tokens",
             singleton=None,
@@ -219,20 +237,20 @@ ESTIMATORS: dict[str, Estimator] = {
             explain="remax:explain",
         ),
         _group(
-            "opo", "opo:opo", group_statistics=("length_weighted_mean",),
+            "opo", "opo:opo", family="group", group_statistics=("length_weighted_mean",),
             baseline="length-weighted group mean of R (weights: valid tokens per row)",
             singleton="baseline 0: advantage R",
             summary="R_i - sum(n_j R_j) / sum(n_j) per group",
         ),
         _group(
-            "gpg", "gpg:gpg", needs=(*_OUTCOME, "batch_rows", "batch_nonzero_rows"), group_statistics=("mean",),
+            "gpg", "gpg:gpg", family="scaled group", needs=(*_OUTCOME, "batch_rows", "batch_nonzero_rows"), group_statistics=("mean",),
             baseline="group mean, scaled by alpha = rows / rows with non-zero reward (batch-wide)",
             singleton="baseline 0: advantage alpha*R",
             summary="alpha (R_i - mean_g); alpha depends on the whole batch",
             batch_wide=True,
         ),
         _group(
-            "grpo_passk", "passk:grpo_passk", needs=("group_index", "groups"),
+            "grpo_passk", "passk:grpo_passk", family="best of group", needs=("group_index", "groups"),
             group_statistics=("top_gap", "top_row", "std"), settings=("norm_adv_by_std", "epsilon"),
             baseline="second-best total of the group; only the best row gets a non-zero advantage",
             singleton="error: verl requires 2+ rows per group",
@@ -240,7 +258,7 @@ ESTIMATORS: dict[str, Estimator] = {
             min_group_size=2,
         ),
         Estimator(
-            "optimal_token_baseline", "otb:optimal_token_baseline", ("old_log_probs", "sum_pi_squared"),
+            "optimal_token_baseline", "otb:optimal_token_baseline", ("old_log_probs", "sum_pi_squared"), family="token baseline",
             needs=("group_index", "groups", "position_sums"), group_statistics=("longest_row", "second_longest"),
             whiten=False,
             baseline="per-position group baseline sum(G W) / sum(W), W = cumulative path-variance proxy",
@@ -252,7 +270,7 @@ ESTIMATORS: dict[str, Estimator] = {
             row_checks=(("negative_token_weight", "otb:negative_weight_rows"),),
         ),
         Estimator(
-            "tir_optimal_token_baseline", "otb:tir_optimal_token_baseline", ("old_log_probs", "sum_pi_squared"),
+            "tir_optimal_token_baseline", "otb:tir_optimal_token_baseline", ("old_log_probs", "sum_pi_squared"), family="token baseline",
             needs=("group_index", "groups", "position_sums"),
             group_statistics=("longest_row", "second_longest", "nonempty_size"), whiten=False,
             baseline="per-position group baseline over each row's actor tokens only (positions compacted)",
@@ -264,7 +282,7 @@ ESTIMATORS: dict[str, Estimator] = {
             row_checks=(("negative_token_weight", "otb:negative_weight_rows"),),
         ),
         _group(
-            "gdpo", "gdpo:gdpo", needs=(*_OUTCOME, "components", "component_groups"), group_statistics=("mean", "std"),
+            "gdpo", "gdpo:gdpo", family="components", needs=(*_OUTCOME, "components", "component_groups"), group_statistics=("mean", "std"),
             whiten=True, settings=("epsilon",), components=True,
             baseline="per-component group mean / std, weighted sum, then batch whitening",
             observation_credit="components are per-row scalars; advantage broadcast to actor tokens",
@@ -282,11 +300,19 @@ DEFAULT_GROUP_ESTIMATOR = "grpo"
 
 
 def get_estimator(name: str) -> Estimator:
-    """The registered estimator ``name``; ``ConfigError`` when unknown: ``--estimator: unknown estimator 'x';
-    choose one of gae, grpo, ...``."""
+    """The registered estimator ``name``; ``ConfigError`` when unknown: ``--estimator: unknown estimator 'GRPO';
+    did you mean grpo?``."""
     if name not in ESTIMATORS:
-        raise ConfigError(f"--estimator: unknown estimator '{name}'; choose one of {', '.join(ESTIMATORS)}")
+        raise ConfigError(f"--estimator: {unknown_estimator(name)}")
     return ESTIMATORS[name]
+
+
+def unknown_estimator(name: str) -> str:
+    """Why ``name`` is not an estimator, with the one it most likely means (the same letters in another case, else
+    the closest spelling), or the list of names."""
+    same_letters = {n.lower(): n for n in ESTIMATORS}.get(str(name).lower())
+    close = same_letters or next(iter(difflib.get_close_matches(str(name), list(ESTIMATORS), n=1)), None)
+    return f"unknown estimator '{name}'; " + (f"did you mean {close}?" if close else f"choose one of {', '.join(ESTIMATORS)}")
 
 
 def names_where(test: Callable[[Estimator], bool]) -> list[str]:

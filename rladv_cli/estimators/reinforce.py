@@ -15,10 +15,10 @@ def reinforce_plus_plus(batch: Batch, inputs: Inputs, params: Params) -> tuple[T
     """Discounted reward-to-go ``G (N,)`` over actor tokens; the pipeline whitens it over the batch
     (docs/semantics.md §7.7).
 
-    ``m_t = 1``: ``G_t = r_t + γ·run``. At ``m_t = 0`` the running return
-    ``reset`` (default; the chapter, docs/semantics.md §13, and verl's earlier trainer): restarts at 0, so tokens left of an
-    observation or rejected token never see rewards right of it; ``carry`` (verl 0.9.1): passes through
-    unchanged, the position's own reward dropped. returns = G, 0 off-mask.
+    ``m_t = 1``: ``G_t = r_t + γ·run``. At ``m_t = 0`` the running return, in ``carry`` mode (the default,
+    verl 0.9.1): passes through unchanged, the position's own reward dropped; in ``reset`` mode (verl before
+    0.9, and the chapter: docs/semantics.md §13) restarts at 0, so tokens left of an observation or rejected
+    token never see rewards right of it. returns = G, 0 off-mask.
     """
     m = batch.response_mask
     keep = params.gamma * m if params.rpp_mask_mode == "reset" else params.gamma * m + (1 - m)
@@ -28,29 +28,25 @@ def reinforce_plus_plus(batch: Batch, inputs: Inputs, params: Params) -> tuple[T
 
 
 def credit_cut_rows(batch: Batch, inputs: Inputs, params: Params) -> Tensor:
-    """Rows ``(B,) bool`` where ``reset`` mode cut a non-zero running return off from an earlier actor token:
-    some ``m_t = 0`` position has ``r_t + γ·run_{t+1} ≠ 0`` (``run_{t+1} = 0`` past the row's end) and an
-    ``m = 1`` token before it in its row.
+    """Rows ``(B,) bool`` whose returns the mask mode decides: at some mask-0 position ``t`` with an actor token
+    before it in its row, ``carry`` passes ``γ·h_t ≠ 0`` back to the earlier tokens (``h`` the carry scan) and
+    ``reset`` cuts it off. Exactly the rows whose returns differ between the two modes (a reward sitting on a
+    mask-0 position itself is dropped by both).
 
     Only the ``m = 0`` positions are looked at: of the ``k``-th one, at ``t`` in row ``i``, the tokens before it
     in the row are ``t − start_i`` and the ``m = 0`` ones among them ``k − first_i``, ``first_i`` the index of
     the row's first ``m = 0`` position."""
     m = batch.response_mask
     cut = torch.zeros(batch.num_rows, dtype=torch.bool, device=m.device)
-    if params.rpp_mask_mode != "reset":
-        return cut
     at = torch.nonzero(m == 0).flatten()
     if at.numel() == 0:
         return cut
-    r, offsets = batch.token_level_rewards, batch.row_offsets
-    run = reverse_linear_scan(params.gamma * m, r * m, offsets)
+    offsets = batch.row_offsets
     row = torch.searchsorted(offsets, at, right=True) - 1
-    after = at + 1
-    run_after = torch.where(after < offsets[row + 1], run[after.clamp_max(m.numel() - 1)], torch.zeros_like(run[at]))
-    carried = r[at] + params.gamma * run_after
+    carried = params.gamma * reverse_linear_scan(params.gamma * m + (1 - m), batch.token_level_rewards * m, offsets)
     first = torch.searchsorted(at, offsets[:-1])
     kept_before = (at - offsets[row]) > (torch.arange(at.numel(), device=m.device) - first[row])
-    cut[row[(carried != 0) & kept_before]] = True
+    cut[row[(carried[at] != 0) & kept_before]] = True
     return cut
 
 
@@ -62,7 +58,8 @@ def reinforce_plus_plus_baseline(batch: Batch, inputs: Inputs, params: Params) -
 
 
 def explain(est: Estimator, row: Row, params: Params, whitening: dict) -> Derivation:
-    """The reward-to-go recursion for one row (float64 for reading), marking where ``reset`` cuts credit."""
+    """The reward-to-go recursion for one row (float64 for reading), marking each mask-0 position: where
+    ``reset`` cuts credit, or where ``carry`` passes it through."""
     m, r, adv = row["response_mask"], row["token_level_rewards"], row["advantages"]
     reset = params.rpp_mask_mode == "reset"
     running, table = 0.0, [None] * m.size
@@ -75,7 +72,7 @@ def explain(est: Estimator, row: Row, params: Params, whitening: dict) -> Deriva
             mark = (f"reset: credit {carried:.4g} cut" if carried else "reset") if reset else "carry"
             running = 0.0 if reset else running
             table[t] = [t, 0, r[t], None, mark, adv[t]]
-    rule = "reset to 0 (chapter)" if reset else "carried through unchanged (verl 0.9.1)"
+    rule = "reset to 0 (verl before 0.9, the chapter)" if reset else "carried through unchanged (verl 0.9.1)"
     return Derivation(
         formula=["G_t = r_t + gamma * G_(t+1) on actor tokens",
                  f"at mask-0 positions the running return is {rule}",

@@ -11,7 +11,7 @@ import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -42,6 +42,46 @@ class Chunk:
     checked: bool = False  # every contract column in it passed the row checks already (``ReadOnce``)
 
 
+# the columns rladv writes: a mapping may name them for the output alone
+WRITTEN = ("token_level_rewards", "response_mask", "loss_mask", "advantages", "returns", "rollout_is_weights")
+
+
+@dataclass(frozen=True)
+class ColumnNames:
+    """The user's names of contract columns (``--column uid=prompt_id``): ``pairs`` of (contract name, the
+    column's name in the files). Read under the contract's names, written back under the user's."""
+
+    pairs: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, mapping: "Mapping[str, str] | None") -> "ColumnNames":
+        return cls(tuple(sorted((mapping or {}).items())))
+
+    def in_file(self, name: str) -> str:
+        """The files' name of contract column ``name``."""
+        return dict(self.pairs).get(name, name)
+
+    def written(self, names: Sequence[str]) -> list[str]:
+        """The names ``names`` (the contract's) are written under."""
+        return [self.in_file(n) for n in names]
+
+    def read(self, table: pa.Table) -> pa.Table:
+        """``table`` as read from a file, its mapped columns under the contract's names."""
+        if not self.pairs:
+            return table
+        contract = {file: name for name, file in self.pairs}
+        return table.rename_columns([contract.get(n, n) for n in table.column_names])
+
+    def check(self, path: str, names: Sequence[str]) -> None:
+        """Every mapped column is in the file (``names``), but those rladv writes (``advantages=adv``), and no
+        contract name is one of its other columns."""
+        for name, file in self.pairs:
+            if name != file and file not in names and name not in WRITTEN:
+                raise InputError(path, f"--column {name}={file}: the file has no column {file}")
+            if name != file and name in names:
+                raise InputError(path, f"--column {name}={file}: the file has a column {name} too; map one of them")
+
+
 @dataclass(frozen=True)
 class Shard:
     """File ``index`` of a dataset: its rows are the dataset's rows ``[first_row, first_row + num_rows)``.
@@ -51,21 +91,40 @@ class Shard:
     path: str
     first_row: int
     num_rows: int
+    names: ColumnNames = ColumnNames()
 
     def chunks(self, columns: Sequence[str] | None, chunk_rows: int,
                file: pq.ParquetFile | None = None) -> Iterator[Chunk]:
-        """Yield chunks of at most ``chunk_rows`` rows holding only ``columns`` (all when None)."""
+        """Yield chunks of at most ``chunk_rows`` rows holding only ``columns`` (all when None; the contract's
+        names)."""
         f = file if file is not None else open_parquet(self.path)
+        wanted = [self.names.in_file(c) for c in columns] if columns is not None else None
         start = 0
         try:
-            for rb in f.iter_batches(batch_size=chunk_rows, columns=list(columns) if columns is not None else None):
-                yield Chunk(self.index, self.path, start, self.first_row + start, pa.Table.from_batches([rb]))
+            for rb in f.iter_batches(batch_size=chunk_rows, columns=wanted):
+                table = self.names.read(as_lists(pa.Table.from_batches([rb])))
+                yield Chunk(self.index, self.path, start, self.first_row + start, table)
                 start += rb.num_rows
         except (pa.ArrowException, OSError) as err:
             raise InputError(self.path, f"cannot be read past row {start} ({str(err).splitlines()[0]})") from None
         if start != self.num_rows:
             raise InputError(self.path, f"holds {start} readable rows but its footer says {self.num_rows}; "
                                         "the file is truncated or corrupt")
+
+
+def list_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every ``fixed_size_list`` column (a padded ``[B, T]`` tensor saved with pyarrow) as the list
+    of its rows that rladv reads; its rows keep their ``T`` positions (padding marked by ``attention_mask``)."""
+    if not any(pa.types.is_fixed_size_list(f.type) for f in schema):
+        return schema
+    return pa.schema([f.with_type(pa.list_(f.type.value_field)) if pa.types.is_fixed_size_list(f.type) else f
+                      for f in schema], metadata=schema.metadata)
+
+
+def as_lists(table: pa.Table) -> pa.Table:
+    """``table`` with its ``fixed_size_list`` columns cast to lists (``list_schema``): the same values."""
+    schema = list_schema(table.schema)
+    return table if schema is table.schema else table.cast(schema)
 
 
 def open_parquet(path: str) -> pq.ParquetFile:
@@ -115,9 +174,11 @@ class RowSource:
 
 class Dataset(RowSource):
     """One Parquet file, several files, folders of ``*.parquet`` or glob patterns (each sorted), read as one
-    sequence of rows. ``inputs`` is one path or pattern, or a sequence of them (kept as given in ``inputs``)."""
+    sequence of rows. ``inputs`` is one path or pattern, or a sequence of them (kept as given in ``inputs``);
+    ``columns`` maps contract names to the files' names of those columns (``ColumnNames``)."""
 
-    def __init__(self, inputs: str | os.PathLike | Sequence[str | os.PathLike]):
+    def __init__(self, inputs: str | os.PathLike | Sequence[str | os.PathLike],
+                 columns: "Mapping[str, str] | None" = None):
         inputs = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
         self.inputs = inputs
         if not inputs:
@@ -150,17 +211,21 @@ class Dataset(RowSource):
             seen.add(p.resolve())
         self.paths = [str(p) for p in files]
         self._files = [open_parquet(p) for p in self.paths]
-        self.schema = self._files[0].schema_arrow
+        self.schema = list_schema(self._files[0].schema_arrow)
         for path, f in zip(self.paths[1:], self._files[1:]):
-            self._check_same_schema(path, f.schema_arrow)
+            self._check_same_schema(path, list_schema(f.schema_arrow))
+        self.names = ColumnNames.of(columns)
+        self.names.check(self.paths[0], self.schema.names)
         # the files agree on types; a column that may hold nulls in any of them may in the dataset
         nullable = {field.name for f in self._files for field in f.schema_arrow if field.nullable}
         self.schema = pa.schema([field.with_nullable(True) if field.name in nullable else field for field in self.schema],
                                 metadata=self.schema.metadata)
+        self.schema = self.names.read(self.schema.empty_table()).schema
         self.file_rows = [f.metadata.num_rows for f in self._files]
         self.num_rows = sum(self.file_rows)
         starts = [0, *itertools.accumulate(self.file_rows)]
-        self.shards = [Shard(i, p, s, n) for i, (p, s, n) in enumerate(zip(self.paths, starts, self.file_rows))]
+        self.shards = [Shard(i, p, s, n, self.names) for i, (p, s, n) in
+                       enumerate(zip(self.paths, starts, self.file_rows))]
         self._once: ReadOnce | None = None
 
     def _check_same_schema(self, path: str, schema: pa.Schema) -> None:
@@ -372,7 +437,11 @@ class TableSource(RowSource):
     a dataset's files taken out of them (``Origin``), so that every message and report names each row's file
     and its row there. Chunks never span two files, nor a gap between rows of one file."""
 
-    def __init__(self, table: pa.Table, name: str = "<table>", origin: "Origin | None" = None):
+    def __init__(self, table: pa.Table, name: str = "<table>", origin: "Origin | None" = None,
+                 columns: "Mapping[str, str] | None" = None):
+        self.names = ColumnNames.of(columns)
+        self.names.check(name, table.column_names)
+        table = self.names.read(as_lists(table))
         self.table, self.origin = table, origin
         self.schema = table.schema
         self.num_rows = table.num_rows

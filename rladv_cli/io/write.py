@@ -157,10 +157,12 @@ class AtomicParquetWriter:
     row group; ``append_columns`` puts the pages of both together, the same bytes again.
     """
 
-    def __init__(self, path: str, schema: pa.Schema, carried: Sequence[str] = ()):
+    def __init__(self, path: str, schema: pa.Schema, carried: Sequence[str] = (), written: Sequence[str] = ()):
         self.path = path
         self.schema = schema
-        self._options = writer_options(schema)
+        # the names the file holds the columns under (the user's, ``--column``), in the schema's order
+        self._file_names = list(written) or list(schema.names)
+        self._options = writer_options(self._renamed(schema.empty_table()).schema)
         self._finished = False
         self._encoders = ThreadPoolExecutor(ENCODERS, thread_name_prefix="rladv-encode")
         self._early = ThreadPoolExecutor(ENCODERS, thread_name_prefix="rladv-carry", initializer=_lowest_priority)
@@ -239,19 +241,27 @@ class AtomicParquetWriter:
             if carried is None:
                 self._joiner.append(part)
             else:
-                self._joiner.append_columns(parts, self.schema.names)
+                self._joiner.append_columns(parts, self._file_names)
         except BaseException:
             self._failed = True
             raise
         finally:
             next_turn.set()
 
+    def _renamed(self, rows: pa.Table) -> pa.Table:
+        """``rows`` (any of the schema's columns) under the names the file holds them."""
+        if self._file_names == self.schema.names:
+            return rows
+        name = dict(zip(self.schema.names, self._file_names))
+        return rows.rename_columns([name[n] for n in rows.column_names])
+
     def _encode(self, rows: pa.Table | None) -> pa.Buffer:
-        """One row group (none for ``None``) as a whole Parquet file in memory."""
+        """One row group (none for ``None``) as a whole Parquet file in memory, under the written names."""
+        table = self._renamed(self.schema.empty_table() if rows is None else rows)
         sink = pa.BufferOutputStream()
-        with pq.ParquetWriter(sink, self.schema if rows is None else rows.schema, **self._options) as writer:
+        with pq.ParquetWriter(sink, table.schema, **self._options) as writer:
             if rows is not None:
-                writer.write_table(rows.combine_chunks(), row_group_size=rows.num_rows)
+                writer.write_table(table.combine_chunks(), row_group_size=table.num_rows)
         return sink.getvalue()
 
     def finish(self) -> None:

@@ -61,7 +61,7 @@ class Pipeline:
         is_cfg = (parse_rollout_is(cfg.rollout_is, cfg.rollout_is_threshold, cfg.rollout_is_batch_normalize)
                   if cfg.rollout_is else None)
         self.required = validation.required_columns(
-            source.columns, est.input_columns, kl=cfg.use_kl, rollout_correction=bool(rules or is_cfg),
+            source.columns, est.reads, kl=cfg.use_kl, rollout_correction=bool(rules or is_cfg),
             batch_key=cfg.batch_key, reward_components=cfg.reward_components or (),
             tool_rewards=cfg.tool_reward_coef is not None,
         )

@@ -74,7 +74,7 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
     if address is not None and not ray.is_initialized():
         _check_address(address)
     config = config.model_copy(update={"device": "cpu"})
-    dataset = Dataset(inputs)
+    dataset = Dataset(inputs, columns=config.columns)
     pipeline = Pipeline(dataset, config, progress)
     out_dir = Path(output_dir) if output_dir is not None else default_output_dir(dataset.inputs, dataset)
     created = not out_dir.exists() and not out_dir.is_symlink()
@@ -355,7 +355,8 @@ def _run_task(row: dict, work, known, stage: str, staging: str) -> dict:
     torch.set_num_threads(work.plan.cfg.threads)
     try:
         if stage == "write":
-            with AtomicParquetWriter(os.path.join(staging, row["name"]), work.plan.schema) as sink:
+            written = shard.names.written(work.plan.schema.names)  # the files' own names (--column)
+            with AtomicParquetWriter(os.path.join(staging, row["name"]), work.plan.schema, written=written) as sink:
                 result = work.run(stage, shard, given, known, sink.write)
                 sink.commit()
         else:

@@ -130,9 +130,12 @@ def _row_warnings(run: Finished, warn: WarningBuilder) -> None:
     warn.add_rows("row_without_actor_tokens", "{n} row(s) have no position with response_mask 1: they get no advantage",
                   rows["actor"] == 0)
     if "credit_reset_at_mask" in rows:
-        warn.add_rows("credit_reset_at_mask",
-                      "{n} row(s): reinforce_plus_plus in reset mode cut a reward off from earlier tokens at a mask-0 "
-                      "position (--rpp-mask-mode carry passes it through, as verl 0.9.1 does)", rows["credit_reset_at_mask"])
+        text = ("{n} row(s): reinforce_plus_plus in reset mode cut a reward off from earlier tokens at a mask-0 "
+                "position (--rpp-mask-mode carry passes it through, as verl 0.9.1 does)"
+                if run.plan.cfg.rpp_mask_mode == "reset" else
+                "{n} row(s) pass a return across a mask-0 position to earlier tokens, as verl 0.9.1 does (--rpp-mask-mode "
+                "carry, the default); --rpp-mask-mode reset (verl before 0.9, the chapter) would cut it off there")
+        warn.add_rows("credit_reset_at_mask", text, rows["credit_reset_at_mask"])
     if "negative_token_weight" in rows:
         warn.add_rows("negative_token_weight",
                       "{n} row(s) have an actor token whose optimal-baseline weight w = 1 - 2π + sum_pi_squared is "

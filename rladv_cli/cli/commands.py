@@ -1,0 +1,469 @@
+"""The commands: each parses its options, calls the library, prints, and turns an ``RladvError`` into one
+``Error: ...`` line and exit code 2."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import textwrap
+from pathlib import Path
+from typing import Annotated, Callable, Optional
+
+import typer
+
+from .. import __version__
+from ..errors import RladvError, one_line, shown
+from ..estimators.registry import DEFAULT_GROUP_ESTIMATOR, ESTIMATORS, get_estimator
+from .help import HelpCommand, HelpGroup
+from .options import (RUN_PANEL, SETTINGS_OPTIONS, Columns, Datasets, Device, Engine, Estimator, VerlConfig, choices,
+                      path, takes_settings)
+from .progress import progress
+
+
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+
+
+class _OneLineErrors(HelpGroup):
+    """Usage errors (unknown option, bad choice, missing argument) as one ``Error: ...`` line, exit code 2."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.Abort:
+            typer.echo("Aborted.", err=True)
+            sys.exit(1)
+        except Exception as err:
+            # click's (or typer's vendored click's) ClickException: duck-typed to stay version-proof
+            if not (hasattr(err, "format_message") and hasattr(err, "exit_code")):
+                raise
+            if type(err).__name__ == "NoArgsIsHelpError":  # the help is the answer to no arguments
+                typer.echo(err.format_message().rstrip("\n"))
+                sys.exit(err.exit_code)
+            message = " ".join(err.format_message().replace("Value error, ", "").split())
+            if message:  # empty when the help text was the answer (no arguments given)
+                typer.echo(f"Error: {one_line(message)}", err=True)
+            sys.exit(err.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = typer.Typer(
+    cls=_OneLineErrors,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings=HELP_OPTIONS,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"rladv {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_version, help="Print rladv's version and exit.")] = False) -> None:
+    """rladv: recompute verl's per-token advantages offline from rollout Parquet files, and find out why a batch
+    does not teach the model.
+
+    Examples:
+      rladv compute sample_data/groups.parquet --estimator grpo --html r.html
+      rladv inspect sample_data/groups.parquet --estimator grpo
+      rladv explain sample_data/multiturn.parquet --row 3 --estimator gae
+    """
+
+
+def _fail(message: str) -> None:
+    """``Error: message`` on one line (control characters escaped), exit code 2."""
+    typer.echo(f"Error: {one_line(message)}", err=True)
+    raise typer.Exit(code=2)
+
+
+def _run(action: Callable[[], object]) -> object:
+    """Run a library call; an ``RladvError`` or an OS-level failure becomes one line and exit code 2."""
+    try:
+        return action()
+    except RladvError as err:
+        _fail(str(err))
+    except OSError as err:
+        where = f"{shown(err.filename)}: " if err.filename is not None else ""
+        _fail(f"{where}{err.strerror or err}")
+
+
+@app.command(cls=HelpCommand, context_settings=HELP_OPTIONS)
+@takes_settings
+def compute(
+    ctx: typer.Context,
+    dataset: Datasets,
+    estimator: Estimator = None,
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", parser=path, metavar="PATH", help="Output Parquet (default DATASET.adv.parquet); with --engine ray, the output folder (default DATASET.adv).")] = None,
+    report: Annotated[Optional[Path], typer.Option(parser=path, metavar="PATH", help="Also write the report as JSON here (- writes it to stdout, and the summary to stderr).")] = None,
+    html: Annotated[Optional[Path], typer.Option(parser=path, metavar="PATH", help="Also write a self-contained HTML report (plots inline) here.")] = None,
+    config: VerlConfig = None,
+    chunk_rows: Annotated[int, typer.Option(metavar="N", help="Rows held in memory at once (results do not depend on it).", rich_help_panel=RUN_PANEL)] = 512,
+    cache_mib: Annotated[int, typer.Option(metavar="MIB", help="Keep the decoded dataset in memory between passes when it fits this many MiB (0: re-read each pass).", rich_help_panel=RUN_PANEL)] = 512,
+    device: Annotated[Device, typer.Option(metavar=choices(Device), help="Torch device; auto = cuda when available.", rich_help_panel=RUN_PANEL)] = Device.auto,
+    threads: Annotated[int, typer.Option(metavar="N", help="Torch CPU threads (default 1: the kernels are memory-bound).", rich_help_panel=RUN_PANEL)] = 1,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.", rich_help_panel=RUN_PANEL)] = False,
+    strict_replay: Annotated[bool, typer.Option("--strict-replay", help="Exit 1 unless the input's own token_level_rewards/advantages/returns (a trainer dump) agree with this run's (the output is written either way).")] = False,
+    engine: Annotated[Engine, typer.Option(metavar=choices(Engine), help="local: this process, one output file; ray: a Ray cluster, one output file per input file.", rich_help_panel=RUN_PANEL)] = Engine.local,
+    ray_address: Annotated[Optional[str], typer.Option(envvar="RAY_ADDRESS", metavar="HOST:PORT", help="--engine ray: the cluster to join (default: a local one for the run).", rich_help_panel=RUN_PANEL)] = None,
+    ray_workers: Annotated[Optional[int], typer.Option(metavar="N", help="--engine ray: CPUs of the local cluster, and at most this many tasks at once (default: all CPUs).", rich_help_panel=RUN_PANEL)] = None,
+    **settings,
+) -> None:
+    """Compute advantages and returns, written beside every input column. The report says what shaped them:
+    singleton and all-equal groups, scores on tool observations, KL terms, rejected tokens, ...
+
+    Examples:
+      rladv compute rollouts.parquet --estimator grpo
+      rladv compute runs/ --config ppo_trainer.yaml --batch-key step -o out.parquet
+      rladv compute rollouts.parquet --estimator gae --lam 0.95 --html report.html
+      rladv compute rollouts.parquet --estimator grpo -q --report - > report.json
+    """
+    from rich.console import Console
+
+    from ..api import compute_file
+    from ..report.model import render
+
+    cfg, source = _resolve_config(ctx, config, engine)
+    to_stdout = report is not None and str(report) == "-"
+    err = Console(stderr=True)
+    paths, report_path = [str(p) for p in dataset], None if to_stdout else report
+    with progress(err, enabled=not quiet and err.is_terminal) as show:
+        if engine is Engine.ray:
+            from ..pipeline.ray_engine import compute_ray
+
+            result = _run(lambda: compute_ray(paths, cfg, output_dir=output, address=ray_address, workers=ray_workers,
+                                              progress=show, report_path=report_path, html_path=html,
+                                              config_source=source))
+        else:
+            result = _run(lambda: compute_file(paths, cfg, output=output, report_path=report_path, progress=show,
+                                               config_source=source, html_path=html))
+    for note in cfg.notes:  # after the run: an error stays the only line a failed run prints
+        err.print(f"Note: {one_line(note)}", markup=False, highlight=False, soft_wrap=True)
+    if not quiet:
+        if source and (source["ignored"] or source["notes"]):
+            for note in source["notes"]:
+                err.print(f"[dim]--config: {note}[/dim]")
+            if source["ignored"]:
+                err.print(f"[dim]--config: keys rladv does not use: {', '.join(source['ignored'])}[/dim]")
+        render(result, err if to_stdout else Console())
+    if to_stdout:
+        typer.echo(result.to_json(), nl=False)
+    if strict_replay and not (result.replay and result.replay["agree"]):
+        replay = result.replay
+        why = ("the input holds none of token_level_rewards, rollout_is_weights, advantages, returns to compare"
+               if replay is None or not replay["compared"] else f"the input's {replay['first_difference']} differ from "
+               f"this run's (the report's replay section says where)")
+        typer.echo(f"--strict-replay: {why}", err=True)
+        raise typer.Exit(code=1)
+
+
+def _resolve_config(ctx: typer.Context, config_path: Optional[Path], engine: Optional[Engine] = None):
+    """The run's ``Config`` from the command's flags over ``--config`` (a verl YAML), and what the file gave."""
+    from ..config.settings import Config
+
+    settings, source = _merge_verl_config(ctx, config_path)
+    if settings.get("estimator") is None:
+        _fail("--estimator is required: no --estimator and no --config was given (rladv estimators lists them)")
+    cfg = _run(lambda: Config(**settings))
+    _refuse_inert(ctx, cfg, engine)
+    return cfg, source
+
+
+def _merge_verl_config(ctx: typer.Context, config_path: Optional[Path]) -> tuple[dict, Optional[dict]]:
+    """The command's settings over ``--config`` (``config.resolve.merge_verl_config``): flags typed on the
+    command line win over the file, flags left at their defaults do not."""
+    from ..config.resolve import merge_verl_config, settings_from_flags
+
+    return _run(lambda: merge_verl_config(settings_from_flags(ctx.params), set(_typed_values(ctx)), config_path))
+
+
+def _refuse_inert(ctx: typer.Context, cfg, engine: Optional[Engine]) -> None:
+    """Stop (exit code 2) at the first option typed on the command line that has no effect
+    (``config.resolve.refused_inert``)."""
+    from ..config.resolve import refused_inert
+
+    message = refused_inert(cfg, _typed_values(ctx), engine is Engine.ray)
+    if message is not None:
+        _fail(message)
+
+
+def _typed(ctx: typer.Context, name: str) -> bool:
+    """Whether option ``name`` was given on the command line (not a default)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and getattr(source, "name", "") == "COMMANDLINE"
+
+
+def _typed_values(ctx: typer.Context) -> dict:
+    """The options given on the command line (not defaults), with their values."""
+    return {name: value for name, value in ctx.params.items() if _typed(ctx, name)}
+
+
+def _only_typed(ctx: typer.Context, allowed: tuple[str, ...], why: str) -> None:
+    """Stop with ``--flag: why`` when a setting of ``SETTINGS_OPTIONS`` (or --config) other than ``allowed``
+    was typed on the command line."""
+    for name in ("config", *(n for n, _, _ in SETTINGS_OPTIONS)):
+        if name not in allowed and _typed(ctx, name):
+            _fail(f"--{name.replace('_', '-')}: {why}")
+
+
+def _columns(given: Optional[list[str]]) -> Optional[dict]:
+    """``--column`` values as ``Config.columns``; a malformed one stops the command."""
+    from ..config.resolve import column_names
+
+    return _run(lambda: column_names(given))
+
+
+@app.command(cls=HelpCommand, context_settings=HELP_OPTIONS)
+def validate(
+    dataset: Datasets,
+    estimator: Annotated[Optional[str], typer.Option(metavar="NAME", help="Also check the columns this estimator needs (rladv estimators lists them).")] = None,
+    kl: Annotated[bool, typer.Option("--kl", help="Also check the columns KL shaping needs.")] = False,
+    column: Columns = None,
+) -> None:
+    """Check a dataset against the data contract. Nothing is computed (no torch).
+
+    Examples:
+      rladv validate rollouts.parquet --estimator gae
+      rladv validate rollouts/ --kl --column uid=prompt_id
+    """
+    from ..api import validate as run_validate
+
+    columns = _columns(column)
+    summary = _run(lambda: run_validate([str(p) for p in dataset], estimator, kl=kl, columns=columns))
+    if summary.ok:
+        typer.echo(f"ok: {summary.rows} rows, {summary.tokens} tokens in {len(summary.paths)} file(s)")
+        return
+    bad = sum(p.count for p in summary.problems)
+    typer.echo(f"Error: {bad} of {summary.rows} rows break the data contract ({len(summary.problems)} kind(s)):", err=True)
+    for p in summary.problems:
+        more = f"; first rows {', '.join(p.rows)}" if p.count > 1 else ""
+        where = f" in {p.column}" if p.column else ""
+        typer.echo(one_line(f"  {p.count} row(s) with {p.kind}{where}, e.g. {p.example}{more}"), err=True)
+    raise typer.Exit(code=2)
+
+
+@app.command(cls=HelpCommand, context_settings=HELP_OPTIONS)
+@takes_settings
+def inspect(
+    ctx: typer.Context,
+    dataset: Datasets,
+    estimator: Annotated[Optional[str], typer.Option(metavar="NAME", help="Judge the checks for this estimator; with --row/--uid, compute its advantages (rladv estimators lists them).")] = None,
+    row: Annotated[Optional[int], typer.Option(metavar="N", help="Show one trajectory token by token: N is 0-based across all the files given, in the order they are read (with one file, its row).")] = None,
+    uid: Annotated[Optional[str], typer.Option(metavar="UID", help="Show one group: totals, baseline, each member's advantage and why.")] = None,
+    expected_n: Annotated[Optional[int], typer.Option(metavar="N", help="Expected rows per group (verl's rollout.n).")] = None,
+    export: Annotated[Optional[Path], typer.Option(parser=path, metavar="DIR", help="With --uid: write a minimal reproducer (group.parquet + command.txt) into this folder.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (docs/contract.md §5 for the checklist).")] = False,
+    strict: Annotated[bool, typer.Option("--strict/--no-strict", help="Exit 1 when any check fails.")] = False,
+    chunk_rows: Annotated[int, typer.Option(metavar="N", help="Rows held in memory at once.")] = 8192,
+    html: Annotated[Optional[Path], typer.Option(parser=path, metavar="PATH", help="Also write the checklist and findings as a self-contained HTML page here.")] = None,
+    config: VerlConfig = None,
+    **settings,
+) -> None:
+    """Debug a dataset: layout, groups, scores, masks and a pass/warn/fail checklist. It needs no torch unless
+    --row or --uid asks for advantages: those compute with every setting of compute; the checklist takes only
+    --kl-coef, --kl-penalty and --column.
+
+    Examples:
+      rladv inspect rollouts.parquet --estimator grpo --expected-n 8
+      rladv inspect rollouts.parquet --uid prompt-7 --estimator grpo
+      rladv inspect rollouts.parquet --row 12 --estimator gae --lam 0.95
+    """
+    from rich.console import Console
+
+    from ..diagnose import checklist
+    from ..diagnose.findings import render_inspection
+
+    paths = [str(p) for p in dataset]
+    if chunk_rows < 1:
+        _fail(f"--chunk-rows must be at least 1, got {chunk_rows}")
+    if row is not None and uid is not None:
+        _fail("--row shows one trajectory and --uid one group; give one of them")
+    if export is not None and uid is None:
+        _fail("--export needs --uid")
+    merged, source = _merge_verl_config(ctx, config)
+    for note in (source or {}).get("notes", ()):
+        typer.echo(one_line(f"--config: {note}"), err=True)
+    name = merged.pop("estimator", None)
+    if name is not None:
+        _run(lambda: get_estimator(name))
+    console = Console()
+    if row is None and uid is None:
+        _only_typed(ctx, ("config", "kl_coef", "kl_penalty", "columns"), "the checklist takes only --kl-coef, "
+                    "--kl-penalty and --column of compute's settings; the others apply with --row or --uid")
+        kl_coef, kl_penalty = merged.get("kl_coef", 0.0), merged.get("kl_penalty", "kl")
+        if not math.isfinite(kl_coef):
+            _fail(f"--kl-coef must be a finite number, got {kl_coef}")
+        columns = merged.get("columns")
+        result = _run(lambda: checklist.inspect(paths, expected_n=expected_n, kl_coef=kl_coef, kl_penalty=kl_penalty,
+                                                estimator=name, chunk_rows=chunk_rows, html_path=html, columns=columns))
+        typer.echo(result.to_json(), nl=False) if as_json else render_inspection(result, console)
+        if strict and result.status == "fail":
+            raise typer.Exit(code=1)
+        return
+    if html is not None:
+        _fail("--html writes the dataset's checklist; it does not combine with --row or --uid")
+    from ..diagnose import views
+
+    if name is None and row is not None:
+        _only_typed(ctx, ("columns",), "without --estimator, --row shows the file's own columns; compute's settings "
+                    "need --estimator")
+        options = {"columns": merged["columns"]} if merged.get("columns") else {}
+    else:
+        from ..config.settings import RUN_ONLY, Config
+
+        name = name or DEFAULT_GROUP_ESTIMATOR
+        cfg = _run(lambda: Config(estimator=name, **merged))
+        _refuse_inert(ctx, cfg, None)
+        options = cfg.model_dump(exclude={"estimator", *RUN_ONLY})
+    if export is not None:
+        from ..diagnose.export import export_group
+
+        written = _run(lambda: export_group(paths, uid, export, estimator=name, **options))
+        typer.echo("\n".join(written))
+        return
+    if row is not None:
+        view = _run(lambda: views.row_view(paths, row, estimator=name, **options))
+        render = views.render_row
+    else:
+        view = _run(lambda: views.group_view(paths, uid, estimator=name, **options))
+        render = views.render_group
+    typer.echo(view.model_dump_json(indent=2)) if as_json else render(view, console)
+    if view.error:  # shown in the view; rladv compute would stop there too
+        raise typer.Exit(code=2)
+
+
+@app.command(cls=HelpCommand, context_settings=HELP_OPTIONS)
+@takes_settings
+def explain(
+    ctx: typer.Context,
+    dataset: Datasets,
+    row: Annotated[int, typer.Option(metavar="N", help="Row to explain (0-based across the files given; with one file, its row).")],
+    estimator: Estimator = None,
+    config: VerlConfig = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    **settings,
+) -> None:
+    """Show how one row's advantages are derived. With compute's settings: the recursion per token, or the
+    row's group with its baseline and scale.
+
+    Examples:
+      rladv explain rollouts.parquet --row 3 --estimator gae --lam 0.95
+      rladv explain rollouts.parquet --row 3 --config ppo_trainer.yaml --json
+    """
+    from rich.console import Console
+
+    from ..config.settings import RUN_ONLY
+    from ..diagnose.explain import explain as run_explain
+    from ..diagnose.explain import render_explanation
+
+    cfg, _ = _resolve_config(ctx, config)
+    options = cfg.model_dump(exclude={"estimator", *RUN_ONLY})
+    result = _run(lambda: run_explain([str(p) for p in dataset], row, cfg.estimator, **options))
+    typer.echo(result.model_dump_json(indent=2)) if as_json else render_explanation(result, Console())
+
+
+@app.command(cls=HelpCommand, context_settings=HELP_OPTIONS)
+def offpolicy(
+    dataset: Datasets,
+    rollout_rs: Annotated[list[str], typer.Option(metavar="OPTIONS", help="Rejection option(s) to sweep, verl's names (repeat the flag; token_k1,seq_max_k2 combines).")],
+    thresholds: Annotated[Optional[str], typer.Option(metavar="T1,T2,...", help="Thresholds to try for every option, comma-separated (e.g. 0.5_2.0,0.8_1.25,3.0).")] = None,
+    threshold: Annotated[Optional[list[str]], typer.Option(metavar="SPEC", help="One threshold in verl's full form (repeatable; may hold commas for combined options).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    chunk_rows: Annotated[int, typer.Option(metavar="N", help="Rows held in memory at once.")] = 1024,
+    column: Columns = None,
+) -> None:
+    """Sweep rollout rejection: the tokens, rows and groups each threshold would remove.
+
+    Examples:
+      rladv offpolicy r.parquet --rollout-rs token_k1 --thresholds 0.5_2.0,0.8_1.25
+      rladv offpolicy r.parquet --rollout-rs seq_max_k2 --thresholds 2.0,4.0 --json
+    """
+    from rich.console import Console
+
+    from ..diagnose.offpolicy import render, sweep
+
+    specs = [t.strip() for t in (thresholds or "").split(",") if t.strip()] + list(threshold or [])
+    if not specs:
+        _fail("give --thresholds T1,T2,... or --threshold SPEC")
+    if chunk_rows < 1:
+        _fail(f"--chunk-rows must be at least 1, got {chunk_rows}")
+    columns = _columns(column)
+    err = Console(stderr=True)
+    with progress(err, enabled=not as_json and err.is_terminal) as show:
+        result = _run(lambda: sweep([str(p) for p in dataset], rollout_rs, specs, chunk_rows=chunk_rows, progress=show,
+                                    columns=columns))
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+    else:
+        render(result, Console())
+
+
+@app.command(cls=HelpCommand, context_settings=HELP_OPTIONS)
+def convert(
+    saved: Annotated[Path, typer.Argument(parser=path, metavar="SAVED", help="A batch the trainer saved: verl's DataProto.save_to_disk pickle, or torch.save output (.pt).")],
+    out: Annotated[Optional[Path], typer.Option("-o", "--output", parser=path, metavar="PATH", help="Parquet file to write (default: SAVED with .parquet).")] = None,
+    step: Annotated[Optional[int], typer.Option(metavar="N", help="Add a step column with this value (for --batch-key step over a folder of dumps); default: the batch's meta_info global_steps, when it has one.")] = None,
+) -> None:
+    """Write a trainer's saved batch as a rollout dataset, for rladv compute to replay. A pickle is code: convert
+    only files you trust.
+
+    Examples:
+      rladv convert step_120.pkl -o step_120.parquet
+      rladv compute step_120.parquet --config ppo_trainer.yaml --strict-replay
+    """
+    from ..io.dump import dump_batch, load_saved
+    from ..io.write import check_output_path
+
+    target = out or saved.with_suffix(".parquet")
+    if out is None and target.resolve() == saved.resolve():
+        _fail(f"the default output {target} is the input itself; give -o OUT.parquet")
+    _run(lambda: check_output_path(str(target), [saved]))
+    batch = _run(lambda: load_saved(saved))
+    if step is None:  # verl's trainer keeps the step in the batch's meta_info
+        meta = getattr(batch, "meta_info", None) or {}
+        step = meta.get("global_steps") if isinstance(meta.get("global_steps"), int) else None
+    done = _run(lambda: dump_batch(batch, target, step=step, source=str(saved)))
+    typer.echo(f"{shown(done.path)}: {done.rows} rows, {done.tokens} tokens; columns {', '.join(done.columns)}"
+               + (f" (step {step})" if step is not None else ""))
+    for name, why in done.skipped.items():
+        typer.echo(one_line(f"  left out {name}: {why}"))
+
+
+@app.command(cls=HelpCommand, context_settings=HELP_OPTIONS)
+def estimators(
+    name: Annotated[Optional[str], typer.Argument(metavar="NAME", help="One estimator: everything about it.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """List the estimators. Their family and the columns each needs beyond response_mask and the score; with
+    NAME, everything about one.
+
+    Examples:
+      rladv estimators
+      rladv estimators gae
+      rladv estimators --json
+    """
+    chosen = [ESTIMATORS.values()] if name is None else [[_run(lambda: get_estimator(name))]]
+    rows = [e.describe() for e in chosen[0]]
+    if as_json:
+        typer.echo(json.dumps(rows if name is None else rows[0], indent=2))
+        return
+    if name is not None:
+        r = rows[0]
+        detail = [("family", r["family"]), ("summary", r["summary"]), ("baseline", r["baseline"]),
+                  ("singleton group", r["singleton"] or "-"), ("tool observations", r["observation_credit"]),
+                  ("needs", ", ".join(r["needs"])), ("settings it reads", ", ".join(r["settings"]) or "-"),
+                  ("whitened", "yes" if r["whitened"] else "no")]
+        for label, text in detail:
+            typer.echo(textwrap.fill(text, 80, initial_indent=f"{label + ':':19}", subsequent_indent=" " * 19))
+        return
+    width = max(len(n) for n in ESTIMATORS)
+    family = max(len(e.family) for e in ESTIMATORS.values())
+    typer.echo(f"{'estimator':{width}}  {'family':{family}}  needs")
+    for e in ESTIMATORS.values():
+        typer.echo(f"{e.name:{width}}  {e.family:{family}}  {', '.join(e.input_columns) or '-'}")
+    typer.echo("\nneeds: beyond response_mask and a score. rladv estimators NAME describes one.")
