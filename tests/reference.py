@@ -516,3 +516,28 @@ def gdpo(rewards, masks, uids, components=None, weights=None, epsilon=1e-6):
         total = term if total is None else [(x + y).astype(F32) for x, y in zip(total, term)]
     out = [(x * m).astype(F32) for x, m in zip(masked_whiten(total, masks), _rows(masks))]
     return out, [x.copy() for x in out]
+
+
+# each estimator's oracle by verl's name: (rewards, masks, rollout, settings) -> (advantages, returns), verl's raw
+# rows; ``rollout`` holds the other columns as attributes (``uids``, ``values``, ``reward_baselines``,
+# ``old_log_probs``, ``sum_pi_squared``: tests/strategies.py's ``Rollout``), ``settings`` the estimator's own
+# (``gamma``, ``lam``, ``norm_adv_by_std``, ``rpp_mask_mode``). Every registered estimator has one
+# (tests/estimators/test_registry.py).
+ORACLE = {
+    "gae": lambda r, m, ro, s: gae(r, ro.values, m, s["gamma"], s["lam"]),
+    "grpo": lambda r, m, ro, s: grpo(r, m, ro.uids, norm_adv_by_std=s["norm_adv_by_std"]),
+    "grpo_vectorized": lambda r, m, ro, s: grpo_vectorized(r, m, ro.uids),
+    "rloo": lambda r, m, ro, s: rloo(r, m, ro.uids),
+    "rloo_vectorized": lambda r, m, ro, s: rloo_vectorized(r, m, ro.uids),
+    "reinforce_plus_plus": lambda r, m, ro, s: reinforce_plus_plus(r, m, s["gamma"], s["rpp_mask_mode"]),
+    "reinforce_plus_plus_baseline": lambda r, m, ro, s: reinforce_plus_plus_baseline(r, m, ro.uids),
+    "grpo_passk": lambda r, m, ro, s: grpo_passk(r, m, ro.uids, norm_adv_by_std=s["norm_adv_by_std"]),
+    "remax": lambda r, m, ro, s: remax(r, m, ro.reward_baselines),
+    "opo": lambda r, m, ro, s: opo(r, m, ro.uids),
+    "gpg": lambda r, m, ro, s: gpg(r, m, ro.uids),
+    "optimal_token_baseline": lambda r, m, ro, s: optimal_token_baseline(r, m, ro.uids, ro.old_log_probs,
+                                                                         ro.sum_pi_squared),
+    "tir_optimal_token_baseline": lambda r, m, ro, s: tir_optimal_token_baseline(r, m, ro.uids, ro.old_log_probs,
+                                                                                 ro.sum_pi_squared),
+    "gdpo": lambda r, m, ro, s: gdpo(r, m, ro.uids),
+}

@@ -33,19 +33,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from conftest import SAMPLES, rladv_command, runner
 from rladv_cli.cli import app
 from rladv_cli.estimators.registry import ESTIMATORS
 
 SEED = 7
 ROWS, MEAN_LEN = 16_000, 200  # ~3.2M tokens
 KILL_POINTS = [("time", True), ("size", True), ("size", True), ("time", False), ("size", False), ("commit", True)]
-
-
-def _rladv() -> list[str]:
-    script = Path(sys.executable).parent / "rladv"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "rladv_cli"]
 
 
 def _digest(path: Path) -> str:
@@ -112,7 +107,8 @@ def big(tmp_path_factory):
     ref_dir.mkdir()
     args = ["compute", str(inp), "--estimator", "grpo", "--batch-key", "step", "-q"]
     t0 = time.monotonic()
-    p = subprocess.run(_rladv() + args + ["-o", str(ref_dir / "out.parquet"), "--report", str(ref_dir / "r.json")],
+    p = subprocess.run(rladv_command() + args + ["-o", str(ref_dir / "out.parquet"),
+                                                 "--report", str(ref_dir / "r.json")],
                        capture_output=True, text=True, timeout=300)
     duration = time.monotonic() - t0
     assert p.returncode == 0, p.stderr
@@ -121,8 +117,9 @@ def big(tmp_path_factory):
     pq.write_table(pq.read_table(inp).slice(0, 2000), prev_in)
     prev_dir = root / "prev"
     prev_dir.mkdir()
-    p = subprocess.run(_rladv() + ["compute", str(prev_in), "--estimator", "grpo", "-q", "-o", str(prev_dir / "out.parquet"),
-                                   "--report", str(prev_dir / "r.json")], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(rladv_command() + ["compute", str(prev_in), "--estimator", "grpo", "-q",
+                                          "-o", str(prev_dir / "out.parquet"), "--report", str(prev_dir / "r.json")],
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     return dict(root=root, inp=inp, tokens=tokens, args=args, duration=duration,
                 ref=(ref_dir / "out.parquet").read_bytes(), ref_report=json.loads((ref_dir / "r.json").read_text()),
@@ -149,7 +146,7 @@ def test_sigkill_leaves_previous_or_complete_output(big):
         value = {"time": float(rng.uniform(0.3, big["duration"])), "size": float(rng.uniform(0.05, 0.95)) * final_size,
                  "commit": 0.0}[strategy]
         t0 = time.monotonic()
-        proc = subprocess.Popen(_rladv() + big["args"] + ["-o", str(out), "--report", str(report)],
+        proc = subprocess.Popen(rladv_command() + big["args"] + ["-o", str(out), "--report", str(report)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         how = _kill_when(proc, folder, strategy, value, t0)
         at = time.monotonic() - t0
@@ -211,7 +208,7 @@ def test_a_termination_signal_cleans_up_as_ctrl_c_does(big, sig):
         folder = big["root"] / f"{sig.name}-{i}"
         folder.mkdir()
         names = ["out.parquet", "r.html", "r.json"]  # sorted, as listed below
-        proc = subprocess.Popen(_rladv() + big["args"] + ["-o", str(folder / "out.parquet"), "--report",
+        proc = subprocess.Popen(rladv_command() + big["args"] + ["-o", str(folder / "out.parquet"), "--report",
                                                           str(folder / "r.json"), "--html", str(folder / "r.html")],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         sent = _signal_when(proc, folder, suffix, sig)
@@ -260,7 +257,6 @@ def test_signals_inside_the_commit_are_acted_on_after_it():
 
 
 # ------------------------------------------------------------------------------------------- determinism
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
 VARIANTS = {name: (["--reward-components", "acc,fmt"] if name == "gdpo" else []) for name in ESTIMATORS}
 VARIANTS.update({
     "grpo+kl+rollout-correction+batches": ["--kl-coef", "0.05", "--kl-penalty", "low_var_kl", "--rollout-is", "token",
@@ -310,7 +306,6 @@ def _strip(report: dict) -> dict:
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_byte_identical_across_chunk_sizes_and_runs(multiturn, tmp_path, variant):
-    runner = CliRunner()
     outputs, reports = {}, {}
     for label, chunk in (("chunk 1", ["--chunk-rows", "1"]), ("chunk 7", ["--chunk-rows", "7"]), ("default", []),
                          ("default, again", [])):
@@ -349,7 +344,6 @@ for variant, args in json.loads(sys.argv[3]).items():
 def test_byte_identical_across_processes_and_hash_seeds(multiturn, tmp_path):
     """Fresh interpreters with different PYTHONHASHSEED (set/dict order of string uids) give the same bytes as
     the in-process CLI."""
-    runner = CliRunner()
     variants = {v: _variant_args(v) for v in sorted(VARIANTS)}
     procs = {}
     for seed in ("1", "4242"):

@@ -4,9 +4,8 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, SAMPLES
 
 
 def test_gpu_check_runs_end_to_end_against_the_cpu(tmp_path):
@@ -31,7 +30,7 @@ def test_the_timeline_names_every_phase_of_a_run_in_order(tmp_path):
     them must fail here, not leave the timeline silently short."""
     out = tmp_path / "out.parquet"
     p = subprocess.run([sys.executable, str(ROOT / "bench" / "timeline.py"), "compute", "--estimator", "gae",
-                        str(ROOT / "sample_data" / "multiturn.parquet"), "-o", str(out), "-q", "--device", "cpu"],
+                        str(SAMPLES / "multiturn.parquet"), "-o", str(out), "-q", "--device", "cpu"],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr + p.stdout
     phases = [line.split(" s  ", 1)[1] for line in p.stderr.splitlines() if " s  " in line]

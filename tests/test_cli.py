@@ -13,7 +13,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -21,11 +20,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from conftest import (F32, I8, SAMPLES, assert_one_line_error, assert_untouched, copy_sample, drop, extend_row,
+                      good_columns, listing, mutated, read, rladv, rladv_command, runner, set_row, set_token, write)
 from rladv_cli.cli import app
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
 REPORT_KEYS = {
     "rladv_version", "inputs", "config", "tokens", "groups", "scores", "kl", "rollout_rejection",
     "advantages", "returns", "warnings", "timing",
@@ -37,102 +36,8 @@ ESTIMATOR_NAMES = {
     "tir_optimal_token_baseline", "gdpo",
 }
 
-runner = CliRunner()
-
-F32 = pa.list_(pa.float32())
-I8 = pa.list_(pa.int8())
-
 
 # --------------------------------------------------------------------------------------------- helpers
-def rladv(*args: object):
-    """Invoke the CLI in-process; arguments are stringified (paths, numbers). Python warnings raised during
-    the run (which a real terminal would show as extra stderr lines) are kept in ``result.py_warnings``."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = runner.invoke(app, [str(a) for a in args])
-    result.py_warnings = [f"{w.category.__name__}: {w.message}" for w in caught]
-    return result
-
-
-def write(path: Path, columns: dict, types: Optional[dict] = None) -> Path:
-    """Write ``columns`` (name -> python list) as Parquet; masks default to list<int8>, other lists to
-    list<float32>, ``uid``/``note`` to string, ``score`` to float32."""
-    types = dict(types or {})
-    fields = []
-    for name, values in columns.items():
-        if name in types:
-            t = types[name]
-        elif name in ("response_mask", "attention_mask", "loss_mask"):
-            t = I8
-        elif name in ("uid", "note"):
-            t = pa.string()
-        elif name == "score":
-            t = pa.float32()
-        elif name == "step":
-            t = pa.int64()
-        elif name == "responses":
-            t = pa.list_(pa.int32())
-        else:
-            t = F32
-        fields.append(pa.field(name, t))
-    table = pa.table({n: pa.array(v, type=f.type) for (n, v), f in zip(columns.items(), fields)})
-    pq.write_table(table, path)
-    return path
-
-
-def good_columns(n: int = 4) -> dict:
-    """A valid dataset with every column any check below needs: two uid groups of two, ragged rows."""
-    lengths = [3, 4, 2, 5, 3, 4, 2, 5][:n]
-    return {
-        "uid": [f"u{i // 2}" for i in range(n)],
-        "response_mask": [[1] * L if i % 2 == 0 else [1, 0] + [1] * (L - 2) for i, L in enumerate(lengths)],
-        "rm_scores": [[0.0] * (L - 1) + [float(i % 3)] for i, L in enumerate(lengths)],
-        "values": [[0.1 * (t + 1) for t in range(L)] for L in lengths],
-        "old_log_probs": [[-0.5] * L for L in lengths],
-        "ref_log_prob": [[-0.4] * L for L in lengths],
-        "note": [f"row-{i}" for i in range(n)],
-    }
-
-
-def listing(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir())
-
-
-def assert_one_line_error(result, *names: str, row: Optional[int] = None, column: Optional[str] = None) -> str:
-    """Non-zero exit, a single ``Error:`` line that mentions ``names`` (and row/column), no traceback."""
-    out = result.output
-    assert result.exit_code != 0, out
-    assert "Traceback" not in out
-    # a warning would print extra lines on a real terminal's stderr
-    assert not getattr(result, "py_warnings", []), result.py_warnings
-    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), repr(
-        result.exception
-    )
-    lines = [line for line in out.splitlines() if line.strip()]
-    assert len(lines) == 1, f"expected one line, got:\n{out}"
-    line = lines[0]
-    assert line.startswith("Error:"), line
-    for name in names:
-        assert name in line, f"{name!r} not named in: {line}"
-    if row is not None:
-        assert re.findall(r"\brow (\d+)\b", line) == [str(row)], line
-    if column is not None:
-        assert f"column {column}" in line, line
-    return line
-
-
-def assert_untouched(folder: Path, before: list[str], inputs: dict[Path, bytes]) -> None:
-    """Nothing new in ``folder`` (no output, no report, no ``.rladv-*`` temporary) and inputs byte-identical."""
-    assert listing(folder) == before
-    assert not list(folder.glob(".rladv-*"))
-    for path, data in inputs.items():
-        assert path.read_bytes() == data
-
-
-def read(path: Path) -> pa.Table:
-    return pq.read_table(path)
-
-
 def check_output(inp: Path, out: Path) -> pa.Table:
     """CONTRACT §3: same rows, same order, input columns first and unchanged, rladv's columns typed."""
     src, dst = read(inp), read(out)
@@ -157,12 +62,6 @@ def check_output(inp: Path, out: Path) -> pa.Table:
     for name in ADDED:
         lens = [len(r) for r in dst[name].to_pylist()]
         assert lens == [len(r) for r in src["response_mask"].to_pylist()], name
-    return dst
-
-
-def copy_sample(tmp_path: Path, name: str) -> Path:
-    dst = tmp_path / name
-    shutil.copyfile(SAMPLES / name, dst)
     return dst
 
 
@@ -497,37 +396,6 @@ def test_quiet_prints_nothing(tmp_path):
 
 
 # ---------------------------------------------------------------------------- 3. input errors (§1)
-def _bad(cols: dict, mutate) -> dict:
-    cols = {k: [list(v) if isinstance(v, list) else v for v in vals] for k, vals in cols.items()}
-    mutate(cols)
-    return cols
-
-
-def _set(column: str, row: int, value):
-    def mutate(cols):
-        cols[column][row] = value
-    return mutate
-
-
-def _set_token(column: str, row: int, pos: int, value):
-    def mutate(cols):
-        cols[column][row][pos] = value
-    return mutate
-
-
-def _extend(column: str, row: int):
-    def mutate(cols):
-        cols[column][row] = cols[column][row] + [0.0]
-    return mutate
-
-
-def _drop(*columns: str):
-    def mutate(cols):
-        for c in columns:
-            del cols[c]
-    return mutate
-
-
 def _empty_row(row: int):
     def mutate(cols):
         for name, vals in cols.items():
@@ -576,39 +444,39 @@ def _att_gap(cols):
 
 # (id, mutation, estimator, extra options, row, column)
 ROW_ERRORS = [
-    ("null-response_mask", _set("response_mask", 2, None), "grpo", [], 2, "response_mask"),
-    ("null-rm_scores", _set("rm_scores", 2, None), "grpo", [], 2, "rm_scores"),
-    ("null-inside-list", _set_token("rm_scores", 1, 0, None), "grpo", [], 1, "rm_scores"),
-    ("len-rm_scores", _extend("rm_scores", 2), "grpo", [], 2, "rm_scores"),
-    ("len-values", _extend("values", 3), "gae", [], 3, "values"),
-    ("len-old_log_probs", _extend("old_log_probs", 1), "grpo", [], 1, "old_log_probs"),
-    ("mask-2", _set_token("response_mask", 2, 1, 2), "grpo", [], 2, "response_mask"),
-    ("nan-rm_scores", _set_token("rm_scores", 1, 0, float("nan")), "grpo", [], 1, "rm_scores"),
-    ("inf-rm_scores", _set_token("rm_scores", 3, 2, float("inf")), "grpo", [], 3, "rm_scores"),
-    ("nan-old_log_probs", _set_token("old_log_probs", 2, 0, float("nan")), "grpo",
+    ("null-response_mask", set_row("response_mask", 2, None), "grpo", [], 2, "response_mask"),
+    ("null-rm_scores", set_row("rm_scores", 2, None), "grpo", [], 2, "rm_scores"),
+    ("null-inside-list", set_token("rm_scores", 1, 0, None), "grpo", [], 1, "rm_scores"),
+    ("len-rm_scores", extend_row("rm_scores", 2), "grpo", [], 2, "rm_scores"),
+    ("len-values", extend_row("values", 3), "gae", [], 3, "values"),
+    ("len-old_log_probs", extend_row("old_log_probs", 1), "grpo", [], 1, "old_log_probs"),
+    ("mask-2", set_token("response_mask", 2, 1, 2), "grpo", [], 2, "response_mask"),
+    ("nan-rm_scores", set_token("rm_scores", 1, 0, float("nan")), "grpo", [], 1, "rm_scores"),
+    ("inf-rm_scores", set_token("rm_scores", 3, 2, float("inf")), "grpo", [], 3, "rm_scores"),
+    ("nan-old_log_probs", set_token("old_log_probs", 2, 0, float("nan")), "grpo",
      ["--kl-coef", "0.1"], 2, "old_log_probs"),
-    ("inf-old_log_probs", _set_token("old_log_probs", 1, 1, float("-inf")), "grpo",
+    ("inf-old_log_probs", set_token("old_log_probs", 1, 1, float("-inf")), "grpo",
      ["--kl-coef", "0.1"], 1, "old_log_probs"),
-    ("nan-values", _set_token("values", 2, 0, float("nan")), "gae", [], 2, "values"),
-    ("inf-values", _set_token("values", 3, 4, float("inf")), "gae", [], 3, "values"),
-    ("nan-score", _scalar_score(_set("score", 2, float("nan"))), "grpo", [], 2, "score"),
+    ("nan-values", set_token("values", 2, 0, float("nan")), "gae", [], 2, "values"),
+    ("inf-values", set_token("values", 3, 4, float("inf")), "gae", [], 3, "values"),
+    ("nan-score", _scalar_score(set_row("score", 2, float("nan"))), "grpo", [], 2, "score"),
     ("empty-list", _empty_row(1), "grpo", [], 1, None),
     ("attention-gap", _padded(_att_gap), "grpo", [], 3, "attention_mask"),
-    ("response-on-padding", _padded(_set("attention_mask", 1, [1, 1, 1, 0])), "grpo", [], 1, "response_mask"),
-    ("attention_mask-2", _padded(_set_token("attention_mask", 2, 0, 2)), "grpo", [], 2, "attention_mask"),
+    ("response-on-padding", _padded(set_row("attention_mask", 1, [1, 1, 1, 0])), "grpo", [], 1, "response_mask"),
+    ("attention_mask-2", _padded(set_token("attention_mask", 2, 0, 2)), "grpo", [], 2, "attention_mask"),
     ("loss_mask-2", _add("loss_mask", lambda c: [[1] * len(r) for r in c["response_mask"]], 3, [1, 1, 2, 1, 1]),
      "grpo", [], 3, "loss_mask"),
     ("response-outside-loss_mask", _loss_mask_without(3, 2), "grpo", [], 3, "response_mask"),
-    ("null-uid", _set("uid", 1, None), "grpo", [], 1, "uid"),
+    ("null-uid", set_row("uid", 1, None), "grpo", [], 1, "uid"),
     ("null-batch-key", _add("step", lambda c: [7] * len(c["uid"]), 2, None), "grpo", ["--batch-key", "step"],
      2, "step"),
 ]
 
 MISSING = [
-    ("missing-values", _drop("values"), "gae", [], "values"),
-    ("missing-uid", _drop("uid"), "grpo", [], "uid"),
-    ("missing-ref_log_prob", _drop("ref_log_prob"), "grpo", ["--kl-coef", "0.1"], "ref_log_prob"),
-    ("missing-score", _drop("rm_scores"), "grpo", [], None),
+    ("missing-values", drop("values"), "gae", [], "values"),
+    ("missing-uid", drop("uid"), "grpo", [], "uid"),
+    ("missing-ref_log_prob", drop("ref_log_prob"), "grpo", ["--kl-coef", "0.1"], "ref_log_prob"),
+    ("missing-score", drop("rm_scores"), "grpo", [], None),
 ]
 
 
@@ -620,7 +488,7 @@ def _row_error_params():
 @pytest.mark.parametrize(("mutate", "estimator", "extra", "row", "column"), list(_row_error_params()))
 @pytest.mark.parametrize("chunk_rows", [1024, 1])
 def test_row_error(tmp_path, mutate, estimator, extra, row, column, chunk_rows):
-    bad = write(tmp_path / "bad.parquet", _bad(good_columns(), mutate))
+    bad = write(tmp_path / "bad.parquet", mutated(good_columns(), mutate))
     before, data = listing(tmp_path), {bad: bad.read_bytes()}
     result = rladv("compute", bad, "--estimator", estimator, "--chunk-rows", chunk_rows,
                    "--report", tmp_path / "r.json", *extra)
@@ -633,7 +501,7 @@ def test_row_error(tmp_path, mutate, estimator, extra, row, column, chunk_rows):
 @pytest.mark.parametrize(("mutate", "estimator", "extra", "column"),
                          [r[1:] for r in MISSING], ids=[r[0] for r in MISSING])
 def test_missing_column(tmp_path, mutate, estimator, extra, column):
-    bad = write(tmp_path / "bad.parquet", _bad(good_columns(), mutate))
+    bad = write(tmp_path / "bad.parquet", mutated(good_columns(), mutate))
     before, data = listing(tmp_path), {bad: bad.read_bytes()}
     result = rladv("compute", bad, "--estimator", estimator, *extra)
     line = assert_one_line_error(result, str(bad), column=column)
@@ -646,7 +514,7 @@ def test_row_error_in_second_file_names_it_with_file_row(tmp_path):
     folder = tmp_path / "data"
     folder.mkdir()
     write(folder / "a.parquet", good_columns())
-    bad = write(folder / "b.parquet", _bad(good_columns(), _set_token("response_mask", 1, 0, 3)))
+    bad = write(folder / "b.parquet", mutated(good_columns(), set_token("response_mask", 1, 0, 3)))
     data = {p: p.read_bytes() for p in folder.iterdir()}
     before = listing(tmp_path)
     result = rladv("compute", folder, "--estimator", "grpo", "-o", tmp_path / "out.parquet", "--chunk-rows", 2)
@@ -684,7 +552,7 @@ def test_folder_without_parquet(tmp_path):
 def test_files_with_different_schemas(tmp_path, kind):
     a = write(tmp_path / "a.parquet", good_columns())
     if kind == "names":
-        b = write(tmp_path / "b.parquet", _bad(good_columns(), _drop("note")))
+        b = write(tmp_path / "b.parquet", mutated(good_columns(), drop("note")))
     else:
         b = write(tmp_path / "b.parquet", good_columns(), types={"rm_scores": pa.list_(pa.float64())})
     before, data = listing(tmp_path), {a: a.read_bytes(), b: b.read_bytes()}
@@ -801,12 +669,12 @@ def test_validate_ok(tmp_path, name, estimator):
 
 
 @pytest.mark.parametrize("mutate,row,column", [
-    (_set_token("response_mask", 2, 1, 2), 2, "response_mask"),
-    (_set_token("rm_scores", 3, 0, float("nan")), 3, "rm_scores"),
-    (_extend("values", 1), 1, "values"),
+    (set_token("response_mask", 2, 1, 2), 2, "response_mask"),
+    (set_token("rm_scores", 3, 0, float("nan")), 3, "rm_scores"),
+    (extend_row("values", 1), 1, "values"),
 ])
 def test_validate_fails_like_compute(tmp_path, mutate, row, column):
-    bad = write(tmp_path / "bad.parquet", _bad(good_columns(), mutate))
+    bad = write(tmp_path / "bad.parquet", mutated(good_columns(), mutate))
     before, data = listing(tmp_path), {bad: bad.read_bytes()}
     v = rladv("validate", bad, "--estimator", "gae")
     c = rladv("compute", bad, "--estimator", "gae")
@@ -841,7 +709,7 @@ def test_validate_and_compute_give_the_same_message_for_a_short_list(tmp_path):
 
 
 def test_validate_missing_column_for_estimator(tmp_path):
-    bad = write(tmp_path / "bad.parquet", _bad(good_columns(), _drop("values")))
+    bad = write(tmp_path / "bad.parquet", mutated(good_columns(), drop("values")))
     assert rladv("validate", bad).exit_code == 0
     assert_one_line_error(rladv("validate", bad, "--estimator", "gae"), str(bad), column="values")
 
@@ -951,9 +819,7 @@ def test_help_groups_the_settings_in_panels(command):
 
 
 def test_help_subprocess():
-    script = Path(sys.executable).parent / "rladv"
-    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "rladv_cli"]
-    p = subprocess.run(cmd + ["--help"], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(rladv_command() + ["--help"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert "compute" in p.stdout and "validate" in p.stdout and "estimators" in p.stdout
     assert "Traceback" not in p.stderr
@@ -1526,8 +1392,7 @@ def _run_limited(args: list, limit: Optional[int]) -> subprocess.CompletedProces
         if limit is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    script = Path(sys.executable).parent / "rladv"
-    return subprocess.run([str(script), *map(str, args)], capture_output=True, text=True, timeout=300,
+    return subprocess.run([*rladv_command(), *map(str, args)], capture_output=True, text=True, timeout=300,
                           preexec_fn=cap)
 
 

@@ -5,7 +5,6 @@ coarse the sketch got, and however the values were chunked."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -14,9 +13,9 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import rladv_cli
+from conftest import SAMPLES
 from rladv_cli.report.distributions import _SHIFT, MANTISSA_BITS, Sketch, edges_for, histogram
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
 FINITE32 = 0x7F7FFFFF
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -3,21 +3,22 @@ a saved file) written in the contract's layout, and replayed by rladv compute.""
 import json
 import pickle
 import sys
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from typer.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rladv_cli
+import strategies as S
+from conftest import GOLDEN, golden_cases, runner
 from rladv_cli.cli import app
 from rladv_cli.io.dump import batch_table, dump_batch
 
-GOLDEN = Path(__file__).parent / "golden"
-CASES = {Path(c["expected"]).stem: c for c in json.loads((GOLDEN / "cases.json").read_text())["cases"]}
+CASES = golden_cases()
 
 
 class Proto:
@@ -133,7 +134,7 @@ def test_a_padded_dump_of_verls_step_replays(stem, tmp_path):
     lengths = [len(r) for r in pq.read_table(GOLDEN / case["input"])["response_mask"].to_pylist()]
     assert dumped.rows == 72 and dumped.tokens == sum(lengths) and "prompts" in dumped.skipped  # padding not counted
     report = tmp_path / "r.json"
-    result = CliRunner().invoke(app, ["compute", str(tmp_path / "step.parquet"), *case["rladv_args"], "-o",
+    result = runner.invoke(app, ["compute", str(tmp_path / "step.parquet"), *case["rladv_args"], "-o",
                                       str(tmp_path / "out.parquet"), "--report", str(report), "-q", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     data = json.loads(report.read_text())
@@ -146,7 +147,6 @@ def test_convert_reads_a_saved_batch(tmp_path):
     torch.save(batch, tmp_path / "b.pt")
     with open(tmp_path / "b.pkl", "wb") as f:
         pickle.dump(Proto({k: v for k, v in batch.items() if k != "uid"}, {"uid": batch["uid"]}), f)
-    runner = CliRunner()
     result = runner.invoke(app, ["convert", str(tmp_path / "b.pt"), "--step", "5"])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[0] == (f"{tmp_path / 'b.parquet'}: 3 rows, 8 tokens; columns responses, "
@@ -159,7 +159,6 @@ def test_convert_reads_a_saved_batch(tmp_path):
 
 
 def test_convert_errors_are_one_line(tmp_path, monkeypatch):
-    runner = CliRunner()
     (tmp_path / "text.pkl").write_text("not a pickle")
     result = runner.invoke(app, ["convert", str(tmp_path / "text.pkl")])
     assert result.exit_code == 2 and result.output == (
@@ -205,7 +204,6 @@ def test_a_real_dataproto_and_tensordict():
 
 def test_output_paths_are_refused_as_compute_refuses_them(tmp_path):
     torch.save(padded_batch(), tmp_path / "b.pt")
-    runner = CliRunner()
     onto = runner.invoke(app, ["convert", str(tmp_path / "b.pt"), "-o", str(tmp_path / "b.pt")])
     assert onto.exit_code == 2 and onto.output == f"Error: -o {tmp_path / 'b.pt'} is one of the inputs; rladv never writes onto its input\n"
     missing = runner.invoke(app, ["convert", str(tmp_path / "b.pt"), "-o", str(tmp_path / "no" / "b.parquet")])
@@ -249,7 +247,6 @@ def test_convert_takes_the_step_from_meta_info_and_refuses_to_overwrite_its_inpu
     proto = Proto({k: v for k, v in padded_batch().items() if k != "uid"}, {})
     proto.meta_info = {"global_steps": 42}
     (tmp_path / "b.pkl").write_bytes(pickle.dumps(proto))
-    runner = CliRunner()
     result = runner.invoke(app, ["convert", str(tmp_path / "b.pkl")])
     assert result.exit_code == 0 and result.output.splitlines()[0].endswith("(step 42)")
     assert pq.read_table(tmp_path / "b.parquet")["step"].to_pylist() == [42] * 3
@@ -263,12 +260,6 @@ def test_convert_takes_the_step_from_meta_info_and_refuses_to_overwrite_its_inpu
 
 
 # ------------------------------------------------------------------ property: a padded dump computes as its rows
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import strategies as S  # noqa: E402
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-
 def _as_trainer_holds_it(table: pa.Table, extra: int) -> dict:
     """The ragged rows as [B, T] tensors right-padded to the longest response plus ``extra``, with the prompt and
     response attention mask, and uids as a per-row array."""

@@ -8,23 +8,18 @@ import pytest
 import torch
 
 import rladv_cli
+from conftest import run, table
 from rladv_cli.stages.shaping import KLController, kl_penalty
 
 
-def table(rm_scores, masks, uids=None, **lists):
-    cols = {
-        "response_mask": pa.array(masks, pa.list_(pa.int8())),
-        "rm_scores": pa.array(rm_scores, pa.list_(pa.float32())),
-    }
-    if uids is not None:
-        cols["uid"] = pa.array(uids, pa.string())
-    for name, rows in lists.items():
-        cols[name] = pa.array(rows, pa.list_(pa.float32()))
-    return pa.table(cols)
+def example_table(rm_scores, masks, uids=None, **lists) -> pa.Table:
+    """A worked example's rows: per-token scores, response masks, uids (when given) and further token lists."""
+    return table(response_mask=masks, rm_scores=rm_scores, **({"uid": uids} if uids is not None else {}), **lists)
 
 
-def run(t, estimator, **settings):
-    out, report = rladv_cli.compute(t, estimator=estimator, device="cpu", **settings)
+def computed(t, estimator, **settings):
+    """(advantages, returns, report) of ``t`` computed on the CPU, the columns as Python lists."""
+    out, report = run(t, estimator, **settings)
     return out["advantages"].to_pylist(), out["returns"].to_pylist(), report
 
 
@@ -35,49 +30,51 @@ def close(got, want, atol=1e-6):
 
 # --- §7.1 GAE -------------------------------------------------------------------------------------------
 def test_gae_chapter_example():
-    adv, ret, _ = run(table([[0, 0, 1]], [[1, 1, 1]], values=[[0.2, 0.3, 0.4]]), "gae", gamma=1.0, lam=0.95)
+    t = example_table([[0, 0, 1]], [[1, 1, 1]], values=[[0.2, 0.3, 0.4]])
+    adv, ret, _ = computed(t, "gae", gamma=1.0, lam=0.95)
     close(ret, [[0.9365, 0.97, 1.0]])
     close(adv, [[0.9913445, 0.0170926, -1.0084344]])
 
 
 def test_gae_skips_an_observation_and_bootstraps_across_it():
-    adv, ret, _ = run(table([[0, 0, 1]], [[1, 0, 1]], values=[[0.2, 0.3, 0.4]]), "gae", gamma=1.0, lam=0.95)
+    t = example_table([[0, 0, 1]], [[1, 0, 1]], values=[[0.2, 0.3, 0.4]])
+    adv, ret, _ = computed(t, "gae", gamma=1.0, lam=0.95)
     close(ret, [[0.97, 0.0, 1.0]])  # rladv writes 0 where response_mask is 0 (verl: 0.9)
     close(adv, [[0.7071065, 0.0, -0.7071065]])
 
 
 # --- §7.2 GRPO ------------------------------------------------------------------------------------------
-ONE_GROUP = table([[1.0], [0.0], [0.5]], [[1], [1], [1]], ["a", "a", "a"])
+ONE_GROUP = example_table([[1.0], [0.0], [0.5]], [[1], [1], [1]], ["a", "a", "a"])
 
 
 def test_grpo_one_group():
-    adv, ret, _ = run(ONE_GROUP, "grpo")
+    adv, ret, _ = computed(ONE_GROUP, "grpo")
     close(adv, [[0.999998], [-0.999998], [0.0]])
     assert np.float32(adv[0][0]) == np.float32(0.9999980)
     assert ret == adv
 
 
 def test_grpo_without_std_is_dr_grpo():
-    adv, _, _ = run(ONE_GROUP, "grpo", norm_adv_by_std=False)
+    adv, _, _ = computed(ONE_GROUP, "grpo", norm_adv_by_std=False)
     close(adv, [[0.5], [-0.5], [0.0]])
 
 
 def test_grpo_broadcasts_to_actor_tokens_only():
-    t = table([[0, 0, 0, 0, 1.0], [0.0], [0.5]], [[1, 1, 0, 0, 1], [1], [1]], ["a", "a", "a"])
-    adv, _, _ = run(t, "grpo")
+    t = example_table([[0, 0, 0, 0, 1.0], [0.0], [0.5]], [[1, 1, 0, 0, 1], [1], [1]], ["a", "a", "a"])
+    adv, _, _ = computed(t, "grpo")
     close(adv[:1], [[0.999998, 0.999998, 0, 0, 0.999998]])
 
 
 def test_grpo_two_groups_one_all_zero():
-    t = table([[1.0], [0.0], [0.5], [0.0], [0.0], [0.0]], [[1]] * 6, ["A", "A", "A", "B", "B", "B"])
-    adv, _, report = run(t, "grpo")
+    t = example_table([[1.0], [0.0], [0.5], [0.0], [0.0], [0.0]], [[1]] * 6, ["A", "A", "A", "B", "B", "B"])
+    adv, _, report = computed(t, "grpo")
     close(adv, [[0.999998], [-0.999998], [0], [0], [0], [0]])
     assert "all_equal_group" in report.warning_codes()
 
 
 def test_grpo_singleton_keeps_its_score_and_is_reported():
-    t = table([[1.0], [0.0], [0.5]], [[1], [1], [1]], ["a", "a", "b"])
-    adv, _, report = run(t, "grpo")
+    t = example_table([[1.0], [0.0], [0.5]], [[1], [1], [1]], ["a", "a", "b"])
+    adv, _, report = computed(t, "grpo")
     close(adv, [[0.7071058], [-0.7071058], [0.4999995]])
     (w,) = [w for w in report.warnings if w.code == "singleton_group"]
     assert w.count == 1 and w.rows == [2] and "R/(1+eps)" in w.message
@@ -85,27 +82,27 @@ def test_grpo_singleton_keeps_its_score_and_is_reported():
 
 # --- §7.3 grpo_vectorized ([P]) -------------------------------------------------------------------------
 def test_grpo_vectorized_ignores_the_std_flag():
-    a1, _, _ = run(ONE_GROUP, "grpo_vectorized", norm_adv_by_std=False)
+    a1, _, _ = computed(ONE_GROUP, "grpo_vectorized", norm_adv_by_std=False)
     close(a1, [[0.999998], [-0.999998], [0.0]])
 
 
 def test_grpo_vectorized_low_variance_group_equals_grpo():
-    t = table([[1.0], [1.0005]], [[1], [1]], ["a", "a"])
-    a_vec, _, _ = run(t, "grpo_vectorized")
-    a_grpo, _, _ = run(t, "grpo")
+    t = example_table([[1.0], [1.0005]], [[1], [1]], ["a", "a"])
+    a_vec, _, _ = computed(t, "grpo_vectorized")
+    a_grpo, _, _ = computed(t, "grpo")
     close(a_vec, [[-0.7051], [0.7051]], atol=1e-4)
     close(a_vec, a_grpo, atol=1e-5)
 
 
 def test_grpo_vectorized_all_equal_group_shows_verls_ulp_noise():
-    t = table([[0.8132702]] * 3, [[1]] * 3, ["a"] * 3)
-    adv, _, _ = run(t, "grpo_vectorized")
+    t = example_table([[0.8132702]] * 3, [[1]] * 3, ["a"] * 3)
+    adv, _, _ = computed(t, "grpo_vectorized")
     assert sorted(abs(round(a[0], 4)) for a in adv) == [0.0555, 0.0555, 0.0555]
 
 
 # §2.3: grpo_vectorized forms groups with verl's as_torch_index, which converts the uids of a batch with int()
 # when all of them convert; verl 0.9.1 gives [0.7071058, -0.7071058, 0.7071047, -0.7071047] here
-NUMERIC_UIDS = table([[1.0], [0.0], [0.5], [0.0]], [[1]] * 4, ["1", "01", "2", "2"])
+NUMERIC_UIDS = example_table([[1.0], [0.0], [0.5], [0.0]], [[1]] * 4, ["1", "01", "2", "2"])
 
 
 def merge_warning(report):
@@ -113,7 +110,7 @@ def merge_warning(report):
 
 
 def test_grpo_vectorized_merges_uids_that_convert_to_one_integer_as_verl():
-    adv, _, report = run(NUMERIC_UIDS, "grpo_vectorized")
+    adv, _, report = computed(NUMERIC_UIDS, "grpo_vectorized")
     close(adv, [[0.7071058], [-0.7071058], [0.7071047], [-0.7071047]])
     assert report.groups.count == 2 and report.groups.singletons == 0
     w = merge_warning(report)
@@ -121,11 +118,11 @@ def test_grpo_vectorized_merges_uids_that_convert_to_one_integer_as_verl():
 
 
 def test_other_estimators_and_batches_with_a_non_integer_uid_keep_them_apart():
-    adv, _, report = run(NUMERIC_UIDS, "grpo")
+    adv, _, report = computed(NUMERIC_UIDS, "grpo")
     close(adv, [[0.999999], [0.0], [0.7071047], [-0.7071047]])
     assert report.groups.count == 3 and merge_warning(report) is None
-    t = table([[1.0], [0.0], [0.5], [0.0]], [[1]] * 4, ["1", "01", "x", "x"])  # "x" does not convert
-    adv, _, report = run(t, "grpo_vectorized")
+    t = example_table([[1.0], [0.0], [0.5], [0.0]], [[1]] * 4, ["1", "01", "x", "x"])  # "x" does not convert
+    adv, _, report = computed(t, "grpo_vectorized")
     close(adv, [[0.999999], [0.0], [0.7071047], [-0.7071047]])
     assert merge_warning(report) is None
 
@@ -133,22 +130,22 @@ def test_other_estimators_and_batches_with_a_non_integer_uid_keep_them_apart():
 def test_grpo_vectorized_merges_within_each_batch_only():
     t = NUMERIC_UIDS.append_column("step", pa.array([0, 0, 1, 1])).set_column(
         2, "uid", pa.array(["1", "01", "1", "x"]))
-    adv, _, report = run(t, "grpo_vectorized", batch_key="step")
+    adv, _, report = computed(t, "grpo_vectorized", batch_key="step")
     close(adv, [[0.7071058], [-0.7071058], [0.5 / (1 + 1e-6)], [0.0]])
     assert report.groups.count == 3 and merge_warning(report).count == 1
 
 
 # --- §7.5 / §7.6 RLOO -----------------------------------------------------------------------------------
 def test_rloo_examples():
-    close(run(ONE_GROUP, "rloo")[0], [[0.75], [-0.75], [0.0]])
-    t = table([[1.0], [0.0], [0.5]], [[1], [1], [1]], ["a", "a", "b"])
-    close(run(t, "rloo")[0], [[1.0], [-1.0], [0.5]])
-    close(run(t, "rloo_vectorized")[0], [[1.0], [-1.0], [0.0]])
+    close(computed(ONE_GROUP, "rloo")[0], [[0.75], [-0.75], [0.0]])
+    t = example_table([[1.0], [0.0], [0.5]], [[1], [1], [1]], ["a", "a", "b"])
+    close(computed(t, "rloo")[0], [[1.0], [-1.0], [0.5]])
+    close(computed(t, "rloo_vectorized")[0], [[1.0], [-1.0], [0.0]])
 
 
 # --- §7.7 REINFORCE++ -----------------------------------------------------------------------------------
 def test_reinforce_plus_plus_full_mask_is_all_zero():
-    adv, ret, report = run(table([[0, 0, 1]], [[1, 1, 1]]), "reinforce_plus_plus")
+    adv, ret, report = computed(example_table([[0, 0, 1]], [[1, 1, 1]]), "reinforce_plus_plus")
     close(adv, [[0, 0, 0]])
     close(ret, [[1, 1, 1]])
     # all valid values equal: verl's float32 mean leaves noise here (±2.98e-4 for 0.3 over 7 tokens); said so
@@ -160,47 +157,47 @@ def test_whitening_of_nearly_constant_values_is_flagged_per_batch():
     advantage by 5.3e-4 (on such data verl's float32 sum left advantages 9.8e-4 away from rladv's)."""
     near = [[0, 0, 0, 0.9], [0, 0, 0, 0.90012], [0, 0, 0, 0.90005]]
     spread = [[0, 0, 1.0], [0, 0, 0.0], [0, 0, 0.5]]
-    t = table(near + spread, [[1] * 4] * 3 + [[1] * 3] * 3).append_column("step", pa.array([0, 0, 0, 1, 1, 1]))
-    _, _, report = run(t, "reinforce_plus_plus", batch_key="step")
+    t = example_table(near + spread, [[1] * 4] * 3 + [[1] * 3] * 3).append_column("step", pa.array([0, 0, 0, 1, 1, 1]))
+    _, _, report = computed(t, "reinforce_plus_plus", batch_key="step")
     w = next(w for w in report.warnings if w.code == "whitening_ill_conditioned")
     assert w.count == 1 and w.rows == [0] and "by up to 5.3e-04" in w.message
-    _, _, report = run(t.slice(3), "reinforce_plus_plus")
+    _, _, report = computed(t.slice(3), "reinforce_plus_plus")
     assert "whitening_ill_conditioned" not in report.warning_codes()
 
 
 def test_reinforce_plus_plus_reset_and_carry_one_row():
-    t = table([[0, 0, 1]], [[1, 0, 1]])
-    adv, ret, report = run(t, "reinforce_plus_plus")
+    t = example_table([[0, 0, 1]], [[1, 0, 1]])
+    adv, ret, report = computed(t, "reinforce_plus_plus")
     close(adv, [[-0.7071068, 0, 0.7071068]])
     close(ret, [[0, 0, 1]])  # [S] G = [0, 1, 1]; the mask-0 position is written as 0
     assert "credit_reset_at_mask" in report.warning_codes()
-    adv, ret, report = run(t, "reinforce_plus_plus", rpp_mask_mode="carry")
+    adv, ret, report = computed(t, "reinforce_plus_plus", rpp_mask_mode="carry")
     close(adv, [[0, 0, 0]])
     close(ret, [[1, 0, 1]])
     assert "credit_reset_at_mask" not in report.warning_codes()
 
 
 def test_reinforce_plus_plus_two_rows():
-    t = table([[0, 0, 1], [0, 0, 0]], [[1, 0, 1], [1, 1, 1]])
-    adv, _, report = run(t, "reinforce_plus_plus")
+    t = example_table([[0, 0, 1], [0, 0, 0]], [[1, 0, 1], [1, 1, 1]])
+    adv, _, report = computed(t, "reinforce_plus_plus")
     close(adv, [[-0.4472136, 0, 1.7888542], [-0.4472136] * 3])
     assert "whitening_ill_conditioned" not in report.warning_codes()
-    adv, _, _ = run(t, "reinforce_plus_plus", rpp_mask_mode="carry")
+    adv, _, _ = computed(t, "reinforce_plus_plus", rpp_mask_mode="carry")
     close(adv[:1], [[1.0954452, 0, 1.0954452]])
 
 
 def test_reinforce_plus_plus_discounted():
-    t = table([[0, 0, 1], [0, 0, 0]], [[1, 1, 1], [1, 1, 0]])
-    adv, ret, _ = run(t, "reinforce_plus_plus", gamma=0.9)
+    t = example_table([[0, 0, 1], [0, 0, 0]], [[1, 1, 1], [1, 1, 0]])
+    adv, ret, _ = computed(t, "reinforce_plus_plus", gamma=0.9)
     close(ret[:1], [[0.8099999, 0.9, 1.0]])
     close(adv, [[0.5367303, 0.7169757, 0.9172483], [-1.0854772, -1.0854772, 0]])
 
 
 # --- §7.8 REINFORCE++ with baseline ---------------------------------------------------------------------
 def test_reinforce_plus_plus_baseline_example():
-    t = table([[0, 0, 1.0], [0, 0, 0], [0, 0, 0.5], [0, 0, 0.2]],
+    t = example_table([[0, 0, 1.0], [0, 0, 0], [0, 0, 0.5], [0, 0, 0.2]],
               [[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]], ["a", "a", "a", "b"])
-    adv, ret, _ = run(t, "reinforce_plus_plus_baseline")
+    adv, ret, _ = computed(t, "reinforce_plus_plus_baseline")
     close(adv, [[0.9612808] * 3, [-1.5832859, -1.5832859, 0], [-0.3110026, 0, 0], [0.1979108] * 3])
     assert ret == adv
 
@@ -212,7 +209,8 @@ def test_kl_then_rejection_then_grpo_and_rloo():
     ref = [[-1.5, -1, -0.5], [-1, -1.2, -1]]
     # rollout log-probs that make token 1 of row 0 the only one outside the token_k1 band [1/2, 2]
     rollout = [[-1, -3, -0.5], [-1, -1, -1]]
-    t = table(s, [[1, 1, 1], [1, 1, 0]], ["u", "u"], old_log_probs=old, ref_log_prob=ref, rollout_log_probs=rollout)
+    t = example_table(s, [[1, 1, 1], [1, 1, 0]], ["u", "u"], old_log_probs=old, ref_log_prob=ref,
+                      rollout_log_probs=rollout)
     settings = dict(kl_coef=0.1, kl_penalty="kl", rollout_rs="token_k1", rollout_rs_threshold="2.0")
     out, report = rladv_cli.compute(t, estimator="grpo", device="cpu", **settings)
     close(out["token_level_rewards"].to_pylist(), [[-0.05, 0.1, 1.0], [0, -0.02, 0]])
@@ -227,7 +225,7 @@ def test_kl_then_rejection_then_grpo_and_rloo():
 
 def test_kl_chapter_example():
     kld = [0.1, 0.2, 0.3]
-    t = table([[0, 0, 1]], [[1, 1, 1]], ["u"], old_log_probs=[kld], ref_log_prob=[[0, 0, 0]])
+    t = example_table([[0, 0, 1]], [[1, 1, 1]], ["u"], old_log_probs=[kld], ref_log_prob=[[0, 0, 0]])
     out, _ = rladv_cli.compute(t, estimator="grpo", device="cpu", kl_coef=0.01, kl_penalty="kl")
     got = np.asarray(out["token_level_rewards"].to_pylist()[0], dtype=np.float32)
     np.testing.assert_array_equal(got, np.float32([-0.0010000000475, -0.0020000000950, 0.9969999790]))
@@ -283,46 +281,46 @@ def test_scalar_score_before_padding():
 
 # --- §7.4 grpo_passk ------------------------------------------------------------------------------------
 def test_grpo_passk_only_the_best_row_learns():
-    adv, _, _ = run(ONE_GROUP, "grpo_passk")
+    adv, _, _ = computed(ONE_GROUP, "grpo_passk")
     close(adv, [[0.999998], [0.0], [0.0]])
-    adv, _, _ = run(ONE_GROUP, "grpo_passk", norm_adv_by_std=False)
+    adv, _, _ = computed(ONE_GROUP, "grpo_passk", norm_adv_by_std=False)
     close(adv, [[0.5], [0.0], [0.0]])
 
 
 def test_grpo_passk_ties_give_zero_and_singletons_stop_the_run():
-    tie = table([[1.0], [1.0], [0.0]], [[1]] * 3, ["a"] * 3)
-    assert run(tie, "grpo_passk")[0] == [[0.0], [0.0], [0.0]]
-    single = table([[1.0], [0.0], [0.5]], [[1]] * 3, ["a", "a", "lonely"])
+    tie = example_table([[1.0], [1.0], [0.0]], [[1]] * 3, ["a"] * 3)
+    assert computed(tie, "grpo_passk")[0] == [[0.0], [0.0], [0.0]]
+    single = example_table([[1.0], [0.0], [0.5]], [[1]] * 3, ["a", "a", "lonely"])
     with pytest.raises(rladv_cli.ComputeError, match="at least 2 samples per group. Got 1 for group lonely"):
-        run(single, "grpo_passk")
+        computed(single, "grpo_passk")
 
 
 # --- §7.9 remax -----------------------------------------------------------------------------------------
 def test_remax_example():
-    t = table([[0.1, 0, 1.0]], [[1, 1, 1]]).append_column("reward_baselines", pa.array([0.5], pa.float32()))
-    adv, ret, _ = run(t, "remax")
+    t = example_table([[0.1, 0, 1.0]], [[1, 1, 1]]).append_column("reward_baselines", pa.array([0.5], pa.float32()))
+    adv, ret, _ = computed(t, "remax")
     close(ret, [[1.1, 1.0, 1.0]])
     close(adv, [[0.6, 0.5, 0.5]])
 
 
 # --- §7.10 opo ------------------------------------------------------------------------------------------
 def test_opo_length_weighted_baseline():
-    t = table([[0, 0, 1.0], [0.0], [0, 0.5]], [[1, 1, 1], [1], [1, 1]], ["a", "a", "a"])
-    adv, _, _ = run(t, "opo")
+    t = example_table([[0, 0, 1.0], [0.0], [0, 0.5]], [[1, 1, 1], [1], [1, 1]], ["a", "a", "a"])
+    adv, _, _ = computed(t, "opo")
     close(adv, [[1 / 3] * 3, [-2 / 3], [-1 / 6] * 2])
 
 
 # --- §7.11 gpg ------------------------------------------------------------------------------------------
 def test_gpg_examples():
-    close(run(ONE_GROUP, "gpg")[0], [[0.75], [-0.75], [0.0]])
-    t = table([[1.0], [0.0], [0.0], [0.0]], [[1]] * 4, ["a", "a", "b", "b"])
-    close(run(t, "gpg")[0], [[2.0], [-2.0], [0.0], [0.0]])
+    close(computed(ONE_GROUP, "gpg")[0], [[0.75], [-0.75], [0.0]])
+    t = example_table([[1.0], [0.0], [0.0], [0.0]], [[1]] * 4, ["a", "a", "b", "b"])
+    close(computed(t, "gpg")[0], [[2.0], [-2.0], [0.0], [0.0]])
 
 
 # --- §7.13 gdpo -----------------------------------------------------------------------------------------
 def test_gdpo_single_component_form():
-    t = table([[0, 0, 1.0], [0.0, 0, 0], [0, 0, 0.5]], [[1, 1, 1], [1, 0, 0], [1, 1, 0]], ["a", "a", "a"])
-    adv, ret, _ = run(t, "gdpo")
+    t = example_table([[0, 0, 1.0], [0.0, 0, 0], [0, 0, 0.5]], [[1, 1, 1], [1, 0, 0], [1, 1, 0]], ["a", "a", "a"])
+    adv, ret, _ = computed(t, "gdpo")
     close(adv, [[0.8164966] * 3, [-1.6329931, 0, 0], [-0.4082482, -0.4082482, 0]])
     assert ret == adv
 
@@ -366,7 +364,7 @@ def test_gdpo_groups_are_judged_on_their_components():
 @pytest.mark.parametrize("estimator", ["gae", "remax", "reinforce_plus_plus"])
 def test_estimators_without_groups_do_not_blame_groups(estimator):
     """Equal totals in a uid group mean nothing to an estimator that does not use groups."""
-    t = table([[0, 0, 1.0], [0, 0, 1.0], [0, 1.0, 0]], [[1, 1, 1]] * 3, ["a", "a", "b"],
+    t = example_table([[0, 0, 1.0], [0, 0, 1.0], [0, 1.0, 0]], [[1, 1, 1]] * 3, ["a", "a", "b"],
               values=[[0.1, 0.5, 0.2], [0.3, 0.1, 0.9], [0.2, 0.2, 0.2]])
     t = t.append_column("reward_baselines", pa.array([0.5, 0.2, 0.1], pa.float32()))
     _, report = rladv_cli.compute(t, estimator=estimator, device="cpu")
@@ -504,7 +502,7 @@ def test_other_estimators_count_every_output():
 
 
 def test_dead_signal_accounting_by_cause():
-    t = table([[1.0], [0.0], [0.5], [0.0], [0.0], [0.0], [0.0, 0.0]], [[1]] * 6 + [[1, 1]],
+    t = example_table([[1.0], [0.0], [0.5], [0.0], [0.0], [0.0], [0.0, 0.0]], [[1]] * 6 + [[1, 1]],
               ["A", "A", "A", "B", "B", "B", "lonely"])
     _, report = rladv_cli.compute(t, estimator="rloo_vectorized", device="cpu")
     # A: the 0.5 row sits on the mean (other); B is all-equal (3 tokens); the singleton gets 0 (2 tokens)

@@ -1,24 +1,15 @@
 """`rladv explain`: the derivation of one row, checked on SEMANTICS' worked examples."""
 import json
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from conftest import GOLDEN, SAMPLES, runner, write
 from rladv_cli.cli import app
 from rladv_cli.diagnose.explain import explain
 from rladv_cli.errors import ConfigError
-
-
-def write(tmp_path, **cols):
-    types = {"response_mask": pa.list_(pa.int8()), "uid": pa.string()}
-    table = pa.table({k: pa.array(v, types.get(k, pa.list_(pa.float32()))) for k, v in cols.items()})
-    path = tmp_path / "d.parquet"
-    pq.write_table(table, path)
-    return path
 
 
 def column(e, name):
@@ -27,7 +18,7 @@ def column(e, name):
 
 
 def test_gae_derivation_is_the_chapter_example(tmp_path):
-    path = write(tmp_path, response_mask=[[1, 1, 1]], rm_scores=[[0, 0, 1]], values=[[0.2, 0.3, 0.4]])
+    path = write(tmp_path / "d.parquet", response_mask=[[1, 1, 1]], rm_scores=[[0, 0, 1]], values=[[0.2, 0.3, 0.4]])
     e = explain([path], 0, "gae", gamma=1.0, lam=0.95)
     np.testing.assert_allclose(column(e, "delta"), [0.1, 0.1, 0.6], atol=1e-6)
     np.testing.assert_allclose(column(e, "running A"), [0.7365, 0.67, 0.6], atol=1e-6)
@@ -37,7 +28,7 @@ def test_gae_derivation_is_the_chapter_example(tmp_path):
 
 
 def test_reinforce_plus_plus_marks_the_reset_that_cuts_credit(tmp_path):
-    path = write(tmp_path, response_mask=[[1, 0, 1, 0]], rm_scores=[[0, 0, 0, 1]])
+    path = write(tmp_path / "d.parquet", response_mask=[[1, 0, 1, 0]], rm_scores=[[0, 0, 0, 1]])
     e = explain([path], 0, "reinforce_plus_plus")
     marks = column(e, "mask-0 point")
     assert marks[1] == "reset" and marks[3].startswith("reset: credit 1")
@@ -45,7 +36,8 @@ def test_reinforce_plus_plus_marks_the_reset_that_cuts_credit(tmp_path):
 
 
 def test_group_estimators_explain_through_the_group(tmp_path):
-    path = write(tmp_path, uid=["a", "a", "a"], response_mask=[[1], [1], [1]], rm_scores=[[1.0], [0.0], [0.5]])
+    path = write(tmp_path / "d.parquet", uid=["a", "a", "a"], response_mask=[[1], [1], [1]],
+                 rm_scores=[[1.0], [0.0], [0.5]])
     e = explain([path], 0, "grpo")
     assert e.group is not None and len(e.group.members) == 3
     assert e.advantages == pytest.approx([0.999998], abs=1e-6)
@@ -55,23 +47,24 @@ def test_group_estimators_explain_through_the_group(tmp_path):
 
 def test_the_inputs_own_advantages_stand_beside_the_derivation(tmp_path):
     """A replay's differing row, drilled into: the file's advantages (a trainer dump) next to rladv's."""
-    path = write(tmp_path, response_mask=[[1, 1, 1]], rm_scores=[[0, 0, 1]], values=[[0.2, 0.3, 0.4]],
+    path = write(tmp_path / "d.parquet", response_mask=[[1, 1, 1]], rm_scores=[[0, 0, 1]], values=[[0.2, 0.3, 0.4]],
                  advantages=[[0.5, 0.25, -0.75]])
     e = explain([path], 0, "gae", gamma=1.0, lam=0.95)
     assert e.columns[-1] == "input's advantage" and column(e, "input's advantage") == [0.5, 0.25, -0.75]
     np.testing.assert_allclose(e.advantages, [0.9913445, 0.0170926, -1.0084344], atol=1e-6)  # still rladv's
-    group = write(tmp_path, uid=["a", "a"], response_mask=[[1], [1]], rm_scores=[[1.0], [0.0]], advantages=[[2.0], [-2.0]])
-    res = CliRunner().invoke(app, ["explain", str(group), "--estimator", "grpo", "--row", "1"])
+    group = write(tmp_path / "d.parquet", uid=["a", "a"], response_mask=[[1], [1]], rm_scores=[[1.0], [0.0]],
+                  advantages=[[2.0], [-2.0]])
+    res = runner.invoke(app, ["explain", str(group), "--estimator", "grpo", "--row", "1"])
     assert res.exit_code == 0 and "the input's advantage on those tokens: -2" in res.stdout
     # with the run's options: Dr.GRPO's advantage is R - mean
-    res = CliRunner().invoke(app, ["explain", str(group), "--estimator", "grpo", "--row", "1", "--no-norm-adv-by-std"])
+    res = runner.invoke(app, ["explain", str(group), "--estimator", "grpo", "--row", "1", "--no-norm-adv-by-std"])
     assert res.exit_code == 0 and "row 1: advantage -0.5 on its actor tokens" in res.stdout
-    assert explain([write(tmp_path, response_mask=[[1, 1]], rm_scores=[[0, 1.0]], values=[[0.0, 0.5]])], 0, "gae").input_advantages is None
+    plain = write(tmp_path / "d.parquet", response_mask=[[1, 1]], rm_scores=[[0, 1.0]], values=[[0.0, 0.5]])
+    assert explain([plain], 0, "gae").input_advantages is None
 
 
 def test_cli_explain_table_and_json(tmp_path):
-    path = write(tmp_path, response_mask=[[1, 1, 1]], rm_scores=[[0, 0, 1]], values=[[0.2, 0.3, 0.4]])
-    runner = CliRunner()
+    path = write(tmp_path / "d.parquet", response_mask=[[1, 1, 1]], rm_scores=[[0, 0, 1]], values=[[0.2, 0.3, 0.4]])
     res = runner.invoke(app, ["explain", str(path), "--estimator", "gae", "--row", "0", "--lam", "0.95"])
     assert res.exit_code == 0 and "running A" in res.stdout
     res = runner.invoke(app, ["explain", str(path), "--estimator", "gae", "--row", "0", "--json"])
@@ -84,20 +77,18 @@ def test_explain_runs_on_the_cpu_where_a_gpu_is_present(tmp_path, monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    path = write(tmp_path, response_mask=[[1, 1, 1]], rm_scores=[[0, 0, 1]], values=[[0.2, 0.3, 0.4]])
+    path = write(tmp_path / "d.parquet", response_mask=[[1, 1, 1]], rm_scores=[[0, 0, 1]], values=[[0.2, 0.3, 0.4]])
     e = explain([path], 0, "gae", gamma=1.0, lam=0.95)
     np.testing.assert_allclose(e.advantages, [0.9913445, 0.0170926, -1.0084344], atol=1e-6)
 
 
 def _two_files(tmp_path, bad_b: dict):
     """a.parquet (groups a0, a1) and b.parquet whose group b0 is rows 1 and 3; ``bad_b`` changes b's columns."""
-    types = {"response_mask": pa.list_(pa.int8()), "uid": pa.string()}
     a = {"uid": ["a0", "a0", "a1", "a1"], "response_mask": [[1, 1]] * 4, "rm_scores": [[0, 1.0], [0, 0.0]] * 2}
     b = {"uid": ["b1", "b0", "b1", "b0"], "response_mask": [[1, 1]] * 4, "rm_scores": [[0, 1.0], [0, 0.0]] * 2}
     b.update(bad_b)
     for name, cols in (("a", a), ("b", b)):
-        pq.write_table(pa.table({k: pa.array(v, types.get(k, pa.list_(pa.float32()))) for k, v in cols.items()}),
-                       tmp_path / f"{name}.parquet")
+        write(tmp_path / f"{name}.parquet", cols)
     return [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")]
 
 
@@ -110,7 +101,6 @@ def test_cli_explain_errors_name_the_file_and_its_row_as_compute_does(tmp_path, 
     """explain computes the row's group from one in-memory table: its errors named ``<table>`` and the row
     within that table (here 1, for b.parquet's row 3)."""
     paths = _two_files(tmp_path, bad_b)
-    runner = CliRunner()
     res = runner.invoke(app, ["explain", *paths, "--estimator", "grpo", "--row", "5"])  # b.parquet row 1, group b0
     assert res.exit_code == 2 and "Traceback" not in res.output
     lines = res.output.strip().splitlines()
@@ -135,14 +125,14 @@ def test_explain_takes_every_setting_that_decides_the_numbers():
 
 
 def test_explain_reads_a_verl_config_and_refuses_what_it_leaves_inert(tmp_path):
-    path = write(tmp_path, uid=["a", "a"], response_mask=[[1], [1]], rm_scores=[[1.0], [0.0]])
+    path = write(tmp_path / "d.parquet", uid=["a", "a"], response_mask=[[1], [1]], rm_scores=[[1.0], [0.0]])
     yaml = tmp_path / "ppo.yaml"
     yaml.write_text("algorithm:\n  adv_estimator: grpo\n  norm_adv_by_std_in_grpo: false\n")
-    res = CliRunner().invoke(app, ["explain", str(path), "--row", "1", "--config", str(yaml), "--json"])
+    res = runner.invoke(app, ["explain", str(path), "--row", "1", "--config", str(yaml), "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["advantages"] == [-0.5]  # Dr.GRPO: R - mean
-    res = CliRunner().invoke(app, ["explain", str(path), "--row", "1", "--estimator", "grpo", "--max-resp-len", "4"])
+    res = runner.invoke(app, ["explain", str(path), "--row", "1", "--estimator", "grpo", "--max-resp-len", "4"])
     assert res.exit_code == 2 and "--max-resp-len has no effect without --overlong-buffer-len" in res.output
-    res = CliRunner().invoke(app, ["explain", str(path), "--row", "1"])
+    res = runner.invoke(app, ["explain", str(path), "--row", "1"])
     assert res.exit_code == 2 and "--estimator is required" in res.output
 
 
@@ -154,7 +144,7 @@ def test_a_rows_numbers_are_the_whole_runs_to_the_bit(tmp_path, batch_key):
     import rladv_cli
     from rladv_cli.diagnose.views import group_view
 
-    sample = pq.read_table(Path(__file__).parents[1] / "sample_data" / "multiturn.parquet")
+    sample = pq.read_table(SAMPLES / "multiturn.parquet")
     path = tmp_path / "mt.parquet"
     pq.write_table(sample.append_column("step", pa.array([i % 2 for i in range(sample.num_rows)])), path)
     settings = dict(kl_coef=0.01, kl_penalty="k3", batch_key=batch_key)
@@ -176,7 +166,7 @@ def test_an_estimator_reads_exactly_the_settings_it_declares(name):
     import rladv_cli
     from rladv_cli.estimators.registry import ESTIMATOR_SETTINGS, ESTIMATORS
 
-    table = pq.read_table(Path(__file__).parent / "golden" / "inputs" / "mix.parquet")
+    table = pq.read_table(GOLDEN / "inputs" / "mix.parquet")
     rng = np.random.default_rng(1)
     table = table.append_column("c1", pa.array(rng.choice([0.0, 0.5, 1.0], table.num_rows)))
     extra = {"reward_components": ("c1",)} if name == "gdpo" else {}

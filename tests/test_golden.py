@@ -5,25 +5,18 @@ where the expected response_mask is 1 (atol 1e-5, rtol 1e-4); verl's metrics by 
 """
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from host_exp import SAME_EXP  # noqa: E402
+from conftest import GOLDEN, case_estimator, golden_cases, runner
+from host_exp import SAME_EXP
+from rladv_cli.cli import app
+from rladv_cli.estimators import ESTIMATORS
 
-from rladv_cli.cli import app  # noqa: E402
-from rladv_cli.estimators import ESTIMATORS  # noqa: E402
-
-GOLDEN = Path(__file__).parent / "golden"
-CASES = [
-    c for c in json.loads((GOLDEN / "cases.json").read_text())["cases"]
-    if c["rladv_args"][c["rladv_args"].index("--estimator") + 1] in ESTIMATORS
-]
+CASES = [c for c in golden_cases().values() if case_estimator(c) in ESTIMATORS]
 
 
 def _flat(table, column):
@@ -40,7 +33,7 @@ def _tolerance(case) -> dict:
 
 
 def test_every_registered_estimator_has_golden_cases():
-    covered = {c["rladv_args"][c["rladv_args"].index("--estimator") + 1] for c in CASES}
+    covered = {case_estimator(c) for c in CASES}
     # gdpo has no golden case (verl's V1 trainer cannot run it); SEMANTICS §7.13's example covers it
     assert covered == set(ESTIMATORS) - {"gdpo"}
 
@@ -50,7 +43,7 @@ def test_golden_case(case, tmp_path):
     src = tmp_path / Path(case["input"]).name
     shutil.copy(GOLDEN / case["input"], src)
     out, report = tmp_path / "out.parquet", tmp_path / "report.json"
-    result = CliRunner().invoke(
+    result = runner.invoke(
         app, ["compute", str(src), *case["rladv_args"], "-o", str(out), "--report", str(report), "--quiet", "--device", "cpu"]
     )
     assert result.exit_code == 0, result.output

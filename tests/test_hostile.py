@@ -18,22 +18,18 @@ import re
 import subprocess
 import sys
 import tempfile
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
-from rladv_cli.cli import app
-
-HERE = Path(__file__).resolve().parent
+from conftest import HOSTILE, rladv, rladv_command
 
 
 def _load_generator():
-    spec = importlib.util.spec_from_file_location("make_hostile", HERE / "hostile" / "make_hostile.py")
+    spec = importlib.util.spec_from_file_location("make_hostile", HOSTILE / "make_hostile.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("make_hostile", module)
     spec.loader.exec_module(module)
@@ -42,7 +38,6 @@ def _load_generator():
 
 make_hostile = _load_generator()
 CONTRACT_COLUMNS = ("token_level_rewards", "response_mask", "loss_mask", "advantages", "returns")
-runner = CliRunner()
 
 
 def _plan() -> list:
@@ -84,14 +79,6 @@ def snapshot(folder: Path) -> dict[str, object]:
             else:
                 out[rel] = p.read_bytes()
     return out
-
-
-def invoke(args: list[str]):
-    """Run ``rladv`` in-process; Python warnings raised meanwhile are returned (a terminal would show them)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = runner.invoke(app, args)
-    return result, [f"{w.category.__name__}: {w.message}" for w in caught]
 
 
 def check_message(case, exit_code: int, stdout: str, stderr: str, crashed: str | None = None) -> str:
@@ -156,7 +143,8 @@ def test_generator_is_seeded_and_covers_the_issue(tmp_path):
 def test_hostile_case_fails_cleanly(hostile, case_id):
     case = hostile[case_id]
     before = snapshot(case.dir)
-    result, caught = invoke(case.args)
+    result = rladv(*case.args)
+    caught = result.py_warnings
     crashed = None
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         crashed = repr(result.exception)
@@ -171,7 +159,8 @@ def test_hostile_case_fails_cleanly(hostile, case_id):
 def test_accepted_input_is_computed(hostile, case_id):
     case = hostile[case_id]
     before = snapshot(case.dir)
-    result, caught = invoke(case.args)
+    result = rladv(*case.args)
+    caught = result.py_warnings
     assert result.exit_code == 0, result.output
     assert not caught, caught
     out = pq.read_table(case.output)
@@ -200,22 +189,17 @@ SUBPROCESS_SAMPLE = ["nan-rm_scores", "string-score", "truncated-half", "gamma-a
                      "grpo_passk-singleton"]
 
 
-def _rladv_command() -> list[str]:
-    script = Path(sys.executable).parent / "rladv"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "rladv_cli"]
-
-
 def test_sample_as_subprocess(tmp_path):
     cases = {c.id: c for c in make_hostile.build_cases(tmp_path)}
     sample = [cases[i] for i in SUBPROCESS_SAMPLE]
     before = {c.id: snapshot(c.dir) for c in sample}
     env = {**os.environ, "PYTHONWARNINGS": "default", "COLUMNS": "80"}
 
-    def run(case):
-        return subprocess.run(_rladv_command() + case.args, capture_output=True, text=True, timeout=120, env=env)
+    def run_case(case):
+        return subprocess.run(rladv_command() + case.args, capture_output=True, text=True, timeout=120, env=env)
 
     with ThreadPoolExecutor(max_workers=3) as pool:
-        results = list(pool.map(run, sample))
+        results = list(pool.map(run_case, sample))
     for case, p in zip(sample, results):
         check_message(case, p.returncode, p.stdout, p.stderr)
         assert p.returncode == 2, (case.id, p.returncode)

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
+from conftest import SAMPLES, runner
 from rladv_cli.cli import app
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed")
 WIDTH, HEIGHT = 1280, 2400
@@ -63,7 +62,7 @@ PAGES = {
 def test_the_page_renders_in_chromium(tmp_path, name, dark):
     html = tmp_path / f"{name}.html"
     args = [a.replace("{tmp}", str(tmp_path)) for a in PAGES[name]] + ["--html", str(html)]
-    result = CliRunner().invoke(app, args)
+    result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     pixels, console = screenshot(html, tmp_path, dark)
     assert console == []

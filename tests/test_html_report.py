@@ -9,15 +9,14 @@ import re
 import subprocess
 import sys
 from html.parser import HTMLParser
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
 import rladv_cli
+from conftest import SAMPLES, runner
 from rladv_cli.cli import app
 from rladv_cli.diagnose.checklist import inspect
 from rladv_cli.diagnose.html import SECTIONS as INSPECT_SECTIONS
@@ -26,7 +25,6 @@ from rladv_cli.report.distributions import Sketch, bucket_mid, histogram
 from rladv_cli.report.html import SECTIONS, render_html, write_html
 from rladv_cli.report.model import Histogram, Report
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 HOSTILE = '<script>alert("x")</script>" onmouseover="alert(1)'
 
@@ -165,7 +163,6 @@ def test_same_report_same_bytes_and_the_json_is_the_only_source(runs, pages, cas
 
 
 def test_two_cli_runs_write_the_same_html_bytes(tmp_path):
-    runner = CliRunner()
     texts = []
     for run in ("a", "b"):
         html = tmp_path / f"{run}.html"
@@ -451,7 +448,6 @@ def test_matplotlib_is_imported_only_for_html(tmp_path):
 
 # ----------------------------------------------------------------- inspect --html
 def test_inspect_html_through_the_cli(tmp_path):
-    runner = CliRunner()
     data = tmp_path / "multiturn.parquet"
     data.write_bytes((SAMPLES / "multiturn.parquet").read_bytes())
     html = tmp_path / "inspect.html"

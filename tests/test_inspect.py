@@ -8,7 +8,6 @@ import math
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -16,41 +15,17 @@ import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
+from conftest import F32, SAMPLES, runner, write
 from rladv_cli.diagnose.checklist import inspect
 from rladv_cli.diagnose.findings import render_inspection
 from rladv_cli.diagnose.scan import kl_estimate
 from rladv_cli.diagnose.views import group_view, render_group, render_row, row_view
 from rladv_cli.errors import ConfigError, InputError
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
-F32 = pa.list_(pa.float32())
-I8 = pa.list_(pa.int8())
 CONTRACT_CODES = {
     "singleton_group", "all_equal_group", "group_size_mismatch", "score_on_masked_position", "credit_reset_at_mask",
     "kl_raises_reward", "kl_flips_sign", "uid_merge_grpo_vectorized", "row_without_actor_tokens",
 }
-
-
-def write(path: Path, columns: dict, types: Optional[dict] = None) -> Path:
-    """Parquet with masks as list<int8>, other lists list<float32>, uid string, score float32."""
-    types = types or {}
-    arrays = {}
-    for name, values in columns.items():
-        if name in types:
-            t = types[name]
-        elif name in ("response_mask", "attention_mask", "loss_mask"):
-            t = I8
-        elif name in ("uid", "session_id"):
-            t = pa.string()
-        elif name == "score":
-            t = pa.float32()
-        elif name == "responses":
-            t = pa.list_(pa.int32())
-        else:
-            t = F32
-        arrays[name] = pa.array(values, type=t)
-    pq.write_table(pa.table(arrays), path)
-    return path
 
 
 def by_code(ins) -> dict:
@@ -286,7 +261,7 @@ def test_unreadable_dataset_raises(tmp_path):
     no_mask = write(tmp_path / "no_mask.parquet", {"score": [1.0]})
     with pytest.raises(InputError, match="response_mask"):
         inspect(no_mask)
-    wrong = write(tmp_path / "wrong.parquet", {"response_mask": [[1]], "uid": [[1.0]]}, {"uid": F32})
+    wrong = write(tmp_path / "wrong.parquet", {"response_mask": [[1]], "uid": [[1.0]]}, types={"uid": F32})
     ins = inspect(wrong)   # a badly typed optional column is reported and ignored
     expect(ins, "invalid_columns", "fail", 1, [])
     expect(ins, "missing_columns", "fail", 1, [])
@@ -609,7 +584,6 @@ def test_group_size_mismatch_counts_batches_as_compute_does(faults, tmp_path):
 
 def test_row_is_dataset_wide_and_shown_as_such(tmp_path):
     """--row N counts across all files; a row is shown as ``row N`` (dataset-wide) and ``file:row`` (within it)."""
-    from typer.testing import CliRunner
 
     from rladv_cli.cli import app
 
@@ -626,11 +600,11 @@ def test_row_is_dataset_wide_and_shown_as_such(tmp_path):
     c = console()
     render_inspection(ins, Console(file=c.file, width=400, color_system=None))
     assert f"{b}:1 (row 3)" in c.file.getvalue()
-    result = CliRunner().invoke(app, ["inspect", str(a), str(b), "--row", "3", "--json"])
+    result = runner.invoke(app, ["inspect", str(a), str(b), "--row", "3", "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert (doc["path"], doc["row"], doc["dataset_row"], doc["response_mask"]) == (str(b), 1, 3, [0])
-    wide = CliRunner().invoke(app, ["inspect", str(a), str(b), "--row", "3"], env={"COLUMNS": "200"})
+    wide = runner.invoke(app, ["inspect", str(a), str(b), "--row", "3"], env={"COLUMNS": "200"})
     assert f"row 3 of the dataset = {b}:1" in wide.output
     g = console()
     render_group(group_view([a, b], "z"), Console(file=g.file, width=400, color_system=None))
@@ -641,34 +615,32 @@ def test_row_is_dataset_wide_and_shown_as_such(tmp_path):
 def test_export_never_writes_onto_an_input(tmp_path):
     """--export DIR writes DIR/group.parquet and DIR/command.txt: refused when either is an input, which is
     left as it was (exit 2, one line); elsewhere the reproducer is written."""
-    from typer.testing import CliRunner
 
     from rladv_cli.cli import app
 
     data = write(tmp_path / "group.parquet", {"uid": ["x", "x", "y"], "response_mask": [[1], [1], [1]],
                                               "score": [1.0, 0.0, 1.0]})
     before = data.read_bytes()
-    result = CliRunner().invoke(app, ["inspect", str(data), "--uid", "x", "--export", str(tmp_path)])
+    result = runner.invoke(app, ["inspect", str(data), "--uid", "x", "--export", str(tmp_path)])
     assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
     assert "is one of the inputs" in result.output
     assert data.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["group.parquet"]
     out = tmp_path / "repro"
     out.mkdir()
-    result = CliRunner().invoke(app, ["inspect", str(data), "--uid", "x", "--export", str(out)])
+    result = runner.invoke(app, ["inspect", str(data), "--uid", "x", "--export", str(out)])
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == ["command.txt", "group.parquet"]
     assert pq.read_table(out / "group.parquet")["uid"].to_pylist() == ["x", "x"]
     # a missing folder is created, but not for a run that fails; a file in its place is refused
-    result = CliRunner().invoke(app, ["inspect", str(data), "--uid", "nope", "--export", str(tmp_path / "new")])
+    result = runner.invoke(app, ["inspect", str(data), "--uid", "nope", "--export", str(tmp_path / "new")])
     assert result.exit_code == 2 and "nope" in result.output and not (tmp_path / "new").exists()
-    result = CliRunner().invoke(app, ["inspect", str(data), "--uid", "x", "--export", str(data)])
+    result = runner.invoke(app, ["inspect", str(data), "--uid", "x", "--export", str(data)])
     assert result.exit_code == 2 and "exists and is not a folder" in result.output
 
 
 def test_a_bad_row_elsewhere_stops_the_computation_naming_its_file_and_row(tmp_path):
     """--row/--uid with a whitened estimator computes the whole dataset: a bad row elsewhere is reported as
     compute reports it (file, row within it, column), and the command exits 2 as compute would."""
-    from typer.testing import CliRunner
 
     from rladv_cli.cli import app
 
@@ -677,7 +649,7 @@ def test_a_bad_row_elsewhere_stops_the_computation_naming_its_file_and_row(tmp_p
     a = write(tmp_path / "a.parquet", {k: v[:2] for k, v in cols.items()})
     b = write(tmp_path / "b.parquet", {k: v[2:] for k, v in cols.items()})
     for args in (["--row", "0", "--estimator", "gae"], ["--uid", "a", "--estimator", "reinforce_plus_plus"]):
-        result = CliRunner().invoke(app, ["inspect", str(a), str(b), *args], env={"COLUMNS": "300"})
+        result = runner.invoke(app, ["inspect", str(a), str(b), *args], env={"COLUMNS": "300"})
         assert result.exit_code == 2, result.output
         assert f"compute failed: {b}: row 1, column response_mask: has value 3" in result.output
     assert row_view([a, b], 0, estimator="grpo").error is None  # grpo computes the group alone: row 3 is not read

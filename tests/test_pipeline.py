@@ -1,6 +1,5 @@
 """Pipeline behaviour that crosses stages: adaptive KL per batch, batch order, padding, progress, devices."""
 import io
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -9,6 +8,7 @@ import pytest
 from rich.console import Console
 
 import rladv_cli
+from conftest import SAMPLES
 from rladv_cli.cli import _progress
 from rladv_cli.stages.shaping import KLController
 
@@ -82,11 +82,10 @@ def test_device_auto_resolves_to_cpu_without_cuda():
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("estimator", ["gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"])
 def test_cuda_equals_cpu(estimator):
-    from pathlib import Path
 
     import pyarrow.parquet as pq
 
-    t = pq.read_table(Path(__file__).parents[1] / "sample_data" / "multiturn.parquet")
+    t = pq.read_table(SAMPLES / "multiturn.parquet")
     cpu, _ = rladv_cli.compute(t, estimator=estimator, device="cpu", kl_coef=0.01)
     gpu, _ = rladv_cli.compute(t, estimator=estimator, device="cuda", kl_coef=0.01)
     for column in ("token_level_rewards", "advantages", "returns"):
@@ -96,12 +95,11 @@ def test_cuda_equals_cpu(estimator):
 
 
 def test_batch_normalised_is_weights_per_batch_equal_each_batch_alone():
-    from pathlib import Path
 
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    t = pq.read_table(Path(__file__).parents[1] / "sample_data" / "multiturn.parquet")
+    t = pq.read_table(SAMPLES / "multiturn.parquet")
     t = t.append_column("step", pa.array([i % 2 for i in range(t.num_rows)], pa.int64()))
     settings = dict(estimator="grpo", rollout_is="sequence", rollout_is_batch_normalize=True, device="cpu")
     both, report = rladv_cli.compute(t, batch_key="step", chunk_rows=5, **settings)
@@ -150,11 +148,10 @@ def test_a_nan_batch_key_is_an_input_error_naming_the_row():
 def test_compute_reads_the_callers_table_without_writing_to_it(estimator):
     """Token columns become tensors over the Arrow buffers themselves (no copies): no stage may write to
     them, with overlong and KL shaping on and whatever the estimator."""
-    from pathlib import Path
 
     import pyarrow.parquet as pq
 
-    t = pq.read_table(Path(__file__).parents[1] / "sample_data" / "multiturn.parquet")
+    t = pq.read_table(SAMPLES / "multiturn.parquet")
     before = {name: [bytes(b) for chunk in t[name].chunks for b in chunk.buffers() if b is not None]
               for name in t.column_names}
     rladv_cli.compute(t, estimator=estimator, kl_coef=0.05, overlong_buffer_len=4, overlong_penalty_factor=1.0,
@@ -169,7 +166,7 @@ def test_pad_width_is_a_floor_on_each_batchs_width(estimator):
     """``pad_width`` at most a batch's longest response changes nothing; wider, it sums row totals as the
     wider padded batch does (the same as ``compute(pad_widths=...)``, which ``inspect`` passes), per batch.
     The report records it with the settings."""
-    sample = pq.read_table(Path(__file__).resolve().parent.parent / "sample_data" / "multiturn.parquet")
+    sample = pq.read_table(SAMPLES / "multiturn.parquet")
     longest = max(len(m) for m in sample["response_mask"].to_pylist())
     plain, _ = rladv_cli.compute(sample, estimator=estimator, device="cpu")
     floor, report = rladv_cli.compute(sample, estimator=estimator, device="cpu", pad_width=longest)

@@ -13,61 +13,26 @@ Strategies: tests/strategies.py.  Whole file: well under a minute on two CPU cor
 """
 from __future__ import annotations
 
-import os
-import pathlib
-import sys
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import assume, event, given
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import reference as ref  # noqa: E402
-import strategies as S  # noqa: E402
+import reference as ref
+import rladv_cli
+import strategies as S
+from conftest import run
+from rladv_cli import ComputeError
+from rladv_cli.estimators.registry import ESTIMATORS
+from strategies import attempt, examples, failed, needs
 
-import rladv_cli  # noqa: E402
-from rladv_cli import ComputeError  # noqa: E402
-from rladv_cli.estimators.registry import ESTIMATORS  # noqa: E402
-
-F32 = np.float32
 ATOL, RTOL = 1e-5, 1e-4
 ADDED = ("token_level_rewards", "response_mask", "loss_mask", "advantages", "returns")
 
-# the oracle for each estimator: (rewards, masks, rollout, settings) -> (advantages, returns), verl's raw rows
-ORACLE = {
-    "gae": lambda r, m, ro, s: ref.gae(r, ro.values, m, s["gamma"], s["lam"]),
-    "grpo": lambda r, m, ro, s: ref.grpo(r, m, ro.uids, norm_adv_by_std=s["norm_adv_by_std"]),
-    "grpo_vectorized": lambda r, m, ro, s: ref.grpo_vectorized(r, m, ro.uids),
-    "rloo": lambda r, m, ro, s: ref.rloo(r, m, ro.uids),
-    "rloo_vectorized": lambda r, m, ro, s: ref.rloo_vectorized(r, m, ro.uids),
-    "reinforce_plus_plus": lambda r, m, ro, s: ref.reinforce_plus_plus(r, m, s["gamma"], s["rpp_mask_mode"]),
-    "reinforce_plus_plus_baseline": lambda r, m, ro, s: ref.reinforce_plus_plus_baseline(r, m, ro.uids),
-    "grpo_passk": lambda r, m, ro, s: ref.grpo_passk(r, m, ro.uids, norm_adv_by_std=s["norm_adv_by_std"]),
-    "remax": lambda r, m, ro, s: ref.remax(r, m, ro.reward_baselines),
-    "opo": lambda r, m, ro, s: ref.opo(r, m, ro.uids),
-    "gpg": lambda r, m, ro, s: ref.gpg(r, m, ro.uids),
-    "optimal_token_baseline": lambda r, m, ro, s: ref.optimal_token_baseline(r, m, ro.uids, ro.old_log_probs, ro.sum_pi_squared),
-    "tir_optimal_token_baseline": lambda r, m, ro, s: ref.tir_optimal_token_baseline(
-        r, m, ro.uids, ro.old_log_probs, ro.sum_pi_squared),
-    "gdpo": lambda r, m, ro, s: ref.gdpo(r, m, ro.uids),
-}
-# columns these tests know how to draw; an estimator needing anything else is skipped, not guessed at
-DRAWABLE = {"values", "old_log_probs", "ref_log_prob", "reward_baselines", "sum_pi_squared"}
 NAMES = list(ESTIMATORS)
-
-# RLADV_PROPERTY_SCALE=N multiplies every example count (a longer hunt; the default keeps the file < 60 s)
-SCALE = max(1, int(os.environ.get("RLADV_PROPERTY_SCALE", "1")))
-# draws of up to 24 rows x 40 tokens x 3 float lists are large (that is the point): data_too_large is
-# expected; the tmp_path_factory fixture is session-wide and each example makes its own folder
-HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
-
-
-def examples(n: int) -> settings:
-    return settings(max_examples=n * SCALE, deadline=None, suppress_health_check=HEALTH)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -82,39 +47,13 @@ def _one_torch_thread():
     torch.set_num_threads(threads)
 
 
-def needs(name: str) -> dict:
-    """``S.rollouts`` arguments giving the columns (and group sizes) the estimator needs; skips estimators
-    that need columns these strategies do not draw."""
-    est = ESTIMATORS[name]
-    extra = set(est.columns) - DRAWABLE
-    if extra:
-        pytest.skip(f"{name} needs {sorted(extra)}, which these strategies do not draw")
-    return dict(values="values" in est.columns, baselines="reward_baselines" in est.columns,
-                pi_squared="sum_pi_squared" in est.columns, min_group=getattr(est, "min_group_size", 1) or 1)
-
-
-def run(table: pa.Table, name: str, **kw) -> pa.Table:
-    kw.setdefault("chunk_rows", max(table.num_rows, 1))
-    kw.setdefault("device", "cpu")
-    out, _ = rladv_cli.compute(table, estimator=name, **kw)
-    return out
-
-
-def attempt(fn, *args, **kw):
-    """``fn(...)``'s result, or the ``ComputeError`` it raised (data on which verl raises too, e.g. a
-    whitened batch with <= 1 valid token or a grpo_passk singleton); other errors propagate."""
-    try:
-        return fn(*args, **kw)
-    except ComputeError as err:
-        return err
-
-
-def failed(outcome) -> bool:
-    return isinstance(outcome, ComputeError)
+def output(table: pa.Table, name: str, **kw) -> pa.Table:
+    """The output table of ``name`` on ``table``, computed on the CPU as one chunk unless ``kw`` says otherwise."""
+    return run(table, name, one_chunk=True, **kw)[0]
 
 
 def rows_of(table: pa.Table, col: str) -> list[np.ndarray]:
-    return [np.asarray(x, dtype=F32) for x in table[col].to_pylist()]
+    return [np.asarray(x, dtype=np.float32) for x in table[col].to_pylist()]
 
 
 def flat_bits(table: pa.Table, col: str, signed_zeros: bool = True) -> np.ndarray:
@@ -124,7 +63,7 @@ def flat_bits(table: pa.Table, col: str, signed_zeros: bool = True) -> np.ndarra
     if values.dtype != np.float32:
         return values
     if not signed_zeros:
-        values = np.where(values == 0, F32(0.0), values)
+        values = np.where(values == 0, np.float32(0.0), values)
     return values.view(np.uint32)
 
 
@@ -252,22 +191,20 @@ def _ill_conditioned_baselines(name: str, rewards, rollout: S.Rollout) -> set:
 @examples(20)
 @given(data=st.data(), s=S.estimator_settings(), kl=S.kl_settings())
 def test_library_matches_reference(name, data, s, kl):
-    if name not in ORACLE:
-        pytest.skip(f"tests/reference.py has no oracle for {name}")
     rollout = data.draw(S.rollouts(**needs(name)), label="rollout")
     table = rollout.table()
     kw = dict(s, **kl)
     if ESTIMATORS[name].whiten and rollout.valid_tokens <= 1:
         # verl's masked_var raises ValueError here; rladv stops with a clean one-line error
         with pytest.raises(ComputeError) as err:
-            run(table, name, **kw)
+            output(table, name, **kw)
         assert "\n" not in str(err.value) and name in str(err.value)
         return
-    out = run(table, name, **kw)
+    out = output(table, name, **kw)
 
     rewards = reference_rewards(rollout, kl)
-    masks = [np.asarray(m, dtype=F32) for m in rollout.masks]
-    adv, ret = ORACLE[name](rewards, masks, rollout, s)
+    masks = [np.asarray(m, dtype=np.float32) for m in rollout.masks]
+    adv, ret = ref.ORACLE[name](rewards, masks, rollout, s)
 
     # input columns carried through, in order; rladv's columns appended
     assert out.num_rows == table.num_rows
@@ -308,7 +245,7 @@ def test_output_contract(name, data, s, kl):
     returns 0 wherever the output response_mask is 0, finite wherever it is 1."""
     rollout = data.draw(S.rollouts(**needs(name)), label="rollout")
     table = rollout.table()
-    out = attempt(run, table, name, **s, **kl)
+    out = attempt(output, table, name, **s, **kl)
     if failed(out):
         event(f"ComputeError: {str(out).split(':')[0]}")
         return
@@ -336,7 +273,7 @@ def test_opo_group_without_valid_tokens_writes_zeros():
         "response_mask": pa.array([[0, 0], [0], [1, 1]], pa.list_(pa.int8())),
         "rm_scores": pa.array([[0.0, 1.0], [0.5], [1.0, 1.0]], pa.list_(pa.float32())),
     })
-    out = run(table, "opo")
+    out = output(table, "opo")
     assert out["advantages"].to_pylist() == [[0, 0], [0], [2, 2]]
     assert out["returns"].to_pylist() == [[0, 0], [0], [2, 2]]
 
@@ -352,8 +289,8 @@ def test_chunk_rows_do_not_change_the_output(name, data, s, kl):
     table = rollout.table()
     B = table.num_rows
     chunk = data.draw(st.integers(1, B), label="chunk_rows")
-    whole = attempt(run, table, name, chunk_rows=B, **s, **kl)
-    assert_same_outcome(attempt(run, table, name, chunk_rows=chunk, **s, **kl), whole)
+    whole = attempt(output, table, name, chunk_rows=B, **s, **kl)
+    assert_same_outcome(attempt(output, table, name, chunk_rows=chunk, **s, **kl), whole)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -391,7 +328,7 @@ def _signed_zero_table() -> pa.Table:
 @pytest.mark.parametrize("name", ["gae", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "grpo"])
 def test_sign_of_masked_zeros_does_not_depend_on_chunk_rows(name, tmp_path):
     table = _signed_zero_table()
-    assert_bit_equal(run(table, name, chunk_rows=2), run(table, name, chunk_rows=1))
+    assert_bit_equal(output(table, name, chunk_rows=2), output(table, name, chunk_rows=1))
     pq.write_table(table, tmp_path / "in.parquet")
     for c in (1, 2):
         rladv_cli.compute_file([tmp_path / "in.parquet"], output=tmp_path / f"{c}.parquet", estimator=name,
@@ -408,8 +345,8 @@ def test_sign_of_masked_zeros_does_not_depend_on_chunk_rows(name, tmp_path):
 def test_row_order_does_not_matter(name, data, s, kl):
     rollout = data.draw(S.rollouts(**needs(name)), label="rollout")
     perm = list(data.draw(st.permutations(range(rollout.num_rows)), label="permutation"))
-    out = attempt(run, rollout.table(), name, **s, **kl)
-    shuffled = attempt(run, rollout.take(perm).table(), name, **s, **kl)
+    out = attempt(output, rollout.table(), name, **s, **kl)
+    shuffled = attempt(output, rollout.take(perm).table(), name, **s, **kl)
     assert failed(out) == failed(shuffled)
     if failed(out):
         return
@@ -418,13 +355,10 @@ def test_row_order_does_not_matter(name, data, s, kl):
     assert back["row_id"].equals(out["row_id"])
     # a group's (or the batch's) float32 sum in another order may round differently, as verl's would: one ulp
     # of a group mean of -1.15 over a group std of 0.044 moves advantages by 2.7e-6, hence the tolerance of
-    # the comparison with verl; ill-conditioned rows amplify it further (see comparable_rows; estimators
-    # without an oracle: every row is compared)
-    keep = [True] * rollout.num_rows
-    if name in ORACLE:
-        keep, why = comparable_rows(name, rollout, reference_rewards(rollout, kl), s, kl["kl_coef"] > 0)
-        if why:
-            event(why)
+    # the comparison with verl; ill-conditioned rows amplify it further (see comparable_rows)
+    keep, why = comparable_rows(name, rollout, reference_rewards(rollout, kl), s, kl["kl_coef"] > 0)
+    if why:
+        event(why)
     own_returns = name in ("gae", "reinforce_plus_plus")
     for col in ("token_level_rewards", "advantages", "returns"):
         for i, (x, y) in enumerate(zip(rows_of(back, col), rows_of(out, col))):
@@ -448,7 +382,7 @@ def test_values_and_log_probs_at_mask_zero_change_nothing(name, data, s, kl):
     changed = rollout.with_columns()
     # new finite values at every mask-0 position (numpy from a drawn seed: hundreds of single draws are slow)
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
-    special = np.array([0.0, -0.0, -20.0, 20.0, 1e-30], dtype=F32)
+    special = np.array([0.0, -0.0, -20.0, 20.0, 1e-30], dtype=np.float32)
     ranges = (("values", -4, 4), ("old_log_probs", -20, 0), ("ref_log_prob", -20, 0), ("sum_pi_squared", 0, 1))
     for col, lo, hi in ranges:
         if getattr(rollout, col) is None:
@@ -456,10 +390,10 @@ def test_values_and_log_probs_at_mask_zero_change_nothing(name, data, s, kl):
         rows = [list(r) for r in getattr(rollout, col)]
         for i, t in spots:
             x = rng.uniform(lo, hi) if rng.random() < 0.8 else rng.choice(special)
-            rows[i][t] = float(np.clip(F32(x), lo, hi))
+            rows[i][t] = float(np.clip(np.float32(x), lo, hi))
         setattr(changed, col, rows)
-    a = attempt(run, rollout.table(), name, **s, **kl)
-    b = attempt(run, changed.table(), name, **s, **kl)
+    a = attempt(output, rollout.table(), name, **s, **kl)
+    b = attempt(output, changed.table(), name, **s, **kl)
     assert failed(a) == failed(b)
     if failed(a):
         return
@@ -483,9 +417,9 @@ def test_each_batch_gets_what_it_gets_alone(name, data, s, kl, steps):
     alone = {}
     for step in sorted(set(rollout.step)):
         rows = [i for i, v in enumerate(rollout.step) if v == step]
-        alone[step] = (rows, attempt(run, rollout.take(rows).table(), name, **s, **kl))
+        alone[step] = (rows, attempt(output, rollout.take(rows).table(), name, **s, **kl))
     chunk = data.draw(st.integers(1, table.num_rows), label="chunk_rows")
-    out = attempt(run, table, name, batch_key="step", chunk_rows=chunk, **s, **kl)
+    out = attempt(output, table, name, batch_key="step", chunk_rows=chunk, **s, **kl)
     # verl would raise on the batch that cannot be computed alone, so the whole run stops
     assert failed(out) == any(failed(single) for _, single in alone.values()), out
     if failed(out):
@@ -548,9 +482,9 @@ def test_the_gpu_code_path_agrees_with_the_c_loops(name, data, s, kl):
 
     rollout = data.draw(S.rollouts(**needs(name)), label="rollout")
     table = rollout.table()
-    native = attempt(run, table, name, **s, **kl)
+    native = attempt(output, table, name, **s, **kl)
     with mock.patch.object(kernels, "_scan", None), mock.patch.object(kernels, "_rows", None):
-        torch_only = attempt(run, table, name, **s, **kl)
+        torch_only = attempt(output, table, name, **s, **kl)
     assert_same_results(native, torch_only, name)
 
 
@@ -562,6 +496,6 @@ def test_cuda_agrees_with_cpu(name, data, s, kl, chunk):
     """``device="cuda"`` against ``device="cpu"`` on random batches and chunkings (issue 6: atol 1e-5)."""
     rollout = data.draw(S.rollouts(**needs(name)), label="rollout")
     table = rollout.table()
-    on_cpu = attempt(run, table, name, chunk_rows=chunk, **s, **kl)
-    on_gpu = attempt(run, table, name, chunk_rows=chunk, device="cuda", **s, **kl)
+    on_cpu = attempt(output, table, name, chunk_rows=chunk, **s, **kl)
+    on_gpu = attempt(output, table, name, chunk_rows=chunk, device="cuda", **s, **kl)
     assert_same_results(on_cpu, on_gpu, name)

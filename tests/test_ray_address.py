@@ -10,13 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
+from conftest import SAMPLES, runner
 from rladv_cli.cli import app
 
 ray = pytest.importorskip("ray")
 
-DATA = Path(__file__).resolve().parents[1] / "sample_data" / "groups.parquet"
+DATA = SAMPLES / "groups.parquet"
 LOCAL_HINT = 'start a cluster with "ray start --head" or omit --ray-address for a local one'
 
 
@@ -40,7 +40,7 @@ def compute(tmp_path: Path, *address: str, env: dict | None = None):
     seconds it took."""
     args = ["compute", str(DATA), "--estimator", "grpo", "--engine", "ray", "-o", str(tmp_path / "out"), "-q"]
     start = time.monotonic()
-    result = CliRunner().invoke(app, args + (["--ray-address", *address] if address else []), env=env)
+    result = runner.invoke(app, args + (["--ray-address", *address] if address else []), env=env)
     return result, time.monotonic() - start
 
 

@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
+from conftest import runner
 from rladv_cli import Config, compute_file
 from rladv_cli.cli import app
 from rladv_cli.errors import ConfigError, InputError, OutputError
@@ -177,7 +177,7 @@ def test_a_task_that_always_fails_leaves_no_output(ray_instance, shards, tmp_pat
     monkeypatch.setattr(ray_engine, "MAX_RETRIES", 1)
     monkeypatch.setattr(ray_engine, "_run_task", _fail_on(1, tmp_path / "failed", "always"))
     out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["compute", str(shards), "--estimator", "grpo", "--engine", "ray",
+    result = runner.invoke(app, ["compute", str(shards), "--estimator", "grpo", "--engine", "ray",
                                       "-o", str(out), "-q", "--device", "cpu"])
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
@@ -193,8 +193,8 @@ def test_a_data_error_in_a_worker_is_the_local_engines_error(ray_instance, tmp_p
     folder = write_shards(table.set_column(table.schema.get_field_index("response_mask"), "response_mask",
                                            pa.array(masks, pa.list_(pa.int8()))), tmp_path / "bad")
     args = ["compute", str(folder), "--estimator", "grpo", "-q", "--device", "cpu", "--chunk-rows", str(CHUNK_ROWS)]
-    local = CliRunner().invoke(app, args + ["-o", str(tmp_path / "local.parquet")])
-    distributed = CliRunner().invoke(app, args + ["--engine", "ray", "-o", str(tmp_path / "out")])
+    local = runner.invoke(app, args + ["-o", str(tmp_path / "local.parquet")])
+    distributed = runner.invoke(app, args + ["--engine", "ray", "-o", str(tmp_path / "out")])
     assert local.exit_code == distributed.exit_code == 2
     assert "part-03.parquet: row 6" in local.output and distributed.output == local.output
     assert not (tmp_path / "out").exists()
@@ -210,13 +210,13 @@ def test_a_failed_run_removes_only_the_output_folder_it_created(ray_instance, tm
                                            pa.array(masks, pa.list_(pa.int8()))), tmp_path / "bad")
     args = ["compute", str(folder), "--estimator", "grpo", "-q", "--engine", "ray", "--ray-workers", "2",
             "--report", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html")]
-    made = CliRunner().invoke(app, args + ["-o", str(tmp_path / "new")])
+    made = runner.invoke(app, args + ["-o", str(tmp_path / "new")])
     assert made.exit_code == 2 and made.output.startswith("Error: ") and "part-03.parquet: row 6" in made.output
     assert not (tmp_path / "new").exists()
     kept = tmp_path / "kept"
     kept.mkdir()
     (kept / "notes.txt").write_text("mine")
-    again = CliRunner().invoke(app, args + ["-o", str(kept)])
+    again = runner.invoke(app, args + ["-o", str(kept)])
     assert again.exit_code == 2 and again.output == made.output
     assert sorted(os.listdir(kept)) == ["notes.txt"]
     assert sorted(os.listdir(tmp_path)) == ["bad", "kept"]
@@ -256,7 +256,7 @@ def test_the_ray_engine_runs_on_cpu(ray_instance, shards, tmp_path):
 
 def test_without_ray_the_engine_asks_for_the_extra(shards, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
-    result = CliRunner().invoke(app, ["compute", str(shards), "--estimator", "grpo", "--engine", "ray",
+    result = runner.invoke(app, ["compute", str(shards), "--estimator", "grpo", "--engine", "ray",
                                       "-o", str(tmp_path / "out"), "-q"])
     assert result.exit_code == 2
     assert result.output.strip() == 'Error: --engine ray needs Ray Data: pip install "ray[data]>=2.10" (rladv\'s [ray] extra)'
@@ -380,6 +380,6 @@ def test_quiet_is_quiet_with_more_workers_than_shards(ray_instance, tmp_path):
     nothing the user can act on) through ``-q``."""
     path = tmp_path / "one.parquet"
     pq.write_table(rollouts(np.random.default_rng(5)), path)
-    result = CliRunner().invoke(app, ["compute", str(path), "--estimator", "grpo", "--engine", "ray", "--ray-workers", "2",
+    result = runner.invoke(app, ["compute", str(path), "--estimator", "grpo", "--engine", "ray", "--ray-workers", "2",
                                       "-q", "-o", str(tmp_path / "out")])
     assert result.exit_code == 0 and result.output == ""

@@ -20,16 +20,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import rladv_command
+
 pytest.importorskip("ray")
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the run's processes in /proc")
 
 SHARDS, ROWS = 4, 2_000  # rows per shard, ~100 tokens each: a few seconds of passes on 2 workers
 TIMEOUT = 90  # seconds, for each wait: a loaded 2-core machine starts Ray slowly
-
-
-def _rladv() -> list[str]:
-    script = Path(sys.executable).parent / "rladv"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "rladv_cli"]
 
 
 def _dataset(folder: Path) -> dict[str, str]:
@@ -96,7 +93,7 @@ def test_sigterm_stops_a_ray_run_as_it_stops_a_local_one(tmp_path, moment):
         (out / "notes.txt").write_text("mine")
     before = _digests(out) if out.exists() else None
     ready = _staging if moment == "passes" else _started_writing
-    proc = subprocess.Popen(_rladv() + ["compute", str(inputs), "--estimator", "grpo", "--engine", "ray",
+    proc = subprocess.Popen(rladv_command() + ["compute", str(inputs), "--estimator", "grpo", "--engine", "ray",
                                         "--ray-workers", "2", "-o", str(out), "--report", str(tmp_path / "r.json"),
                                         "-q"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -52,7 +52,8 @@ def reads(monkeypatch):
     return counts
 
 
-def run(paths: list[Path], out: Path, estimator: str, cache_mib: int) -> bytes:
+def written(paths: list[Path], out: Path, estimator: str, cache_mib: int) -> bytes:
+    """The bytes ``compute_file`` writes for ``paths`` (7-row chunks, on the CPU) with a read cache of ``cache_mib``."""
     rladv_cli.compute_file([str(p) for p in paths], estimator=estimator, output=out, chunk_rows=7, device="cpu",
                            cache_mib=cache_mib)
     return out.read_bytes()
@@ -61,10 +62,10 @@ def run(paths: list[Path], out: Path, estimator: str, cache_mib: int) -> bytes:
 @pytest.mark.parametrize("estimator", ["grpo", "gae", "reinforce_plus_plus_baseline"])
 def test_a_dataset_that_fits_is_read_once_and_gives_the_same_bytes(tmp_path, reads, estimator):
     paths = files(tmp_path, rollouts(40, 0), rollouts(40, 1).slice(0, 0), rollouts(33, 2))  # an empty file between
-    kept = run(paths, tmp_path / "kept.parquet", estimator, cache_mib=64)
+    kept = written(paths, tmp_path / "kept.parquet", estimator, cache_mib=64)
     assert reads == {str(paths[0]): 40, str(paths[2]): 33}  # every row once, over every pass
     reads.clear()
-    streamed = run(paths, tmp_path / "streamed.parquet", estimator, cache_mib=0)
+    streamed = written(paths, tmp_path / "streamed.parquet", estimator, cache_mib=0)
     assert kept == streamed
     assert reads[str(paths[0])] > 40 * 2  # each pass reads again
 
@@ -77,10 +78,10 @@ def test_carried_columns_are_encoded_as_the_input_is_read_and_give_the_same_byte
     used = []
     monkeypatch.setattr(wio._Carried, "part", lambda self, part=wio._Carried.part: (used.append(self.num_rows), part(self))[1])
     paths = files(tmp_path, rollouts(40, 0, prompt=20), rollouts(33, 2, prompt=20))
-    kept = run(paths, tmp_path / "kept.parquet", estimator, cache_mib=64)
+    kept = written(paths, tmp_path / "kept.parquet", estimator, cache_mib=64)
     assert used == [16, 16, 16, 16, 9]
     used.clear()
-    streamed = run(paths, tmp_path / "streamed.parquet", estimator, cache_mib=0)
+    streamed = written(paths, tmp_path / "streamed.parquet", estimator, cache_mib=0)
     assert used == [] and kept == streamed
 
 
@@ -96,8 +97,8 @@ def test_files_that_differ_in_nullability_give_a_nullable_column(tmp_path, monke
     first = first.append_column(pa.field("tag", pa.int64(), nullable=False), pa.array(np.arange(40)))
     second = second.append_column(pa.field("tag", pa.int64()), pa.array(tags, pa.int64()))
     paths = files(tmp_path, first, second)
-    kept = run(paths, tmp_path / "kept.parquet", "grpo", cache_mib=64)
-    assert kept == run(paths, tmp_path / "streamed.parquet", "grpo", cache_mib=0)
+    kept = written(paths, tmp_path / "kept.parquet", "grpo", cache_mib=64)
+    assert kept == written(paths, tmp_path / "streamed.parquet", "grpo", cache_mib=0)
     out = pq.read_table(tmp_path / "kept.parquet")
     assert out.schema.field("tag").nullable
     assert out.column("tag").to_pylist() == list(range(40)) + tags
@@ -114,10 +115,10 @@ def test_a_dataset_larger_than_its_footer_says_falls_back_to_streaming(tmp_path,
     monkeypatch.setattr(wio, "ROW_GROUP_ROWS", 4)
     monkeypatch.setattr(wio._Carried, "__init__", lambda self, *a, init=wio._Carried.__init__: (carried.append(1), init(self, *a))[1])
     monkeypatch.setattr(wio._Carried, "part", lambda self, part=wio._Carried.part: (used.append(1), part(self))[1])
-    fallback = run(paths, tmp_path / "a.parquet", "grpo", cache_mib=1)
+    fallback = written(paths, tmp_path / "a.parquet", "grpo", cache_mib=1)
     assert states == [False] and reads[str(paths[0])] > 64 * 2
     assert carried and not used
-    assert fallback == run(paths, tmp_path / "b.parquet", "grpo", cache_mib=0)
+    assert fallback == written(paths, tmp_path / "b.parquet", "grpo", cache_mib=0)
 
 
 @pytest.mark.parametrize("cut", [0.5, 0.97])
@@ -128,7 +129,7 @@ def test_a_read_error_names_the_same_file_and_row_with_and_without_the_cache(tmp
     errors = []
     for cache_mib in (64, 0):
         with pytest.raises(rladv_cli.RladvError) as err:
-            run(paths, tmp_path / "o.parquet", "grpo", cache_mib)
+            written(paths, tmp_path / "o.parquet", "grpo", cache_mib)
         errors.append(str(err.value))
         assert not (tmp_path / "o.parquet").exists()
     # the same file and row; pyarrow's detail in brackets depends on which columns were being read
@@ -146,11 +147,11 @@ def test_rows_are_checked_once_on_the_thread_and_errors_stay_where_they_were(tmp
     check = validation.check_chunk
     monkeypatch.setattr(validation, "check_chunk", lambda *a, **k: (calls.append(a[2]), check(*a, **k))[1])
     good = files(tmp_path, rollouts(40, 6))
-    run(good, tmp_path / "o.parquet", "gae", cache_mib=64)
+    written(good, tmp_path / "o.parquet", "gae", cache_mib=64)
     on_thread = len(calls)
     assert on_thread == len(range(0, 40, 7))  # once per chunk, all on the thread: the passes checked nothing
     calls.clear()
-    run(good, tmp_path / "o.parquet", "gae", cache_mib=0)
+    written(good, tmp_path / "o.parquet", "gae", cache_mib=0)
     assert len(calls) == 3 * on_thread  # without the cache each pass (layout, scan, write) checks its columns
 
     t = rollouts(40, 7)
@@ -164,7 +165,7 @@ def test_rows_are_checked_once_on_the_thread_and_errors_stay_where_they_were(tmp
     errors = []
     for cache_mib in (64, 0):
         with pytest.raises(rladv_cli.InputError) as err:
-            run(bad, tmp_path / "o.parquet", "gae", cache_mib)
+            written(bad, tmp_path / "o.parquet", "gae", cache_mib)
         errors.append(str(err.value))
     assert errors[0] == errors[1] and "row 30" in errors[0] and "response_mask" in errors[0]
 
@@ -174,7 +175,7 @@ def test_a_run_that_fails_early_stops_the_reading_thread(tmp_path):
 
     paths = files(tmp_path, rollouts(40, 8).drop_columns(["values"]))  # gae needs values: a schema error
     with pytest.raises(rladv_cli.InputError, match="values"):
-        run(paths, tmp_path / "o.parquet", "gae", cache_mib=64)
+        written(paths, tmp_path / "o.parquet", "gae", cache_mib=64)
     assert not [t for t in threading.enumerate() if t.name == "rladv-read"]
 
 
@@ -199,7 +200,7 @@ def test_compute_file_restores_the_switch_interval_and_the_collector(tmp_path, c
         (tmp_path / "bad").mkdir()
         no_values = files(tmp_path / "bad", rollouts(20, 9).drop_columns(["values"]))
         with pytest.raises(rladv_cli.InputError, match="values"):  # raised after the interval was lowered
-            run(no_values, tmp_path / "x.parquet", "gae", cache_mib=64)
+            written(no_values, tmp_path / "x.parquet", "gae", cache_mib=64)
         assert sys.getswitchinterval() == before and gc.isenabled() == collector and gc.get_freeze_count() == 0
     finally:
         gc.enable()

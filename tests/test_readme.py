@@ -1,12 +1,11 @@
 """The README documents what exists: set-up commands, every command and option, a Python example that runs."""
 import re
-from pathlib import Path
 
 import typer.main
 
+from conftest import ROOT
 from rladv_cli.cli import app
 
-ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 

@@ -6,7 +6,6 @@ gives fewer digits (then half a unit of its last digit).  Golden data: tests/gol
 """
 
 import functools
-import json
 import math
 import pathlib
 import re
@@ -17,13 +16,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import reference as ref  # noqa: E402
+import reference as ref
+from conftest import GOLDEN, SAMPLES, golden_cases
 
 F32 = np.float32
-HERE = pathlib.Path(__file__).resolve().parent
-GOLDEN = HERE / "golden"
-SAMPLES = HERE.parent / "sample_data"
 
 
 def close(actual, expected, tol=1e-6):
@@ -367,7 +363,7 @@ def _options(args):
 
 
 def _golden_cases():
-    cases = json.loads((GOLDEN / "cases.json").read_text())["cases"]
+    cases = golden_cases().values()
     picked = []
     for case in cases:
         opts = _options(case["rladv_args"])

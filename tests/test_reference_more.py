@@ -1,14 +1,14 @@
 """The oracle for the remaining estimators (grpo_passk, remax, opo, gpg, the optimal-token baselines, gdpo):
 SEMANTICS' worked examples and verl 0.9.1's golden outputs (the expected token_level_rewards as input)."""
-import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import reference as ref
 
-GOLDEN = Path(__file__).parent / "golden"
+import reference as ref
+from conftest import GOLDEN, golden_cases
+
 MORE = ("grpo_passk", "remax", "opo", "gpg", "optimal_token_baseline", "tir_optimal_token_baseline")
 
 
@@ -34,7 +34,7 @@ def test_worked_examples():
 
 
 def _cases():
-    for c in json.loads((GOLDEN / "cases.json").read_text())["cases"]:
+    for c in golden_cases().values():
         a = c["rladv_args"]
         est = a[a.index("--estimator") + 1]
         if est in MORE and "--rollout-rs" not in a and "--rollout-is" not in a:

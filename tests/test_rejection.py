@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import math
 import pathlib
-import sys
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -13,15 +12,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from host_exp import SAME_EXP  # noqa: E402
-
-from rladv_cli.errors import ComputeError, ConfigError  # noqa: E402
-from rladv_cli.config.correction import (RS_OPTIONS, ImportanceSampling, RejectionRule, parse_rollout_is,  # noqa: E402
+from conftest import GOLDEN
+from host_exp import SAME_EXP
+from rladv_cli.config.correction import (RS_OPTIONS, ImportanceSampling, RejectionRule, parse_rollout_is,
                                          parse_rollout_rs)
-from rladv_cli.stages.rejection import RolloutCorrectionStats, importance_weights, rejection_keep  # noqa: E402
-
-GOLDEN = pathlib.Path(__file__).resolve().parent / "golden"
+from rladv_cli.errors import ComputeError, ConfigError
+from rladv_cli.stages.rejection import RolloutCorrectionStats, importance_weights, rejection_keep
 
 
 def flat(rows_lr, rows_m0, rows_rollout=None):

@@ -6,7 +6,6 @@ import json
 import math
 import shlex
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,14 +16,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
-from typer.testing import CliRunner
 
 import rladv_cli
+import strategies as S
+from conftest import GOLDEN, golden_cases, runner
 from rladv_cli.cli import app
 from rladv_cli.report.model import render
+from strategies import attempt, examples, failed, needs
 
-GOLDEN = Path(__file__).parent / "golden"
-CASES = {Path(c["expected"]).stem: c for c in json.loads((GOLDEN / "cases.json").read_text())["cases"]}
+CASES = golden_cases()
 # every estimator once, with KL shaping, rejection and importance weights where verl's V1 trainer ran them
 REPLAYED = [stem for stem in CASES if stem.startswith("mix__") and stem.endswith("__kl_rs_is")] + [
     "nosingle__grpo_passk__plain"]
@@ -47,7 +47,7 @@ def _dump(tmp_path: Path, case: dict, expected_stem: str | None = None) -> Path:
 
 def _run(args: list[str], tmp_path: Path) -> dict:
     report = tmp_path / "report.json"
-    result = CliRunner().invoke(app, ["compute", *args, "-o", str(tmp_path / "out.parquet"), "--report", str(report),
+    result = runner.invoke(app, ["compute", *args, "-o", str(tmp_path / "out.parquet"), "--report", str(report),
                                       "--quiet", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     return json.loads(report.read_text())["replay"]
@@ -306,7 +306,7 @@ def test_terminal_and_html_show_the_replay(tmp_path):
     case = CASES["mix__grpo_nostd__plain"]
     dump = _dump(tmp_path, case, "mix__grpo__plain")
     html = tmp_path / "r.html"
-    result = CliRunner().invoke(app, ["compute", str(dump), *case["rladv_args"], "-o", str(tmp_path / "o.parquet"),
+    result = runner.invoke(app, ["compute", str(dump), *case["rladv_args"], "-o", str(tmp_path / "o.parquet"),
                                       "--html", str(html), "--device", "cpu"])
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
@@ -327,18 +327,13 @@ def test_rladv_output_replays_itself(tmp_path):
     src = tmp_path / "in.parquet"
     shutil.copy(GOLDEN / CASES["mix__gae__plain"]["input"], src)
     first = tmp_path / "first.parquet"
-    assert CliRunner().invoke(app, ["compute", str(src), "--estimator", "gae", "-o", str(first), "-q"]).exit_code == 0
+    assert runner.invoke(app, ["compute", str(src), "--estimator", "gae", "-o", str(first), "-q"]).exit_code == 0
     rp = _run([str(first), "--estimator", "gae"], tmp_path)
     assert rp["agree"] is True and all(c["max_abs_diff"] == 0 for c in rp["columns"].values())
 
 
 # ------------------------------------------------------------------ properties on random batches
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import strategies as S  # noqa: E402
-from test_properties import NAMES, attempt, examples, failed, needs  # noqa: E402
-
-
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", list(rladv_cli.ESTIMATORS))
 @examples(4)
 @given(data=st.data(), s=S.estimator_settings(), kl=S.kl_settings())
 def test_an_output_replays_exactly_and_one_changed_token_is_found(name, data, s, kl):
@@ -404,7 +399,7 @@ def test_the_explain_line_reproduces_the_runs_numbers_for_any_row(name, tmp_path
     for row in (0, 30, 71):  # one row in each step
         command = explain_command(report, row)
         assert command.startswith(f"rladv explain {path} --estimator {EXPLAINED_RUNS[name]['estimator']} --row {row}")
-        shown = CliRunner().invoke(app, ["explain", *shlex.split(command)[2:], "--json"])
+        shown = runner.invoke(app, ["explain", *shlex.split(command)[2:], "--json"])
         assert shown.exit_code == 0, shown.output
         np.testing.assert_allclose(json.loads(shown.stdout)["advantages"], computed[row].as_py(), rtol=1e-6, atol=1e-7)
 
@@ -423,12 +418,11 @@ def test_the_explain_line_names_only_the_settings_that_differ_from_the_defaults(
                                    output=str(tmp_path / "c.parquet"))
     command = explain_command(inert, 3)
     assert command == f"rladv explain {path} --estimator grpo --row 3"
-    assert CliRunner().invoke(app, ["explain", *shlex.split(command)[2:]]).exit_code == 0
+    assert runner.invoke(app, ["explain", *shlex.split(command)[2:]]).exit_code == 0
 
 
 def test_strict_replay_exit_codes(tmp_path):
     case = CASES["mix__grpo_nostd__plain"]
-    runner = CliRunner()
     args = lambda dump, extra: ["compute", str(dump), "--estimator", "grpo", *extra, "-o", str(tmp_path / "o.parquet"),  # noqa: E731
                                 "-q", "--strict-replay"]
     dump = _dump(tmp_path, case, "mix__grpo__plain")

@@ -1,7 +1,6 @@
 """Rollout correction through the pipeline and the what-if sweep (`rladv offpolicy`)."""
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -9,13 +8,11 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
 import rladv_cli
+from conftest import SAMPLES, runner
 from rladv_cli.cli import app
 from rladv_cli.diagnose.offpolicy import sweep
-
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_data"
 
 
 def hand_table():
@@ -68,7 +65,6 @@ def test_sweep_agrees_with_compute_and_with_any_chunking(tmp_path):
 
 
 def test_offpolicy_cli_table_json_and_errors(tmp_path):
-    runner = CliRunner()
     path = str(SAMPLES / "multiturn.parquet")
     res = runner.invoke(app, ["offpolicy", path, "--rollout-rs", "token_k1", "--thresholds", "1.5,2.0", "--json"])
     assert res.exit_code == 0, res.output

@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from conftest import ROOT, SAMPLES
 from rladv_cli.contract.schema import COLUMNS, RolloutRow
 from rladv_cli.report.schemas import json_schemas, write_json_schemas
 
-SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_data"
+SCHEMAS = ROOT / "schemas"
 
 
 def test_committed_schemas_match_models():

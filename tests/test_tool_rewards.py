@@ -11,8 +11,6 @@
 from __future__ import annotations
 
 import json
-import pathlib
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -20,18 +18,12 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import strategies as S  # noqa: E402
-
-import rladv_cli  # noqa: E402
-from rladv_cli.cli import app  # noqa: E402
-from rladv_cli.contract.columns import list_sums  # noqa: E402
-
-F32 = pa.list_(pa.float32())
-I8 = pa.list_(pa.int8())
-runner = CliRunner()
+import rladv_cli
+import strategies as S
+from conftest import F32, I8, runner
+from rladv_cli.cli import app
+from rladv_cli.contract.columns import list_sums
 
 
 def two_groups(tool_rewards, types=F32) -> pa.Table:

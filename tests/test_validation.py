@@ -3,15 +3,9 @@ the checks that tie a new column to them."""
 import pyarrow as pa
 import pytest
 
+from conftest import I8, table
 from rladv_cli.contract.validation import check_chunk
 from rladv_cli.errors import InputError
-
-I8, F32 = pa.list_(pa.int8()), pa.list_(pa.float32())
-
-
-def table(**columns):
-    types = {"response_mask": I8, "attention_mask": I8, "rm_scores": F32, "values": F32}
-    return pa.table({name: pa.array(rows, types[name]) for name, rows in columns.items()})
 
 
 def test_a_validated_column_is_not_checked_again():

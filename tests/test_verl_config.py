@@ -7,20 +7,20 @@ from pathlib import Path
 
 import pytest
 
+from conftest import DATA
 from rladv_cli.config.settings import Config
 from rladv_cli.config.verl import VERL_ESTIMATORS, VerlSettings, settings_from_verl_yaml
 from rladv_cli.errors import ConfigError
 
-DATA = Path(__file__).parent / "data"
 
-def write(tmp_path: Path, text: str, name: str = "cfg.yaml") -> str:
+def yaml_file(tmp_path: Path, text: str, name: str = "cfg.yaml") -> str:
     path = tmp_path / name
     path.write_text(textwrap.dedent(text), encoding="utf-8")
     return str(path)
 
 
-def read(tmp_path: Path, text: str) -> VerlSettings:
-    return settings_from_verl_yaml(write(tmp_path, text))
+def read_yaml(tmp_path: Path, text: str) -> VerlSettings:
+    return settings_from_verl_yaml(yaml_file(tmp_path, text))
 
 
 def build(settings: dict, **extra) -> Config:
@@ -32,7 +32,7 @@ def build(settings: dict, **extra) -> Config:
 
 
 def error_of(tmp_path: Path, text: str) -> str:
-    path = write(tmp_path, text)
+    path = yaml_file(tmp_path, text)
     with pytest.raises(ConfigError) as info:
         settings_from_verl_yaml(path)
     message = str(info.value)
@@ -85,7 +85,7 @@ def test_flags_typed_on_the_command_line_win():
 
 
 def test_trainer_config_without_algorithm_section(tmp_path):
-    vs = read(tmp_path, """
+    vs = read_yaml(tmp_path, """
         trainer:
           total_epochs: 1
         data:
@@ -96,7 +96,7 @@ def test_trainer_config_without_algorithm_section(tmp_path):
 
 
 def test_hydra_defaults_list_is_noted(tmp_path):
-    vs = read(tmp_path, """
+    vs = read_yaml(tmp_path, """
         defaults:
           - _self_
         algorithm:
@@ -118,7 +118,7 @@ def test_algorithm_section_without_its_key():
 
 
 def test_algorithm_section_with_its_key_only(tmp_path):
-    vs = read(tmp_path, """
+    vs = read_yaml(tmp_path, """
         algorithm:
           adv_estimator: grpo
           norm_adv_by_std_in_grpo: false
@@ -129,12 +129,12 @@ def test_algorithm_section_with_its_key_only(tmp_path):
 
 
 def test_only_keys_the_file_sets_are_emitted(tmp_path):
-    assert read(tmp_path, "algorithm:\n  gamma: 0.9\n").settings == {"gamma": 0.9}
-    assert read(tmp_path, "algorithm: null\n").settings == {}
+    assert read_yaml(tmp_path, "algorithm:\n  gamma: 0.9\n").settings == {"gamma": 0.9}
+    assert read_yaml(tmp_path, "algorithm: null\n").settings == {}
 
 
 def test_numbers_and_booleans_as_omegaconf_reads_them(tmp_path):
-    vs = read(tmp_path, """
+    vs = read_yaml(tmp_path, """
         gamma: 1e-1
         lam: "0.5"
         norm_adv_by_std_in_grpo: "False"
@@ -150,7 +150,7 @@ def test_numbers_and_booleans_as_omegaconf_reads_them(tmp_path):
 
 
 def test_use_kl_in_reward_false_sets_kl_coef_zero(tmp_path):
-    vs = read(tmp_path, """
+    vs = read_yaml(tmp_path, """
         algorithm:
           use_kl_in_reward: false
           kl_ctrl:
@@ -163,7 +163,7 @@ def test_use_kl_in_reward_false_sets_kl_coef_zero(tmp_path):
 
 
 def test_use_kl_in_reward_true_takes_kl_ctrl_kl_coef(tmp_path):
-    vs = read(tmp_path, """
+    vs = read_yaml(tmp_path, """
         algorithm:
           use_kl_in_reward: true
           kl_penalty: k3
@@ -176,26 +176,26 @@ def test_use_kl_in_reward_true_takes_kl_ctrl_kl_coef(tmp_path):
 
 
 def test_use_kl_in_reward_true_without_kl_coef_uses_verl_default(tmp_path):
-    vs = read(tmp_path, "algorithm:\n  use_kl_in_reward: true\n")
+    vs = read_yaml(tmp_path, "algorithm:\n  use_kl_in_reward: true\n")
     assert vs.settings == {"kl_coef": 0.001}
     assert any("default 0.001" in n for n in vs.notes)
 
 
 def test_kl_coef_without_use_kl_in_reward_is_unused(tmp_path):
-    vs = read(tmp_path, "algorithm:\n  kl_ctrl:\n    kl_coef: 0.2\n")
+    vs = read_yaml(tmp_path, "algorithm:\n  kl_ctrl:\n    kl_coef: 0.2\n")
     assert vs.settings == {}
     assert vs.ignored == ["algorithm.kl_ctrl.kl_coef"]
 
 
 def test_kl_penalty_plus_suffix_accepted(tmp_path):
-    assert read(tmp_path, "kl_penalty: low_var_kl+\n").settings == {"kl_penalty": "low_var_kl+"}
+    assert read_yaml(tmp_path, "kl_penalty: low_var_kl+\n").settings == {"kl_penalty": "low_var_kl+"}
 
 
 # ------------------------------------------------------------------------------------------ rollout correction
 
 
 def test_rollout_correction_values(tmp_path):
-    vs = read(tmp_path, """
+    vs = read_yaml(tmp_path, """
         algorithm:
           rollout_correction:
             rollout_is: sequence
@@ -212,7 +212,7 @@ def test_rollout_correction_values(tmp_path):
 
 
 def test_rollout_thresholds_numbers_become_strings_as_in_verl(tmp_path):
-    vs = read(tmp_path, """
+    vs = read_yaml(tmp_path, """
         rollout_correction:
           rollout_is: token
           rollout_is_threshold: 0.5_5.0
@@ -224,7 +224,7 @@ def test_rollout_thresholds_numbers_become_strings_as_in_verl(tmp_path):
 
 
 def test_rollout_correction_shipped_defaults(tmp_path):
-    vs = read(tmp_path, """
+    vs = read_yaml(tmp_path, """
         rollout_correction:
           rollout_is: null
           rollout_is_threshold: 2.0
@@ -241,13 +241,13 @@ def test_rollout_correction_shipped_defaults(tmp_path):
 
 
 def test_rs_threshold_without_rs_is_unused(tmp_path):
-    vs = read(tmp_path, "rollout_correction:\n  rollout_rs_threshold: 2.0\n")
+    vs = read_yaml(tmp_path, "rollout_correction:\n  rollout_rs_threshold: 2.0\n")
     assert vs.settings == {}
     assert vs.ignored == ["algorithm.rollout_correction.rollout_rs_threshold"]
 
 
 def test_rollout_correction_null_means_off(tmp_path):
-    assert read(tmp_path, "rollout_correction: null\n").settings == {}
+    assert read_yaml(tmp_path, "rollout_correction: null\n").settings == {}
 
 
 # ------------------------------------------------------------------------------------------ DAPO overlong
@@ -255,7 +255,7 @@ def test_rollout_correction_null_means_off(tmp_path):
 
 @pytest.mark.parametrize("section", ["reward", "reward_model"])  # [P], [S]
 def test_overlong_enabled(tmp_path, section):
-    vs = read(tmp_path, f"""
+    vs = read_yaml(tmp_path, f"""
         {section}:
           reward_manager: dapo
           reward_kwargs:
@@ -271,7 +271,7 @@ def test_overlong_enabled(tmp_path, section):
 
 @pytest.mark.parametrize("section", ["reward", "reward_model"])
 def test_overlong_disabled(tmp_path, section):
-    vs = read(tmp_path, f"""
+    vs = read_yaml(tmp_path, f"""
         {section}:
           reward_kwargs:
             overlong_buffer_cfg:
@@ -289,7 +289,7 @@ def test_overlong_disabled(tmp_path, section):
 def test_overlong_both_places_agree_p_wins(tmp_path):
     block = ("  reward_kwargs:\n    overlong_buffer_cfg: {enable: true, len: 8, penalty_factor: 1.0}\n"
              "    max_resp_len: 64\n")
-    vs = read(tmp_path, "reward:\n" + block + "reward_model:\n" + block)
+    vs = read_yaml(tmp_path, "reward:\n" + block + "reward_model:\n" + block)
     assert vs.settings == {"overlong_buffer_len": 8, "overlong_penalty_factor": 1.0, "max_resp_len": 64}
     assert any("reward_model.reward_kwargs repeats reward.reward_kwargs" in n for n in vs.notes)
 
@@ -309,7 +309,7 @@ def test_overlong_both_places_disagree(tmp_path):
 
 
 def test_overlong_other_reward_kwargs_ignored(tmp_path):
-    vs = read(tmp_path, """
+    vs = read_yaml(tmp_path, """
         reward:
           reward_kwargs:
             reward_fn_key: data_source
@@ -339,7 +339,7 @@ def test_overlong_errors(tmp_path, body, key, words):
 
 
 def test_gdpo_keys_and_weights(tmp_path):
-    vs = read(tmp_path, """
+    vs = read_yaml(tmp_path, """
         algorithm:
           adv_estimator: grpo
           gdpo_reward_keys: [format_reward, accuracy_reward]
@@ -349,7 +349,7 @@ def test_gdpo_keys_and_weights(tmp_path):
     assert "reward_components" not in vs.settings
     assert vs.ignored == ["algorithm.gdpo_reward_keys", "algorithm.gdpo_reward_weights"]
 
-    vs = read(tmp_path, """
+    vs = read_yaml(tmp_path, """
         algorithm:
           gdpo_reward_keys: [format_reward, accuracy_reward]
           gdpo_reward_weights: [0.5, 1]
@@ -377,7 +377,7 @@ def test_gdpo_errors(tmp_path, body, key, words):
 
 
 def test_interpolation_kinds(tmp_path):
-    vs = read(tmp_path, """
+    vs = read_yaml(tmp_path, """
         data:
           max_response_length: 256
         knobs:
@@ -408,12 +408,12 @@ def test_interpolation_kinds(tmp_path):
 
 
 def test_interpolation_in_algorithm_only_file(tmp_path):
-    vs = read(tmp_path, "lam: 0.8\ngamma: ${lam}\n")
+    vs = read_yaml(tmp_path, "lam: 0.8\ngamma: ${lam}\n")
     assert vs.settings == {"lam": 0.8, "gamma": 0.8}
 
 
 def test_unread_sections_may_hold_any_interpolation(tmp_path):
-    vs = read(tmp_path, """
+    vs = read_yaml(tmp_path, """
         actor_rollout_ref:
           rollout:
             n: ${oc.select:actor_rollout_ref.rollout.n_resp,1}
@@ -590,7 +590,7 @@ def test_bad_thresholds_name_the_file_and_key(tmp_path, body, key, words):
 
 
 def test_quoted_bands_and_plain_numbers_still_read(tmp_path):
-    vs = read(tmp_path, """
+    vs = read_yaml(tmp_path, """
         rollout_correction:
           rollout_is: token
           rollout_is_threshold: '0.5_2'
@@ -599,7 +599,7 @@ def test_quoted_bands_and_plain_numbers_still_read(tmp_path):
     """)
     assert vs.settings["rollout_is_threshold"] == "0.5_2"
     assert vs.settings["rollout_rs_threshold"] == "0.5_2.0,1e3"
-    assert read(tmp_path, "gamma: 0.9_9\n").settings == {"gamma": 0.99}  # elsewhere '_' is YAML's business
+    assert read_yaml(tmp_path, "gamma: 0.9_9\n").settings == {"gamma": 0.99}  # elsewhere '_' is YAML's business
     build(vs.settings)
 
 

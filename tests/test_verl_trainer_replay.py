@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
 
+from conftest import runner
 from rladv_cli.cli import app
 from rladv_cli.io.dump import dump_batch
 
@@ -97,7 +97,7 @@ def test_verls_trainer_step_replays(estimator, settings, options, kl, tmp_path):
     assert {"token_level_rewards", "advantages", "returns", "attention_mask"} <= set(dumped.columns)
     report = tmp_path / "r.json"
     kl_options = ["--kl-coef", "0.05", "--kl-penalty", "kl"] if kl else []
-    result = CliRunner().invoke(app, ["compute", str(tmp_path / "step.parquet"), "--estimator", estimator, *options,
+    result = runner.invoke(app, ["compute", str(tmp_path / "step.parquet"), "--estimator", estimator, *options,
                                       *kl_options, "-o", str(tmp_path / "out.parquet"), "--report", str(report), "-q",
                                       "--device", "cpu"])
     assert result.exit_code == 0, result.output
