@@ -11,7 +11,7 @@ Numeric conventions (SEMANTICS §0):
 - "× m" is a multiplication by the 0/1 mask, never a selection (NaN·0 = NaN, (−a)·0 = −0.0);
 - sums accumulate in float32 in row order.  torch's SIMD order differs by a few ulps; std-normalised
   group advantages of near-tied groups (σ ~ 1e-4) amplify that by 1/σ, which the golden test allows
-  for explicitly (tests/test_reference.py, ``_reduction_slack``).
+  for explicitly (tests/estimators/test_reference.py, ``_reduction_slack``).
 """
 
 import numpy as np

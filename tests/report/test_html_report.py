@@ -141,7 +141,7 @@ def test_page_is_well_formed_complete_and_offline(runs, pages, case):
     report, text = runs[case][2], pages[case]
     page = Page(text)
     assert_offline(text, page)
-    # the replay section only when the input holds columns to replay (tests/test_replay.py)
+    # the replay section only when the input holds columns to replay (tests/report/test_replay.py)
     assert re.findall(r"<h2>(.*?)</h2>", text) == [title for sid, title in SECTIONS if sid != "replay" or report.replay]
     for warning in report.warnings:
         assert warning.code in page.plain and f"{warning.count:,}" in page.plain

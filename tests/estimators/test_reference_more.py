@@ -53,7 +53,7 @@ def test_golden(case, est):
         adv, ret = getattr(ref, est)(r, m, u)
     valid = np.concatenate([np.asarray(x) for x in m]) > 0
     # grpo_passk divides by the group std: near-tied KL-shaped groups amplify the float32 summation order of
-    # R (sequential here, torch's cascade in verl) as in tests/test_reference.py's _reduction_slack
+    # R (sequential here, torch's cascade in verl) as in tests/estimators/test_reference.py's _reduction_slack
     atol = 1e-4 if est == "grpo_passk" and "--kl-coef" in case["rladv_args"] else 1e-5
     for got, column in ((adv, "advantages"), (ret, "returns")):
         want = np.concatenate([np.asarray(x) for x in e[column].to_pylist()])

@@ -12,7 +12,7 @@ the contract columns (CONTRACT §3) with finite numbers, or raise ``rladv_cli.Rl
 behind. Any other exception is a crash; an example running past ``HANG_S`` seconds is a hang (SIGALRM).
 
 Floats are kept inside float32's range (|x| <= 1e4): a float64 beyond it is a known, separately tested rladv
-bug (``tests/test_hostile.py::float32-overflow-*``) that would otherwise mask everything else here.
+bug (``tests/contract/test_hostile.py::float32-overflow-*``) that would otherwise mask everything else here.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``rladv compute --engine ray`` stopped by SIGTERM, as the local engine is (tests/test_atomic.py): exit 143, nothing
+"""``rladv compute --engine ray`` stopped by SIGTERM, as the local engine is (tests/io/test_atomic.py): exit 143, nothing
 on stderr, no output, no report, no ``.rladv-*`` staging folder or temporary file, the input untouched, an output
 folder that was there before left as it was, and no process of the run (local Ray cluster) left behind.
 
