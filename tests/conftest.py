@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from typer.testing import CliRunner
@@ -174,6 +175,37 @@ def assert_one_line_error(result, *names: str, row: Optional[int] = None, column
     if column is not None:
         assert f"column {column}" in line, line
     return line
+
+
+# rladv's columns of an output, after the input's (response_mask, an input column, is rewritten in place)
+ADDED = ["token_level_rewards", "loss_mask", "advantages", "returns"]
+
+
+def check_output(inp: Path, out: Path) -> pa.Table:
+    """CONTRACT §3: same rows, same order, input columns first and unchanged, rladv's columns typed."""
+    src, dst = read(inp), read(out)
+    assert dst.num_rows == src.num_rows
+    expected_names = src.column_names + [c for c in ADDED if c not in src.column_names]
+    assert dst.column_names == expected_names
+    for name in src.column_names:
+        if name == "response_mask":  # rewritten as int8 (no rejection here, so same values)
+            assert dst[name].to_pylist() == src[name].to_pylist()
+        else:
+            assert dst[name].equals(src[name]), name
+    assert dst.schema.field("response_mask").type == I8
+    assert dst.schema.field("loss_mask").type == I8
+    for name in ("token_level_rewards", "advantages", "returns"):
+        assert dst.schema.field(name).type == F32, name
+    m = np.concatenate([np.asarray(r) for r in dst["response_mask"].to_pylist()])
+    for name in ("advantages", "returns"):
+        v = np.concatenate([np.asarray(r, dtype=np.float32) for r in dst[name].to_pylist()])
+        assert v.shape == m.shape
+        assert np.all(v[m == 0] == 0), name
+        assert np.all(np.isfinite(v)), name
+    for name in ADDED:
+        lens = [len(r) for r in dst[name].to_pylist()]
+        assert lens == [len(r) for r in src["response_mask"].to_pylist()], name
+    return dst
 
 
 def assert_untouched(folder: Path, before: list[str], inputs: dict[Path, bytes]) -> None:
