@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import SAMPLES, rladv_command, runner
+from conftest import SAMPLES, as_from_a_terminal, rladv_command, runner
 from rladv_cli.cli import app
 from rladv_cli.estimators.registry import ESTIMATORS
 
@@ -208,8 +208,10 @@ def test_a_termination_signal_cleans_up_as_ctrl_c_does(big, sig):
         folder = big["root"] / f"{sig.name}-{i}"
         folder.mkdir()
         names = ["out.parquet", "r.html", "r.json"]  # sorted, as listed below
-        proc = subprocess.Popen(rladv_command() + big["args"] + ["-o", str(folder / "out.parquet"), "--report",
-                                                          str(folder / "r.json"), "--html", str(folder / "r.html")],
+        # as from a terminal: a SIGINT that whatever started pytest left ignored would be ignored by rladv too
+        proc = subprocess.Popen(as_from_a_terminal(rladv_command() + big["args"] + [
+                                    "-o", str(folder / "out.parquet"), "--report", str(folder / "r.json"), "--html",
+                                    str(folder / "r.html")]),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         sent = _signal_when(proc, folder, suffix, sig)
         _, err = proc.communicate(timeout=120)
@@ -234,7 +236,23 @@ def read_all_ok(folder: Path, big: dict) -> bool:
         json.loads((folder / "r.json").read_text())) == _report_numbers(big["ref_report"])
 
 
-def test_signals_inside_the_commit_are_acted_on_after_it():
+@pytest.fixture
+def python_handles_sigint():
+    """SIGINT to Python's own handler (``KeyboardInterrupt``) and SIGINT/SIGTERM unblocked in this thread, as a
+    terminal starts Python, for the test only: whatever started pytest may have left SIGINT ignored (a
+    background job of a script) or blocked, and ``signals_deferred`` leaves alone a signal that Python does not
+    handle, so the test below passed or failed with the way pytest was started."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if previous is not None:  # None: set outside Python, which Python cannot set back
+            signal.signal(signal.SIGINT, previous)
+
+
+def test_signals_inside_the_commit_are_acted_on_after_it(python_handles_sigint):
     """``signals_deferred`` holds SIGINT/SIGTERM/SIGHUP while the renames run and raises the first one to its
     handler once they are done."""
     from rladv_cli.io.write import signals_deferred
@@ -254,6 +272,16 @@ def test_signals_inside_the_commit_are_acted_on_after_it():
         assert seen[-1] == "inside again"
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_signal_python_does_not_handle_is_left_to_the_system_inside_the_commit(python_handles_sigint):
+    """An ignored SIGINT (``nohup``) stays ignored: the block neither defers it nor raises it afterwards."""
+    from rladv_cli.io.write import signals_deferred
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with signals_deferred():
+        signal.raise_signal(signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
 # ------------------------------------------------------------------------------------------- determinism

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import rladv_command
+from conftest import as_from_a_terminal, rladv_command
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the run's processes in /proc")
@@ -93,9 +93,10 @@ def test_sigterm_stops_a_ray_run_as_it_stops_a_local_one(tmp_path, moment):
         (out / "notes.txt").write_text("mine")
     before = _digests(out) if out.exists() else None
     ready = _staging if moment == "passes" else _started_writing
-    proc = subprocess.Popen(rladv_command() + ["compute", str(inputs), "--estimator", "grpo", "--engine", "ray",
-                                        "--ray-workers", "2", "-o", str(out), "--report", str(tmp_path / "r.json"),
-                                        "-q"],
+    # as from a terminal: a SIGTERM that whatever started pytest left ignored would be ignored by rladv too
+    proc = subprocess.Popen(as_from_a_terminal(rladv_command() + [
+                                "compute", str(inputs), "--estimator", "grpo", "--engine", "ray", "--ray-workers", "2",
+                                "-o", str(out), "--report", str(tmp_path / "r.json"), "-q"]),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + TIMEOUT
