@@ -9,12 +9,9 @@ import pyarrow.parquet as pq
 
 from conftest import SAMPLES, assert_one_line_error, read, rladv, runner
 from rladv_cli.cli import app
+from rladv_cli.estimators.registry import ESTIMATORS
 
-ESTIMATOR_NAMES = {
-    "gae", "grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "reinforce_plus_plus",
-    "reinforce_plus_plus_baseline", "remax", "opo", "gpg", "grpo_passk", "optimal_token_baseline",
-    "tir_optimal_token_baseline", "gdpo",
-}
+ESTIMATOR_NAMES = set(ESTIMATORS)
 
 
 def test_estimators_table_wide_terminal():
@@ -41,6 +38,9 @@ def test_estimators_json():
         assert "response_mask" in r["needs"]
         assert r["groups"] == ("uid" in r["needs"])
     by_name = {r["name"]: r for r in rows}
+    for name, e in ESTIMATORS.items():  # what the registry declares
+        assert by_name[name] == e.describe(), name
+        assert by_name[name]["groups"] == e.groups and by_name[name]["critic"] == ("values" in e.columns), name
     assert by_name["gae"]["critic"] is True and "values" in by_name["gae"]["needs"]
     assert by_name["grpo"]["critic"] is False and by_name["grpo"]["groups"] is True
     assert by_name["reinforce_plus_plus"]["groups"] is False

@@ -180,7 +180,7 @@ def run_settings(draw) -> dict:
         s["rollout_rs"], s["rollout_rs_threshold"] = "token_k1,seq_max_k2", "0.5_2.0,2.5"
     if draw(st.integers(0, 5)) == 0:
         s["batch_key"] = "step"
-    if estimator == "gdpo" and draw(st.booleans()):
+    if ESTIMATORS[estimator].components and draw(st.booleans()):
         s["reward_components"] = ("acc",)
     if draw(st.integers(0, 6)) == 0:
         s["overlong_buffer_len"], s["max_resp_len"] = 2, 5

@@ -106,7 +106,7 @@ def test_an_estimator_reads_exactly_the_settings_it_declares(name):
     table = pq.read_table(GOLDEN / "inputs" / "mix.parquet")
     rng = np.random.default_rng(1)
     table = table.append_column("c1", pa.array(rng.choice([0.0, 0.5, 1.0], table.num_rows)))
-    extra = {"reward_components": ("c1",)} if name == "gdpo" else {}
+    extra = {"reward_components": ("c1",)} if ESTIMATORS[name].components else {}
     other = {"gamma": 0.9, "lam": 0.8, "norm_adv_by_std": False, "epsilon": 0.5, "rpp_mask_mode": "carry"}
     base, _ = rladv_cli.compute(table, estimator=name, **extra)
     for setting in ESTIMATOR_SETTINGS:

@@ -134,8 +134,9 @@ def comparable_rows(name: str, rollout: S.Rollout, rewards, s: dict, kl_on: bool
     SEMANTICS §0.4, §14).  Dividing by a group std or a batch std close to that noise amplifies it without
     bound (§7.2: an all-equal group of non-dyadic totals gives ±ulp/ulp), so such rows test rounding luck,
     not semantics.  Skipped:
-    - grpo (with std) / grpo_vectorized / grpo_passk / gdpo, noisy totals: rows of groups of 2+ whose std
-      of R is below 1e-3, or below 1e-3 of the largest |R| of the group;
+    - estimators dividing by a group std of R (grpo and grpo_passk unless --no-norm-adv-by-std, grpo_vectorized,
+      gdpo: the registry's group statistics), noisy totals: rows of groups of 2+ whose std of R is below 1e-3,
+      or below 1e-3 of the largest |R| of the group;
     - whitened estimators: the whole batch when the std of the raw advantages over its valid tokens is
       below 1e-3 of their largest magnitude.
     - the optimal-token baselines: groups whose baseline's weights nearly cancel (``_ill_conditioned_baselines``).
@@ -143,7 +144,10 @@ def comparable_rows(name: str, rollout: S.Rollout, rewards, s: dict, kl_on: bool
     """
     keep, why = [True] * rollout.num_rows, ""
     exact = not kl_on and name != "gae" and not (name == "reinforce_plus_plus" and s["gamma"] not in (0.0, 1.0))
-    divides = name in ("grpo_vectorized", "grpo_passk", "gdpo") or (name == "grpo" and s["norm_adv_by_std"])
+    e = ESTIMATORS[name]
+    # divides by a group std of R: declares one (std, seq_std), and reads --norm-adv-by-std only if it is on
+    divides = bool({"std", "seq_std"} & set(e.group_statistics)) and (
+        s["norm_adv_by_std"] or "norm_adv_by_std" not in e.settings)
     if divides and not exact:
         R = [float(np.sum(np.asarray(r, dtype=np.float64))) for r in rewards]
         members: dict[str, list[float]] = {}
@@ -153,7 +157,7 @@ def comparable_rows(name: str, rollout: S.Rollout, rewards, s: dict, kl_on: bool
             g = members[u]
             if len(g) > 1 and np.std(g, ddof=1) < 1e-3 * max(1.0, max(abs(x) for x in g)):
                 keep[i], why = False, "ill-conditioned group skipped"
-    if name in ("optimal_token_baseline", "tir_optimal_token_baseline"):
+    if e.rounding:  # the optimal-token baselines, whose accumulated sums' rounding the registry bounds
         ill = _ill_conditioned_baselines(name, rewards, rollout)
         for i, u in enumerate(rollout.uids):
             if u in ill:

@@ -285,7 +285,7 @@ def test_a_signal_python_does_not_handle_is_left_to_the_system_inside_the_commit
 
 
 # ------------------------------------------------------------------------------------------- determinism
-VARIANTS = {name: (["--reward-components", "acc,fmt"] if name == "gdpo" else []) for name in ESTIMATORS}
+VARIANTS = {name: (["--reward-components", "acc,fmt"] if e.components else []) for name, e in ESTIMATORS.items()}
 VARIANTS.update({
     "grpo+kl+rollout-correction+batches": ["--kl-coef", "0.05", "--kl-penalty", "low_var_kl", "--rollout-is", "token",
                                            "--rollout-rs", "token_k1,seq_max_k2", "--rollout-rs-threshold",

@@ -114,7 +114,7 @@ def assert_same(folder: Path, tmp: Path, local, distributed) -> None:
 
 @pytest.mark.parametrize("estimator", sorted(ESTIMATORS))
 def test_every_estimator_matches_the_local_engine(ray_instance, shards, tmp_path, estimator):
-    extra = {"reward_components": ["correct", "short"], "reward_weights": [1.0, 0.5]} if estimator == "gdpo" else {}
+    extra = {"reward_components": ["correct", "short"], "reward_weights": [1.0, 0.5]} if ESTIMATORS[estimator].components else {}
     local, distributed = run_both(shards, tmp_path, estimator=estimator, batch_key="step", **extra)
     assert local.groups.batches == 3
     assert_same(shards, tmp_path, local, distributed)
@@ -276,7 +276,7 @@ def test_the_local_engine_never_imports_ray(shards, tmp_path):
 def test_the_local_engine_gives_one_file_and_its_shards_the_same_numbers(shards, tmp_path, estimator):
     whole = tmp_path / "whole.parquet"
     pq.write_table(pa.concat_tables([pq.read_table(p) for p in sorted(shards.glob("*.parquet"))]), whole)
-    extra = {"reward_components": ["correct", "short"], "reward_weights": [1.0, 0.5]} if estimator == "gdpo" else {}
+    extra = {"reward_components": ["correct", "short"], "reward_weights": [1.0, 0.5]} if ESTIMATORS[estimator].components else {}
     cfg = Config(estimator=estimator, batch_key="step", chunk_rows=CHUNK_ROWS, device="cpu", **extra)
     split = compute_file([str(shards)], cfg, output=str(tmp_path / "split.parquet"))
     one = compute_file([str(whole)], cfg, output=str(tmp_path / "one.parquet"))

@@ -80,7 +80,8 @@ PROMPT = 3  # prompt width of the padded DataProto (left-padded, as verl holds p
 KL_MODES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 KL_MODES_ALL = KL_MODES + tuple(m + "+" for m in KL_MODES)
 DYADIC = np.arange(-16, 17) / 8  # multiples of 1/8: sums of a few are exact in float32 (SEMANTICS §7.2)
-GROUP_STD_ESTIMATORS = ("grpo", "grpo_passk", "gdpo")  # divide by torch.std of each uid group's row totals
+# divide by torch.std of each uid group's row totals (the registry's group statistic "std")
+GROUP_STD_ESTIMATORS = tuple(name for name, e in rladv_cli.ESTIMATORS.items() if "std" in e.group_statistics)
 # verl raises these where the reference refuses the data or the settings (masked_var, rollout correction, passk)
 VERL_REFUSALS = (ValueError, AssertionError, ZeroDivisionError)
 
@@ -254,10 +255,10 @@ def to_table(rows: dict[str, list], shape: Shape, *, score_kind: str, rollout_lo
 def shapes(draw, estimator: str, **fixed) -> Shape:
     drawn = dict(
         rows_per_batch=draw(st.integers(1, 9)), max_len=draw(st.sampled_from([3, 12, 24])),
-        n_batches=draw(st.sampled_from([1, 1, 2, 3])), min_group=2 if estimator == "grpo_passk" else 1,
+        n_batches=draw(st.sampled_from([1, 1, 2, 3])), min_group=rladv_cli.ESTIMATORS[estimator].min_group_size,
         padded=draw(st.booleans()), dyadic=draw(st.booleans()), observations=draw(st.sampled_from([True, True, False])),
         uid_style=draw(st.sampled_from(["text", "text", "numeric", "int"])),
-        components=draw(st.integers(1, 3)) if estimator == "gdpo" else 0,
+        components=draw(st.integers(1, 3)) if rladv_cli.ESTIMATORS[estimator].components else 0,
         rs_spread=draw(st.sampled_from([0.05, 0.3])), extreme=draw(st.sampled_from([False, False, False, True])))
     drawn.update(fixed)
     return Shape(**drawn)
@@ -811,7 +812,7 @@ def test_rpp_reset_mode_equals_verl_where_no_mask_zero_precedes_an_actor_token(d
     check_against_verl(case)
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "grpo_vectorized", "grpo_passk", "gdpo"])
+@pytest.mark.parametrize("estimator", [name for name, e in rladv_cli.ESTIMATORS.items() if "epsilon" in e.settings])
 @SETTINGS
 @given(data=st.data(), epsilon=st.one_of(st.sampled_from([1e-6, 1e-8, 0.1, 1.0]), st.floats(1e-9, 2.0)))
 def test_epsilon_equals_verls_estimator_argument(estimator, data, epsilon):
@@ -874,7 +875,7 @@ def test_group_std_of_near_tied_groups_in_a_batch_with_other_groups_of_the_same_
                       "score": [0.625, 0.6249995827674866, 1.0, 2.0],
                       "comp0": [0.625, 0.6249995827674866, 1.0, 2.0]})
     options = {"gamma": 1.0, "lam": 1.0, "norm_adv_by_std": True, "rpp_mask_mode": "carry"}
-    if estimator == "gdpo":
+    if rladv_cli.ESTIMATORS[estimator].components:
         options["reward_components"] = ("comp0",)
     case = Case(table=table, estimator=estimator, options=options, chunk_rows=512, score_kind="score",
                 batch_of_row=[0] * 4, components=options.get("reward_components", ()))
