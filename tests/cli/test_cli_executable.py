@@ -1,5 +1,6 @@
-"""The ``rladv`` executable, in fresh interpreters: what loading it imports (no torch where nothing is computed, no
-pandas), Ctrl-C while it loads, its exit codes and flushed output, and the allocator and BLAS threads it picks."""
+"""The ``rladv`` executable. In fresh interpreters (marked slow): what loading it imports (no torch where nothing
+is computed, no pandas), Ctrl-C while it loads, its exit codes and flushed output, and the allocator and BLAS
+threads it picks; in-process, that the quiet Ctrl-C exit is armed only while the command line loads."""
 from __future__ import annotations
 
 import json
@@ -17,11 +18,13 @@ def _py(code: str) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_import_cli_does_not_import_torch():
     p = _py("import rladv_cli.cli, sys; assert 'torch' not in sys.modules, 'torch imported'")
     assert p.returncode == 0, p.stderr
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_public_names_resolve_to_what_the_cli_calls_without_torch():
     """Every name of ``rladv_cli.__all__`` imports, none pulls in torch, and the views are the CLI's own."""
     p = _py("import rladv_cli, sys\n"
@@ -47,6 +50,7 @@ def _interrupted_while_loading(module: str, sigint: str = "") -> str:
             "main()\n")
 
 
+@pytest.mark.slow  # fresh interpreters
 @pytest.mark.parametrize("module", ["rladv_cli.cli", "typer"])
 def test_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback(module):
     """SIGINT delivered inside the start-up imports (here: as ``module`` is imported, deterministically) exits
@@ -60,6 +64,7 @@ def test_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback(modul
     assert (p.returncode, p.stdout, p.stderr) == (130, "", "")
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_a_caller_that_ignores_sigint_keeps_it_ignored_while_the_command_line_loads():
     """``nohup``, or a background job of a script: SIGINT is ignored before Python starts, and the command runs
     through the same signal as if none had come."""
@@ -68,6 +73,28 @@ def test_a_caller_that_ignores_sigint_keeps_it_ignored_while_the_command_line_lo
     assert (p.returncode, p.stderr) == (0, "") and "gae" in p.stdout
 
 
+@pytest.mark.parametrize("caller", ["default", "ignored"])
+def test_the_quiet_exit_is_armed_only_while_the_command_line_loads(monkeypatch, caller):
+    """In-process, with the command itself stubbed: ``__main__.main`` arms the quiet exit for SIGINT while it
+    imports ``rladv_cli.cli`` and hands the command Python's own handler (``KeyboardInterrupt``, which the
+    command unwinds); an ignored SIGINT stays ignored throughout."""
+    import signal
+
+    import rladv_cli.__main__ as entry
+    import rladv_cli.cli
+
+    given = signal.default_int_handler if caller == "default" else signal.SIG_IGN
+    seen = []
+    monkeypatch.setattr(rladv_cli.cli, "main", lambda: seen.append(signal.getsignal(signal.SIGINT)))
+    previous = signal.signal(signal.SIGINT, given)
+    try:
+        entry.main()
+        assert seen == [given] and signal.getsignal(signal.SIGINT) is given
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.slow  # fresh interpreters
 def test_the_executable_leaves_with_the_commands_code_and_flushed_output(tmp_path):
     """``main`` skips the interpreter's teardown (``os._exit``): the exit code, the piped stdout, the one-line
     error and the written files must be what a normal exit gives."""
@@ -89,6 +116,7 @@ def test_the_executable_leaves_with_the_commands_code_and_flushed_output(tmp_pat
     assert read(tmp_path / "o.parquet").num_rows == read(inp).num_rows
 
 
+@pytest.mark.slow  # fresh interpreters
 @pytest.mark.parametrize("given", [{}, {"ARROW_DEFAULT_MEMORY_POOL": "system", "OPENBLAS_NUM_THREADS": "2"}])
 def test_the_executable_picks_arrows_allocator_and_one_blas_thread_unless_told(tmp_path, given):
     """``main`` runs ``compute`` on jemalloc (Linux) and one OpenBLAS thread; settings in the environment win."""
@@ -113,6 +141,7 @@ def test_the_executable_picks_arrows_allocator_and_one_blas_thread_unless_told(t
     assert threads == given.get("OPENBLAS_NUM_THREADS", "1") and (want is None or pool == want)
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_validate_and_estimators_do_not_import_torch():
     code = (
         "import sys\n"
@@ -129,6 +158,7 @@ def test_validate_and_estimators_do_not_import_torch():
     assert p.returncode == 0, p.stderr + p.stdout
 
 
+@pytest.mark.slow  # fresh interpreters
 @pytest.mark.parametrize("flags", [["--estimator", "grpo"], ["--estimator", "gae", "--kl-coef", "0.1"],
                                    ["--estimator", "reinforce_plus_plus", "--batch-key", "uid"]])
 def test_compute_does_not_import_pandas(tmp_path, flags):
@@ -150,6 +180,7 @@ def test_compute_does_not_import_pandas(tmp_path, flags):
     assert p.returncode == 0, p.stderr + p.stdout
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_inspect_does_not_import_torch(tmp_path):
     inp = copy_sample(tmp_path, "groups.parquet")
     code = ("import sys\nfrom typer.testing import CliRunner\nfrom rladv_cli.cli import app\n"

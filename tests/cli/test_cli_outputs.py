@@ -175,6 +175,7 @@ def _run_limited(args: list, limit: Optional[int]) -> subprocess.CompletedProces
                           preexec_fn=cap)
 
 
+@pytest.mark.slow  # rladv subprocesses under a file-size limit
 def test_a_failed_write_names_the_file_and_leaves_nothing(tmp_path):
     """The report used to be written before the HTML page and before the output's rename: a page that could
     not be written left the report behind, and the message named no file (``Error: File too large``). Now the

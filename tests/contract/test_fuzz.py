@@ -34,6 +34,8 @@ import rladv_cli
 import rladv_cli.pipeline.driver  # noqa: F401  (imports torch now, not inside the first timed example)
 from rladv_cli.estimators.registry import ESTIMATORS
 
+pytestmark = pytest.mark.slow  # hypothesis fuzzing of the reader and validator
+
 HANG_S = 20
 CONTRACT_OUT = ("token_level_rewards", "response_mask", "loss_mask", "advantages", "returns")
 # Deterministic by default (the same examples every run, so CI is stable); RLADV_FUZZ_EXAMPLES=5000

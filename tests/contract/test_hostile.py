@@ -189,6 +189,7 @@ SUBPROCESS_SAMPLE = ["nan-rm_scores", "string-score", "truncated-half", "gamma-a
                      "grpo_passk-singleton"]
 
 
+@pytest.mark.slow  # rladv subprocesses
 def test_sample_as_subprocess(tmp_path):
     cases = {c.id: c for c in make_hostile.build_cases(tmp_path)}
     sample = [cases[i] for i in SUBPROCESS_SAMPLE]

@@ -73,6 +73,7 @@ def test_explain_runs_on_the_cpu_where_a_gpu_is_present(tmp_path, monkeypatch):
     np.testing.assert_allclose(e.advantages, [0.9913445, 0.0170926, -1.0084344], atol=1e-6)
 
 
+@pytest.mark.slow  # over 2 s: explain on every third row
 @pytest.mark.parametrize("batch_key", [None, "step"])
 def test_a_rows_numbers_are_the_whole_runs_to_the_bit(tmp_path, batch_key):
     """explain and inspect compute a group (or a row) on its own; its row totals are still summed padded to

@@ -338,6 +338,7 @@ def test_sample_groups_finds_the_singleton_and_all_equal_group():
     assert ins.tokens.observation == 0 and ins.layout.turns.max == 1
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_inspect_does_not_import_torch(computed_groups):
     code = (
         "import sys\n"

@@ -101,6 +101,7 @@ def _random_table(seed, rows):
     return pa.table(cols)
 
 
+@pytest.mark.slow  # hypothesis property
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), rows=st.integers(2, 20),
        option=st.sampled_from(["token_k1", "token_k2", "seq_sum_k1", "seq_mean_k3", "seq_max_k2", "token_k1,seq_max_k3"]),

@@ -29,6 +29,8 @@ from rladv_cli import ComputeError
 from rladv_cli.estimators.registry import ESTIMATORS
 from strategies import attempt, examples, failed, needs
 
+pytestmark = pytest.mark.slow  # hypothesis properties of every estimator
+
 ATOL, RTOL = 1e-5, 1e-4
 ADDED = ("token_level_rewards", "response_mask", "loss_mask", "advantages", "returns")
 

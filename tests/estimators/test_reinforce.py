@@ -1,4 +1,5 @@
 """estimators/reinforce.py: ``credit_cut_rows`` (the ``credit_reset_at_mask`` warning of REINFORCE++)."""
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -34,6 +35,7 @@ def batches(draw):
                  token_level_rewards=r, row_index=torch.arange(len(lengths)))
 
 
+@pytest.mark.slow  # hypothesis property
 @settings(max_examples=300, deadline=None)
 @given(batch=batches(), gamma=st.sampled_from([1.0, 0.99, 0.5, 0.0]))
 def test_credit_cut_rows_looks_only_at_mask_zero_positions_and_agrees_with_the_definition(batch, gamma):

@@ -130,6 +130,7 @@ def _report_numbers(report: dict) -> dict:
     return {k: v for k, v in report.items() if k not in ("timing", "output")}
 
 
+@pytest.mark.slow  # rladv subprocesses, killed and signalled
 def test_sigkill_leaves_previous_or_complete_output(big):
     rng = np.random.default_rng(SEED)
     assert 2_000_000 <= big["tokens"] <= 5_000_000
@@ -195,6 +196,7 @@ def _signal_when(proc: subprocess.Popen, folder: Path, suffix: str, sig: int) ->
     return False
 
 
+@pytest.mark.slow  # rladv subprocesses, killed and signalled
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
 def test_a_termination_signal_cleans_up_as_ctrl_c_does(big, sig):
     """SIGTERM and SIGHUP used to kill the process where it stood (exit -15 / -1), leaving the temporary
@@ -369,6 +371,7 @@ for variant, args in json.loads(sys.argv[3]).items():
 """
 
 
+@pytest.mark.slow  # fresh interpreters, every variant
 def test_byte_identical_across_processes_and_hash_seeds(multiturn, tmp_path):
     """Fresh interpreters with different PYTHONHASHSEED (set/dict order of string uids) give the same bytes as
     the in-process CLI."""

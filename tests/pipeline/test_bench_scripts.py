@@ -5,7 +5,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, SAMPLES
+
+pytestmark = pytest.mark.slow  # the bench scripts as subprocesses
 
 
 def test_gpu_check_runs_end_to_end_against_the_cpu(tmp_path):

@@ -53,6 +53,7 @@ def _peak_mib(path, tmp_path) -> float:
     return int(out.stdout.split()[-1]) / 1024
 
 
+@pytest.mark.slow  # a subprocess's peak memory on a large dataset
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_peak_memory_follows_the_chunk_not_the_dataset(tmp_path):
     def dataset(rows: int):

@@ -21,6 +21,8 @@ from rladv_cli.errors import ConfigError, InputError, OutputError
 from rladv_cli.estimators import ESTIMATORS
 from rladv_cli.io.read import Dataset
 
+pytestmark = pytest.mark.slow  # a local Ray cluster for the module, and the engines compared on every estimator
+
 SHARD_ROWS = (9, 14, 1, 12)  # then the rest (at least 6 rows)
 CHUNK_ROWS = 5
 

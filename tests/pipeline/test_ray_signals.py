@@ -23,7 +23,8 @@ import pytest
 from conftest import as_from_a_terminal, rladv_command
 
 pytest.importorskip("ray")
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the run's processes in /proc")
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the run's processes in /proc"),
+              pytest.mark.slow]  # slow: Ray runs as subprocesses, stopped by signals
 
 SHARDS, ROWS = 4, 2_000  # rows per shard, ~100 tokens each: a few seconds of passes on 2 workers
 TIMEOUT = 90  # seconds, for each wait: a loaded 2-core machine starts Ray slowly

@@ -14,7 +14,7 @@ from conftest import SAMPLES, runner
 from rladv_cli.cli import app
 
 CHROMIUM = shutil.which("chromium")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed")
+pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed"), pytest.mark.slow]  # slow: headless Chromium
 WIDTH, HEIGHT = 1280, 2400
 
 

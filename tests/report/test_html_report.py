@@ -136,6 +136,7 @@ def valid_tokens(out: pa.Table, column: str) -> np.ndarray:
 
 
 # ----------------------------------------------------------------- the page
+@pytest.mark.slow  # renders every case's page (the pages fixture)
 @pytest.mark.parametrize("case", list(CASES))
 def test_page_is_well_formed_complete_and_offline(runs, pages, case):
     report, text = runs[case][2], pages[case]
@@ -154,6 +155,7 @@ def test_page_is_well_formed_complete_and_offline(runs, pages, case):
     assert len(ids) == len(set(ids)), "element ids repeat across charts"
 
 
+@pytest.mark.slow  # renders every case's page (the pages fixture)
 @pytest.mark.parametrize("case", list(CASES))
 def test_same_report_same_bytes_and_the_json_is_the_only_source(runs, pages, case):
     report = runs[case][2]
@@ -162,6 +164,7 @@ def test_same_report_same_bytes_and_the_json_is_the_only_source(runs, pages, cas
     assert render_html(Report.model_validate_json(report.to_json())) == pages[case]
 
 
+@pytest.mark.slow  # over 2 s: CLI runs with HTML pages
 def test_two_cli_runs_write_the_same_html_bytes(tmp_path):
     texts = []
     for run in ("a", "b"):
@@ -174,6 +177,7 @@ def test_two_cli_runs_write_the_same_html_bytes(tmp_path):
     assert b"<dc:date>" not in texts[0] and b"Matplotlib v" not in texts[0]
 
 
+@pytest.mark.slow  # renders every case's page (the pages fixture)
 def test_the_page_shows_the_reports_numbers(runs, pages):
     report = runs["multiturn-kl-rollout-rs"][2]
     text = Page(pages["multiturn-kl-rollout-rs"]).plain
@@ -188,6 +192,7 @@ def test_the_page_shows_the_reports_numbers(runs, pages):
     assert f"{splits.sign.mass_positive:.6g}" in text
 
 
+@pytest.mark.slow  # renders every case's page (the pages fixture)
 def test_sections_follow_the_estimator(runs, pages):
     gae = Page(pages["multiturn-gae"])
     assert "Returns vs values" in gae.plain and any(s.startswith("return (reward units) against") for s in gae.svgs)
@@ -424,6 +429,7 @@ def test_non_ascii_paths_become_character_references(runs):
 
 
 # ----------------------------------------------------------------- files and imports
+@pytest.mark.slow  # renders every case's page (the pages fixture)
 def test_write_html_is_atomic(tmp_path, runs, pages):
     report = runs["groups-grpo"][2]
     path = tmp_path / "report.html"
@@ -435,6 +441,7 @@ def test_write_html_is_atomic(tmp_path, runs, pages):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_matplotlib_is_imported_only_for_html(tmp_path):
     code = ("import sys, pyarrow.parquet as pq, rladv_cli\n"
             f"t = pq.read_table({str(SAMPLES / 'groups.parquet')!r})\n"
@@ -447,6 +454,7 @@ def test_matplotlib_is_imported_only_for_html(tmp_path):
 
 
 # ----------------------------------------------------------------- inspect --html
+@pytest.mark.slow  # over 2 s: CLI runs with HTML pages
 def test_inspect_html_through_the_cli(tmp_path):
     data = tmp_path / "multiturn.parquet"
     data.write_bytes((SAMPLES / "multiturn.parquet").read_bytes())
@@ -476,6 +484,7 @@ def test_inspect_html_through_the_cli(tmp_path):
     assert data.read_bytes() == before and not (tmp_path / "x.html").exists()
 
 
+@pytest.mark.slow  # over 2 s: CLI runs with HTML pages
 def test_inspect_html_of_an_output_names_the_mask_before_rejection(tmp_path):
     out = tmp_path / "o.parquet"
     rladv_cli.compute_file([SAMPLES / "multiturn.parquet"], output=out, estimator="grpo", kl_coef=0.05,

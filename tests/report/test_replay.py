@@ -335,6 +335,7 @@ def test_rladv_output_replays_itself(tmp_path):
 
 
 # ------------------------------------------------------------------ properties on random batches
+@pytest.mark.slow  # hypothesis property of every estimator
 @pytest.mark.parametrize("name", list(rladv_cli.ESTIMATORS))
 @examples(4)
 @given(data=st.data(), s=S.estimator_settings(), kl=S.kl_settings())

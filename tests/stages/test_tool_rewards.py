@@ -132,6 +132,7 @@ def folded(r: S.Rollout, table: pa.Table, coef: float, tools: list) -> pa.Table:
 tool_lists = st.lists(st.floats(-2, 2, width=32), max_size=4) | st.none()
 
 
+@pytest.mark.slow  # hypothesis property
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(r=S.rollouts(max_rows=12, max_len=12, min_valid=2), data=st.data(),
        estimator=st.sampled_from(["grpo", "rloo", "reinforce_plus_plus", "gae", "opo", "gpg", "grpo_vectorized"]),
@@ -153,6 +154,7 @@ def test_adding_tool_rewards_equals_folding_them_into_the_score(r, data, estimat
 
 
 # ------------------------------------------------------------------------------------------- command line
+@pytest.mark.slow  # over 2 s: compute, report, HTML and inspect
 def test_cli_report_html_and_inspect_agree(tmp_path):
     path = tmp_path / "g.parquet"
     pq.write_table(two_groups([[0.2, 0.8], [], [1.0], None]), path)

@@ -62,7 +62,7 @@ from rladv_cli.config.correction import RS_OPTIONS
 from rladv_cli.config.verl import settings_from_verl_yaml
 from rladv_cli.errors import RladvError
 
-pytestmark = pytest.mark.verl
+pytestmark = [pytest.mark.verl, pytest.mark.slow]  # slow: hypothesis runs of verl's trainer step
 core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
 ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
 rollout_corr_helper = pytest.importorskip("verl.trainer.ppo.rollout_corr_helper")
