@@ -182,7 +182,7 @@ ADDED = ["token_level_rewards", "loss_mask", "advantages", "returns"]
 
 
 def check_output(inp: Path, out: Path) -> pa.Table:
-    """CONTRACT §3: same rows, same order, input columns first and unchanged, rladv's columns typed."""
+    """docs/contract.md §3: same rows, same order, input columns first and unchanged, rladv's columns typed."""
     src, dst = read(inp), read(out)
     assert dst.num_rows == src.num_rows
     expected_names = src.column_names + [c for c in ADDED if c not in src.column_names]

@@ -1,14 +1,14 @@
-"""Hypothesis strategies for rladv's property tests: random ragged rollout batches in the CONTRACT §1 layout.
+"""Hypothesis strategies for rladv's property tests: random ragged rollout batches in the docs/contract.md §1 layout.
 
 A drawn ``Rollout`` holds plain Python rows (so ``tests/reference.py`` can read them) and builds the Arrow
-table ``rladv_cli.compute`` reads.  What the strategies aim at (SEMANTICS "rladv's choices", §1, §7):
+table ``rladv_cli.compute`` reads.  What the strategies aim at (docs/semantics.md: "rladv's position", §1, §7):
 
 - 1..24 rows of 1..40 tokens, uids forming singletons and groups of 2..6, the rows shuffled so a group is
   never contiguous by construction;
 - masks with random 0-spans (tool observations), rows ending in 0s (the score then sits on a mask-0
   position) and some rows with no 1 at all;
 - scores from a dyadic set (multiples of 1/8 in [-2, 2]): row totals and group sums are exact in float32,
-  so an all-equal group's mean is exact and its advantages exactly 0 (SEMANTICS §7.2: otherwise ulp noise
+  so an all-equal group's mean is exact and its advantages exactly 0 (docs/semantics.md §7.2: otherwise ulp noise
   is divided by a ~ulp std and explodes); token-level (``rm_scores``, mostly zeros) or a scalar ``score``;
 - finite ``values`` and log-probs (NaN/inf are validation errors, not something to compare).
 """

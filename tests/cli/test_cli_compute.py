@@ -1,4 +1,4 @@
-"""``rladv compute`` end to end (CONTRACT.md §1-§4), on real Parquet files written into tmp_path: the output
+"""``rladv compute`` end to end (docs/contract.md §1-§4), on real Parquet files written into tmp_path: the output
 and the report, batches and KL shaping, ``--config``, the terminal's summary and progress bar.
 
 Every run goes through ``typer.testing.CliRunner`` (in-process, so torch is imported once for the file); the
@@ -53,7 +53,7 @@ def test_compute_grpo_on_groups_sample(tmp_path):
     assert data["groups"]["count"] == len(set(src["uid"].to_pylist()))
     for key in ("mean", "std", "min", "max", "fraction_positive", "fraction_negative", "fraction_zero"):
         assert key in data["advantages"] and key in data["returns"]
-    # the singleton row's advantage is R / (1 + eps) (SEMANTICS §7.2)
+    # the singleton row's advantage is R / (1 + eps) (docs/semantics.md §7.2)
     (single,) = [w for w in data["warnings"] if w["code"] == "singleton_group"]
     row = single["rows"][0]
     score = src["score"][row].as_py()
@@ -83,7 +83,7 @@ def test_compute_on_padded_sample(tmp_path):
     dst = check_output(inp, tmp_path / "padded.adv.parquet")
     data = json.loads(report.read_text())
     assert data["tokens"]["padding"] > 0
-    # the scalar score sits on the last non-padding position (SEMANTICS §1)
+    # the scalar score sits on the last non-padding position (docs/semantics.md §1)
     for att, tlr, score in zip(read(inp)["attention_mask"].to_pylist(), dst["token_level_rewards"].to_pylist(),
                                read(inp)["score"].to_pylist()):
         p = sum(att) - 1
@@ -97,7 +97,7 @@ F32_A = float(np.float32(0.5) / (np.float32(0.5) + np.float32(1e-6)))  # 0.99999
 @pytest.mark.parametrize(
     ("uids", "scores", "expected"),
     [
-        # SEMANTICS §7.2 worked examples
+        # docs/semantics.md §7.2 worked examples
         (["g", "g", "g"], [1.0, 0.0, 0.5], [0.999998, -0.999998, 0.0]),
         (["a", "a", "b"], [1.0, 0.0, 0.5], [0.7071058, -0.7071058, 0.4999995]),
     ],

@@ -1,4 +1,4 @@
-"""One-line errors of ``rladv compute`` (CONTRACT.md §1, §2): a bad row names its file, row and column, a missing
+"""One-line errors of ``rladv compute`` (docs/contract.md §1, §2): a bad row names its file, row and column, a missing
 column or an unreadable file its path, an option its flag (invalid, misread as verl would read it, or without
 effect); nothing is written and the inputs stay byte-identical."""
 from __future__ import annotations
@@ -299,7 +299,7 @@ def test_an_empty_input_path_is_not_the_current_folder(tmp_path, monkeypatch, co
     assert listing(tmp_path) == ["multiturn.parquet"]
 
 
-# verl 0.9.1 parses thresholds with float() after splitting a band at its first '_' (SEMANTICS §5.3)
+# verl 0.9.1 parses thresholds with float() after splitting a band at its first '_' (docs/semantics.md §5.3)
 @pytest.mark.parametrize(("flags", "named"), [
     pytest.param(["--rollout-rs", "token_k1", "--rollout-rs-threshold", "0.5_1_2"], "'1_2'", id="rs-k1-band"),
     pytest.param(["--rollout-rs", "seq_sum_k1", "--rollout-rs-threshold", "1_0"], None, id="rs-k1-band-zero"),

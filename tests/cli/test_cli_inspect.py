@@ -1,4 +1,4 @@
-"""``rladv inspect`` on the command line (CONTRACT.md §5): the checklist's JSON and ``--strict``, the row and group
+"""``rladv inspect`` on the command line (docs/contract.md §5): the checklist's JSON and ``--strict``, the row and group
 views with every setting compute takes, and ``--export``'s reproducer (the checklist itself:
 tests/diagnose/test_inspect.py)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Where ``rladv compute`` writes (CONTRACT.md §3): beside a single input, ``-o`` for several inputs, a folder or a
+"""Where ``rladv compute`` writes (docs/contract.md §3): beside a single input, ``-o`` for several inputs, a folder or a
 glob, ``--report`` and ``--html``; what it never writes onto (an input, a FIFO, a missing folder, one path
 twice); and a write that fails names its file and leaves nothing."""
 from __future__ import annotations

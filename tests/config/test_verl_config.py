@@ -1,4 +1,4 @@
-"""``--config``: verl trainer YAML -> rladv settings (rladv_cli/verl_config.py)."""
+"""``--config``: verl trainer YAML -> rladv settings (rladv_cli/config/verl.py)."""
 from __future__ import annotations
 
 import os

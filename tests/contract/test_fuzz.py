@@ -8,7 +8,7 @@ Two sources of hostile Parquet files:
 - random byte corruptions of a good file: bytes overwritten, a range zeroed, truncated, or bytes inserted.
 
 For each, ``rladv_cli.compute_file`` (and ``rladv_cli.validate``) must either succeed, and then the output holds
-the contract columns (CONTRACT §3) with finite numbers, or raise ``rladv_cli.RladvError`` and leave nothing
+the contract columns (docs/contract.md §3) with finite numbers, or raise ``rladv_cli.RladvError`` and leave nothing
 behind. Any other exception is a crash; an example running past ``HANG_S`` seconds is a hang (SIGALRM).
 
 Floats are kept inside float32's range (|x| <= 1e4): a float64 beyond it is a known, separately tested rladv

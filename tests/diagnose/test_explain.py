@@ -1,4 +1,4 @@
-"""`rladv explain`: the derivation of one row, checked on SEMANTICS' worked examples."""
+"""`rladv explain`: the derivation of one row, checked on docs/semantics.md's worked examples."""
 
 import numpy as np
 import pyarrow as pa

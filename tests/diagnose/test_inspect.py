@@ -1,5 +1,5 @@
-"""``rladv_cli.diagnose.checklist``: the checklist on crafted tables (exact counts and rows), CONTRACT §5's JSON, chunking,
-no torch in ``inspect``, and the row/group views on SEMANTICS' worked examples."""
+"""``rladv_cli.diagnose.checklist``: the checklist on crafted tables (exact counts and rows), docs/contract.md §5's
+JSON, chunking, no torch in ``inspect``, and the row/group views on docs/semantics.md's worked examples."""
 from __future__ import annotations
 
 import io
@@ -91,7 +91,7 @@ def test_every_contract_code_the_data_allows_is_checked(tmp_path):
     })
     codes = [c.code for c in inspect(path, kl_coef=0.1).checks]
     assert CONTRACT_CODES <= set(codes)
-    # the chapter's §13 order: scores/KL, masks, group sizes, all-equal groups, advantages, REINFORCE++ credit
+    # docs/debugging.md's order: scores/KL, masks, group sizes, all-equal groups, advantages, REINFORCE++ credit
     assert codes.index("kl_flips_sign") < codes.index("score_on_masked_position") < codes.index("group_size_mismatch") \
         < codes.index("all_equal_group") < codes.index("credit_reset_at_mask")
     assert all(c.status == "pass" for c in inspect(path, kl_coef=0.1).checks)
@@ -150,7 +150,7 @@ def test_token_level_scores_terminal_and_credit(tmp_path):
 
 
 def test_kl_checks_semantics_example(tmp_path):
-    """SEMANTICS §11: kld = [[.5, −1, 0], [0, .2, 0]]; the −1 estimate raises a reward. Row 2's penalty flips
+    """docs/semantics.md §11: kld = [[.5, −1, 0], [0, .2, 0]]; the −1 estimate raises a reward. Row 2's penalty flips
     its total from 0.01 to −0.19."""
     path = write(tmp_path / "kl.parquet", {
         "uid": ["a", "a", "b"],
@@ -357,7 +357,7 @@ def test_inspect_does_not_import_torch(computed_groups):
 # ------------------------------------------------------------------------------------------- views
 @pytest.fixture
 def semantics_groups(tmp_path) -> Path:
-    """SEMANTICS §7.2: group A R = [1, 0, .5] (row 0 mask [1,1,0,0,1]), all-equal B = [0, 0, 0], singleton S."""
+    """docs/semantics.md §7.2: group A R = [1, 0, .5] (row 0 mask [1,1,0,0,1]), all-equal B = [0, 0, 0], singleton S."""
     return write(tmp_path / "groups.parquet", {
         "uid": ["A", "A", "A", "B", "B", "B", "S"],
         "response_mask": [[1, 1, 0, 0, 1], [1, 1], [1], [1], [1, 1], [1], [1, 1]],
@@ -418,7 +418,7 @@ def test_row_view_grpo_and_file_columns(semantics_groups):
 
 
 def test_row_view_reinforce_reset_semantics_example(tmp_path):
-    """SEMANTICS §7.7, one-row batch r = [0, 0, 1], m = [1, 0, 1]: reset mode gives [−0.7071068, 0, 0.7071068]."""
+    """docs/semantics.md §7.7, one-row batch r = [0, 0, 1], m = [1, 0, 1]: reset mode gives [−0.7071068, 0, 0.7071068]."""
     path = write(tmp_path / "rpp.parquet", {"response_mask": [[1, 0, 1]], "rm_scores": [[0, 0, 1]]})
     v = row_view(path, 0, estimator="reinforce_plus_plus")
     assert v.source == "compute (dataset)"
@@ -483,7 +483,7 @@ def test_a_clean_dataset_has_no_warn_or_fail(tmp_path):
 # ------------------------------------------------------------------------------------------- rladv outputs
 @pytest.fixture
 def semantics_output(tmp_path) -> Path:
-    """SEMANTICS §11 as an rladv output: KL shaping (kl, β 0.1) on the original mask m0 = loss_mask, then
+    """docs/semantics.md §11 as an rladv output: KL shaping (kl, β 0.1) on the original mask m0 = loss_mask, then
     rejection of row 0's token 1 (response_mask [1, 0, 1]); token_level_rewards and grpo's advantages as written."""
     return write(tmp_path / "semantics.adv.parquet", {
         "uid": ["a", "a"],
@@ -498,7 +498,7 @@ def semantics_output(tmp_path) -> Path:
 
 
 def test_kl_on_an_output_uses_the_original_mask(semantics_output, tmp_path):
-    """KL shaping runs on the mask before rejection (SEMANTICS §4.2/§10): current_kl = mean(−1/6, 0.2/2) and
+    """KL shaping runs on the mask before rejection (docs/semantics.md §4.2/§10): current_kl = mean(−1/6, 0.2/2) and
     R = [1.05, −0.02], the rejected token's +0.1 included; the same numbers as on the input file."""
     ins = inspect(semantics_output, kl_coef=0.1)
     assert ins.kl.mean == pytest.approx((-1 / 6 + 0.1) / 2, rel=1e-6)

@@ -1,4 +1,4 @@
-"""Every worked example of SEMANTICS.md, through the library, with the numbers from the document."""
+"""Every worked example of docs/semantics.md, through the library, with the numbers from the document."""
 import math
 import re
 

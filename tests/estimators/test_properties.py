@@ -72,7 +72,7 @@ def flat_bits(table: pa.Table, col: str, signed_zeros: bool = True) -> np.ndarra
 def assert_bit_equal(a: pa.Table, b: pa.Table, signed_zeros: bool = True):
     """Same schema and rows, and the same bits in every list column.
 
-    ``Table.equals`` reads -0.0 == 0.0 and NaN != NaN; bits do neither, and CONTRACT §3 promises
+    ``Table.equals`` reads -0.0 == 0.0 and NaN != NaN; bits do neither, and docs/contract.md §3 promises
     byte-identical files."""
     assert a.schema == b.schema
     for col in a.column_names:
@@ -133,7 +133,7 @@ def comparable_rows(name: str, rollout: S.Rollout, rewards, s: dict, kl_on: bool
     With KL shaping (or discounting / critic values) the float32 inputs of the group statistics and of the
     batch whitening carry a few ulps of reduction-order noise (rladv sums a row the way torch sums a padded
     row, the oracle sums sequentially; row order changes the order of a group's or batch's sum:
-    SEMANTICS §0.4, §14).  Dividing by a group std or a batch std close to that noise amplifies it without
+    docs/semantics.md §0.4, §14).  Dividing by a group std or a batch std close to that noise amplifies it without
     bound (§7.2: an all-equal group of non-dyadic totals gives ±ulp/ulp), so such rows test rounding luck,
     not semantics.  Skipped:
     - estimators dividing by a group std of R (grpo and grpo_passk unless --no-norm-adv-by-std, grpo_vectorized,
@@ -247,7 +247,7 @@ def test_library_matches_reference(name, data, s, kl):
 @examples(8)
 @given(data=st.data(), s=S.estimator_settings(), kl=S.kl_settings())
 def test_output_contract(name, data, s, kl):
-    """CONTRACT §3 for every registered estimator: same rows and input columns, int8 masks, advantages and
+    """docs/contract.md §3 for every registered estimator: same rows and input columns, int8 masks, advantages and
     returns 0 wherever the output response_mask is 0, finite wherever it is 1."""
     rollout = data.draw(S.rollouts(**needs(name)), label="rollout")
     table = rollout.table()
@@ -272,7 +272,7 @@ def test_output_contract(name, data, s, kl):
 
 def test_opo_group_without_valid_tokens_writes_zeros():
     # group "a": both rows have no response_mask-1 token, so verl's length-weighted baseline is 0/0 = NaN
-    # at every position of those rows; rladv writes 0 there (CONTRACT §3).  Found by test_output_contract
+    # at every position of those rows; rladv writes 0 there (docs/contract.md §3).  Found by test_output_contract
     # (rladv wrote NaN; fixed in pipeline.py).
     table = pa.table({
         "uid": ["a", "a", "b"],
@@ -379,7 +379,7 @@ def test_row_order_does_not_matter(name, data, s, kl):
 @examples(8)
 @given(data=st.data(), s=S.estimator_settings(), kl=S.kl_settings(allow_off=False))
 def test_values_and_log_probs_at_mask_zero_change_nothing(name, data, s, kl):
-    """KL is multiplied by the ORIGINAL mask, values only enter at valid positions (SEMANTICS §4.2, §7.1),
+    """KL is multiplied by the ORIGINAL mask, values only enter at valid positions (docs/semantics.md §4.2, §7.1),
     and so do sum_pi_squared / old_log_probs in the optimal token baselines (§7.12).  (Scores at mask-0
     positions DO count for outcome estimators, so they are not varied.)"""
     rollout = data.draw(S.rollouts(**dict(needs(name), values=True)), label="rollout")
@@ -415,7 +415,7 @@ def test_values_and_log_probs_at_mask_zero_change_nothing(name, data, s, kl):
 @examples(10)
 @given(data=st.data(), s=S.estimator_settings(), kl=S.kl_settings(), steps=st.integers(2, 3))
 def test_each_batch_gets_what_it_gets_alone(name, data, s, kl, steps):
-    """--batch-key: groups, whitening and batch-wide constants never cross batches (CONTRACT §2); the rows
+    """--batch-key: groups, whitening and batch-wide constants never cross batches (docs/contract.md §2); the rows
     of each ``step`` get exactly what computing that step alone gives (fixed KL controller)."""
     rollout = data.draw(S.rollouts(**needs(name), steps=steps, min_rows=4), label="rollout")
     assume(len(set(rollout.step)) >= 2)  # one group only: a single batch

@@ -1,6 +1,6 @@
-"""The oracle (tests/reference.py) against SEMANTICS.md's worked examples and verl 0.9.1's golden outputs.
+"""The oracle (tests/reference.py) against docs/semantics.md's worked examples and verl 0.9.1's golden outputs.
 
-Numbers in the worked-example tests are copied from SEMANTICS.md; tolerance 1e-6 unless the document
+Numbers in the worked-example tests are copied from docs/semantics.md; tolerance 1e-6 unless the document
 gives fewer digits (then half a unit of its last digit).  Golden data: tests/golden/ (copied from verl
 0.9.1 runs; never read from outside the project).
 """
@@ -393,7 +393,7 @@ def _reduction_slack(rewards, uids, adv):
     """How far a std-normalised group advantage may move when R_i changes by 2 ulp.
 
     R_i is a float32 sum whose last bits depend on the reduction order (torch's SIMD cascade vs the
-    oracle's sequential loop, SEMANTICS §0.4, §14); a = (R − μ)/(σ + ε) amplifies that by 1/σ (§7.2):
+    oracle's sequential loop, docs/semantics.md §0.4, §14); a = (R − μ)/(σ + ε) amplifies that by 1/σ (§7.2):
     |Δa| ≲ 2δ(1 + |a|)/(σ + ε) with δ = 2 ulp(R).  Negligible for ordinary groups (σ ~ 0.5), decisive
     for near-tied groups (KL-shaped scores that differ by ~1e-4).
     """

@@ -1,5 +1,5 @@
 """The oracle for the remaining estimators (those test_reference.py does not check: grpo_passk, remax, opo, gpg, the
-optimal-token baselines, gdpo): SEMANTICS' worked examples and verl 0.9.1's golden outputs (the expected
+optimal-token baselines, gdpo): docs/semantics.md's worked examples and verl 0.9.1's golden outputs (the expected
 token_level_rewards as input), through the oracle map ``reference.ORACLE``."""
 from pathlib import Path
 from types import SimpleNamespace

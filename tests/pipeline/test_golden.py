@@ -35,7 +35,7 @@ def _tolerance(case) -> dict:
 def test_every_registered_estimator_has_golden_cases():
     covered = {case_estimator(c) for c in CASES}
     # an estimator of reward components (gdpo) has no golden case: verl's V1 trainer does not feed them
-    # (tests/estimators/test_registry.py); SEMANTICS §7.13's example covers gdpo
+    # (tests/estimators/test_registry.py); docs/semantics.md §7.13's example covers gdpo
     assert covered == {name for name, e in ESTIMATORS.items() if not e.components}
 
 

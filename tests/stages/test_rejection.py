@@ -1,4 +1,4 @@
-"""Rollout correction (SEMANTICS §5, verl 0.9.1): keep-masks, IS weights, metrics, parsing, chunk invariance."""
+"""Rollout correction (docs/semantics.md §5, verl 0.9.1): keep-masks, IS weights, metrics, parsing, chunk invariance."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
-"""``tool_rewards`` (CONTRACT §1: one reward per tool call, "carried through, never added unless asked").
+"""``tool_rewards`` (docs/contract.md §1: one reward per tool call, added to the score only with
+``--tool-reward-coef``).
 
 - ``--tool-reward-coef C`` adds ``C · Σ tool_rewards`` to each row's score at its score position, at score
   assembly: a run with it equals a run on the same data with that sum folded into the score column

@@ -22,7 +22,7 @@ rebuilds the same training steps from verl's own functions on padded ``[B, T]`` 
 Compared: ``token_level_rewards`` (every position, atol 1e-6, and nothing beyond the row in verl's tensor),
 the estimator's ``response_mask`` (exact), ``loss_mask``, ``rollout_is_weights`` (every position),
 ``advantages`` and ``returns`` where verl's final mask is 1 (atol 1e-5, rtol 1e-4) and exactly 0 elsewhere
-(CONTRACT §3), the report's KL per batch (verl's ``actor/reward_kl_penalty``; the coefficients through verl's
+(docs/contract.md §3), the report's KL per batch (verl's ``actor/reward_kl_penalty``; the coefficients through verl's
 controller) and verl's ``rollout_corr/`` metrics per batch. Where verl raises, rladv must stop with its own error.
 
 rladv's documented choices encoded here: ``--rpp-mask-mode reset`` (compared only where it must equal verl's
@@ -79,7 +79,7 @@ except ImportError:
 PROMPT = 3  # prompt width of the padded DataProto (left-padded, as verl holds prompts)
 KL_MODES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 KL_MODES_ALL = KL_MODES + tuple(m + "+" for m in KL_MODES)
-DYADIC = np.arange(-16, 17) / 8  # multiples of 1/8: sums of a few are exact in float32 (SEMANTICS §7.2)
+DYADIC = np.arange(-16, 17) / 8  # multiples of 1/8: sums of a few are exact in float32 (docs/semantics.md §7.2)
 # divide by torch.std of each uid group's row totals (the registry's group statistic "std")
 GROUP_STD_ESTIMATORS = tuple(name for name, e in rladv_cli.ESTIMATORS.items() if "std" in e.group_statistics)
 # verl raises these where the reference refuses the data or the settings (masked_var, rollout correction, passk)
@@ -220,7 +220,7 @@ def rs_threshold(rng: np.random.Generator, option: str) -> str:
 
 def to_table(rows: dict[str, list], shape: Shape, *, score_kind: str, rollout_log_probs: bool, sessions: bool,
              tool_rewards: bool, mask_type: pa.DataType, float_type: pa.DataType) -> pa.Table:
-    """The CONTRACT §1 layout; ``float_type`` float64 holds values float32 cannot (rladv rounds them, as the
+    """The docs/contract.md §1 layout; ``float_type`` float64 holds values float32 cannot (rladv rounds them, as the
     trainer's float32 tensors would have)."""
     cols: dict[str, pa.Array] = {
         "uid": pa.array(rows["uid"], pa.int64() if shape.uid_style == "int" else pa.string()),
@@ -486,7 +486,7 @@ def verl_step(case: Case, rows: list[int], config: AlgoConfig, kl_ctrl) -> VerlS
     else:
         rm_scores = padded(col("rm_scores"), torch.float32, width)
         if "overlong_buffer_len" in o:
-            # rladv's documented extension (CONTRACT §2): the DAPO penalty lands on the last non-padding position
+            # rladv's documented extension (docs/contract.md §2): the DAPO penalty lands on the last non-padding position
             # of token-level scores too. verl's manager, with a reward function returning 0, gives that penalty.
             rm_scores = rm_scores + dapo_rm_scores(data, [0.0] * B, case)
     data.batch["rm_scores"] = rm_scores
@@ -576,7 +576,7 @@ RETURNS_ARE_ADVANTAGES = {name for name, e in rladv_cli.ESTIMATORS.items() if e.
 def ulp_shift(whitening: dict) -> float:
     """How far one float32 ulp of a batch's whitening mean (at the magnitude of the values whitened) moves every
     whitened advantage: ``ulp / sqrt(var + 1e-8)``. verl sums that mean in float32 in an order nobody else can
-    follow (SEMANTICS §0.4, §14; rladv's ``whitening_ill_conditioned`` warning): when all values of a batch are
+    follow (docs/semantics.md §0.4, §14; rladv's ``whitening_ill_conditioned`` warning): when all values of a batch are
     (nearly) equal, its advantages are float32 noise times 1e4, shifted uniformly against any other order."""
     n, mean, var = whitening["tokens"], whitening["mean"], whitening["var"]
     magnitude = math.sqrt(mean * mean + var * (n - 1) / n)
@@ -804,9 +804,10 @@ def test_replay_of_verls_batch_after_rollout_correction(estimator, replay, data)
 @SETTINGS
 @given(data=st.data())
 def test_rpp_reset_mode_equals_verl_where_no_mask_zero_precedes_an_actor_token(data):
-    """rladv's default --rpp-mask-mode reset is the chapter's REINFORCE++ (SEMANTICS "rladv's choices"), not verl
-    0.9.1's carry: the two may only differ where a mask-0 position lies before an actor token. Without tool
-    observations inside rows and without rejection (mask 0 only as a suffix), reset must equal verl's own."""
+    """rladv's default --rpp-mask-mode reset is the chapter's REINFORCE++ (docs/semantics.md, "rladv's position":
+    its first departure), not verl 0.9.1's carry: the two may only differ where a mask-0 position lies before an
+    actor token. Without tool observations inside rows and without rejection (mask 0 only as a suffix), reset must
+    equal verl's own."""
     case = data.draw(cases("reinforce_plus_plus", observations=False, correction=False, sessions=False))
     case.options["rpp_mask_mode"] = "reset"
     check_against_verl(case)
