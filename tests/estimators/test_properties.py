@@ -197,6 +197,8 @@ def _ill_conditioned_baselines(name: str, rewards, rollout: S.Rollout) -> set:
 @examples(20)
 @given(data=st.data(), s=S.estimator_settings(), kl=S.kl_settings())
 def test_library_matches_reference(name, data, s, kl):
+    """Every registered estimator against its oracle (``reference.ORACLE``): rewards everywhere, advantages and
+    returns at the mask-1 positions of the rows ``comparable_rows`` keeps."""
     rollout = data.draw(S.rollouts(**needs(name)), label="rollout")
     table = rollout.table()
     kw = dict(s, **kl)
