@@ -36,7 +36,7 @@ for est in gae grpo; do for dev in cuda cpu; do
 done; done
 
 echo "== CUDA tests"
-python3 -m pytest -q -p no:cacheprovider tests/test_properties.py tests/test_pipeline.py -k cuda >"$out/pytest_cuda.log" 2>&1
+python3 -m pytest -q -p no:cacheprovider tests/estimators/test_properties.py tests/pipeline/test_pipeline.py -k cuda >"$out/pytest_cuda.log" 2>&1
 tail -n 3 "$out/pytest_cuda.log"
 
 echo "== whole suite on the GPU machine"

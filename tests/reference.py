@@ -1,17 +1,17 @@
 """Slow, obvious oracle for verl 0.9.1's reward shaping and advantage estimators.
 
-Written from SEMANTICS.md ([P] = verl 0.9.1), not from rladv: plain Python loops over rows and time
+Written from docs/semantics.md ([P] = verl 0.9.1), not from rladv: plain Python loops over rows and time
 steps, every step in float32 in the order verl evaluates it.  Inputs are lists of rows (ragged lists or
 arrays of floats; masks 0/1); outputs are lists of float32 numpy rows of the same lengths, holding
 verl's *raw* values (nothing is zeroed that verl does not zero).
 
-Numeric conventions (SEMANTICS §0):
+Numeric conventions (docs/semantics.md §0):
 - a Python constant (γ, ε, β, 1e-8) is rounded to float32 when it meets a float32 value (``_f``);
 - γ·λ is formed in float64 and rounded once;
 - "× m" is a multiplication by the 0/1 mask, never a selection (NaN·0 = NaN, (−a)·0 = −0.0);
 - sums accumulate in float32 in row order.  torch's SIMD order differs by a few ulps; std-normalised
   group advantages of near-tied groups (σ ~ 1e-4) amplify that by 1/σ, which the golden test allows
-  for explicitly (tests/test_reference.py, ``_reduction_slack``).
+  for explicitly (tests/estimators/test_reference.py, ``_reduction_slack``).
 """
 
 import numpy as np
@@ -38,7 +38,7 @@ def _fsum(values):
 
 def _groups(uids):
     """{uid: [row indices]} keyed on the raw label (a Python dict: equal labels share a group),
-    members in row order (SEMANTICS §2.3)."""
+    members in row order (docs/semantics.md §2.3)."""
     groups = {}
     for i, uid in enumerate(uids):
         groups.setdefault(uid, []).append(i)
@@ -49,7 +49,7 @@ def _groups(uids):
 
 
 def assemble_scores(lengths, score=None, rm_scores=None, attention_mask=None):
-    """token_level_scores per row (SEMANTICS §1).
+    """token_level_scores per row (docs/semantics.md §1).
 
     rm_scores given: copied verbatim (float32).  Scalar ``score[i]``: a float32 zero row with
     float32(score_i) at p_i = (#ones in attention_mask[i]) − 1, or L_i − 1 without an attention mask.
@@ -148,7 +148,7 @@ def _kl_forward(logprob, ref_logprob, mode):
 
 
 def kl_penalty(logprob, ref_logprob, mode):
-    """Per-token KL estimate of one row, d = logprob − ref_logprob (SEMANTICS §4.1, [P]).
+    """Per-token KL estimate of one row, d = logprob − ref_logprob (docs/semantics.md §4.1, [P]).
 
     kl/k1: d; abs: |d|; mse/k2: 0.5·d²; low_var_kl/k3: clamp(exp(k) − k − 1, −10, 10) with
     k = clamp(−d, −20, 20).  ``<mode>+`` ([P]): straight-through b − b + value(mode) with
@@ -167,7 +167,7 @@ def kl_penalty(logprob, ref_logprob, mode):
 
 
 def apply_kl(scores_rows, old_rows, ref_rows, m0_rows, beta, mode):
-    """use_kl_in_reward (SEMANTICS §4.2): kld = kl_penalty(old, ref) × m0, r = s − β·kld.
+    """use_kl_in_reward (docs/semantics.md §4.2): kld = kl_penalty(old, ref) × m0, r = s − β·kld.
 
     Returns (rewards rows, current_kl) with current_kl = mean over ALL rows of the per-row
     masked_mean(kld, m0) (rows without a valid token count as 0), as a Python float.
@@ -193,7 +193,7 @@ def adaptive_kl_step(value, current_kl, target, horizon, n_steps):
 
 
 def gae(rewards, values, masks, gamma, lam):
-    """verl's compute_gae_advantage_return, row by row, t = T−1 … 0 (SEMANTICS §7.1).
+    """verl's compute_gae_advantage_return, row by row, t = T−1 … 0 (docs/semantics.md §7.1).
 
         delta      = (r_t + γ·nextvalues) − V_t
         lastgaelam_ = delta + float32(γ·λ)·lastgaelam
@@ -242,7 +242,7 @@ def _mean_std(xs):
 
 
 def grpo(rewards, masks, uids, norm_adv_by_std=True, epsilon=1e-6):
-    """a_i = (R_i − μ_g)/(σ_g + ε)  (or R_i − μ_g without std), times m (SEMANTICS §7.2).
+    """a_i = (R_i − μ_g)/(σ_g + ε)  (or R_i − μ_g without std), times m (docs/semantics.md §7.2).
 
     Singleton groups: μ = 0, σ = 1, so a = R/(1 + ε).
     """
@@ -259,7 +259,7 @@ def grpo(rewards, masks, uids, norm_adv_by_std=True, epsilon=1e-6):
 
 
 def _as_torch_index_keys(uids):
-    """verl's ``as_torch_index`` on the object array of a batch's uids (SEMANTICS §2.3): ``int(uid)`` for every
+    """verl's ``as_torch_index`` on the object array of a batch's uids (docs/semantics.md §2.3): ``int(uid)`` for every
     uid when all of them convert to int64 ("01", " 1" and "1" are one group), else the uids themselves."""
     try:
         keys = [int(u) for u in uids]
@@ -269,7 +269,7 @@ def _as_torch_index_keys(uids):
 
 
 def grpo_vectorized(rewards, masks, uids):
-    """grpo_vectorized [P] (SEMANTICS §7.3, §2.2): two-pass group_mean_std with eps = 0 (no floor),
+    """grpo_vectorized [P] (docs/semantics.md §7.3, §2.2): two-pass group_mean_std with eps = 0 (no floor),
     always divided by σ + 1e-6 (the dispatcher never passes the std flag); groups of ``as_torch_index``.
 
     μ = s1/c, var = Σ(x − μ)²/max(c − 1, 1), σ = sqrt(max(var, 0)); groups with c ≤ 1: μ = 0, σ = 1.
@@ -290,7 +290,7 @@ def grpo_vectorized(rewards, masks, uids):
 
 
 def rloo(rewards, masks, uids):
-    """a_i = (R_i·n)/(n−1) − (μ·n)/(n−1) for groups of n > 1; a singleton keeps R_i (SEMANTICS §7.5)."""
+    """a_i = (R_i·n)/(n−1) − (μ·n)/(n−1) for groups of n > 1; a singleton keeps R_i (docs/semantics.md §7.5)."""
     R = _outcome(rewards)
     groups = _groups(uids)
     mean = {u: F32(_fsum(R[i] for i in idx) / F32(len(idx))) for u, idx in groups.items()}
@@ -304,7 +304,7 @@ def rloo(rewards, masks, uids):
 
 
 def rloo_vectorized(rewards, masks, uids):
-    """a_i = (c·R_i − S)/max(c − 1, 1) · [c > 1], S = group sum of R in row order (SEMANTICS §7.6).
+    """a_i = (c·R_i − S)/max(c − 1, 1) · [c > 1], S = group sum of R in row order (docs/semantics.md §7.6).
 
     A singleton gets 0 (rloo keeps its raw score).
     """
@@ -323,7 +323,7 @@ def rloo_vectorized(rewards, masks, uids):
 
 
 def reinforce_plus_plus(rewards, masks, gamma, mode="reset"):
-    """Discounted reward-to-go G, batch-whitened (SEMANTICS §7.7); scan t = T−1 … 0, run = 0.
+    """Discounted reward-to-go G, batch-whitened (docs/semantics.md §7.7); scan t = T−1 … 0, run = 0.
 
     reset ([S], rladv's default): run = r_t + γ·run; G_t = run; run = run·m_t.
     carry ([P], verl 0.9.1):      new = r_t + γ·run; G_t = new·m_t; run = new·m_t + run·(1 − m_t).
@@ -351,7 +351,7 @@ def reinforce_plus_plus(rewards, masks, gamma, mode="reset"):
 
 def reinforce_plus_plus_baseline(rewards, masks, uids):
     """x_i = R_i − b_g (b_g = float32 group mean, 0 for singletons); X = x_i · m;
-    advantages = masked_whiten(X, m) · m; returns = advantages (SEMANTICS §7.8)."""
+    advantages = masked_whiten(X, m) · m; returns = advantages (docs/semantics.md §7.8)."""
     R = _outcome(rewards)
     b = {}
     for uid, idx in _groups(uids).items():
@@ -379,7 +379,7 @@ def _reward_to_go(rewards, masks):
 
 def grpo_passk(rewards, masks, uids, norm_adv_by_std=True, epsilon=1e-6):
     """Per group (2+ rows, else ValueError): the row with the largest R gets (r1 − r2)/(σ + ε) (or r1 − r2),
-    every other row 0; σ = Bessel std of the group (SEMANTICS §7.4). Ties for the maximum give 0."""
+    every other row 0; σ = Bessel std of the group (docs/semantics.md §7.4). Ties for the maximum give 0."""
     R = _outcome(rewards)
     a = [F32(0.0)] * len(R)
     for uid, idx in _groups(uids).items():
@@ -394,14 +394,14 @@ def grpo_passk(rewards, masks, uids, norm_adv_by_std=True, epsilon=1e-6):
 
 
 def remax(rewards, masks, reward_baselines):
-    """G = reward-to-go of r·m; advantages = G − b_i·m; returns = G (SEMANTICS §7.9)."""
+    """G = reward-to-go of r·m; advantages = G − b_i·m; returns = G (docs/semantics.md §7.9)."""
     G = _reward_to_go(rewards, masks)
     adv = [(g - F32(b) * m).astype(F32) for g, b, m in zip(G, reward_baselines, _rows(masks))]
     return adv, G
 
 
 def opo(rewards, masks, uids):
-    """b_g = Σ n_i R_i / Σ n_i (n_i = valid tokens; 0 for a singleton); a_i = R_i − b_g (SEMANTICS §7.10)."""
+    """b_g = Σ n_i R_i / Σ n_i (n_i = valid tokens; 0 for a singleton); a_i = R_i − b_g (docs/semantics.md §7.10)."""
     R = _outcome(rewards)
     n = [F32(np.sum(m)) for m in _rows(masks)]
     b = {}
@@ -416,7 +416,7 @@ def opo(rewards, masks, uids):
 
 def gpg(rewards, masks, uids):
     """a_i = α·(R_i − μ_g) with α = B / max(#rows with R ≠ 0, 1) over the batch, μ_g the group mean (0 for a
-    singleton), f_norm = 1 (SEMANTICS §7.11)."""
+    singleton), f_norm = 1 (docs/semantics.md §7.11)."""
     R = _outcome(rewards)
     alpha = F32(F32(len(R)) / F32(max(sum(1 for x in R if x != 0), 1)))
     mu = {u: F32(0.0) if len(idx) == 1 else _mean_std([R[i] for i in idx])[0] for u, idx in _groups(uids).items()}
@@ -450,7 +450,7 @@ def _zero_tail(lengths):
 
 def optimal_token_baseline(rewards, masks, uids, old_log_probs, sum_pi_squared, rollout_is_weights=None):
     """b_t = Σ_i G[i,t]·W[i,t]·m[i,t] / (Σ_i W[i,t]·m[i,t] + 1e-8) per group and absolute position; a singleton
-    has b = 0; zero tail for a strictly longest row; advantages = (G − b)·m; returns = G (SEMANTICS §7.12)."""
+    has b = 0; zero tail for a strictly longest row; advantages = (G − b)·m; returns = G (docs/semantics.md §7.12)."""
     G, W, M = _reward_to_go(rewards, masks), _path_weights(masks, old_log_probs, sum_pi_squared, rollout_is_weights), _rows(masks)
     adv = []
     baselines = [np.zeros(len(g), dtype=F32) for g in G]
@@ -472,7 +472,7 @@ def optimal_token_baseline(rewards, masks, uids, old_log_probs, sum_pi_squared, 
 
 def tir_optimal_token_baseline(rewards, masks, uids, old_log_probs, sum_pi_squared, rollout_is_weights=None):
     """As ``optimal_token_baseline`` over each row's actor tokens renumbered k = 0..n_i−1; rows without an actor
-    token are left out of their group (advantage 0) (SEMANTICS §7.12)."""
+    token are left out of their group (advantage 0) (docs/semantics.md §7.12)."""
     G, W, M = _reward_to_go(rewards, masks), _path_weights(masks, old_log_probs, sum_pi_squared, rollout_is_weights), _rows(masks)
     Gc = [g[m > 0] for g, m in zip(G, M)]
     Wc = [w[m > 0] for w, m in zip(W, M)]
@@ -503,7 +503,7 @@ def tir_optimal_token_baseline(rewards, masks, uids, old_log_probs, sum_pi_squar
 def gdpo(rewards, masks, uids, components=None, weights=None, epsilon=1e-6):
     """A_sum = Σ_k w_k · grpo(component_k) (each component a per-row scalar placed on one position; without
     components the single one is the rewards themselves); advantages = masked_whiten(A_sum, m)·m;
-    returns = advantages (SEMANTICS §7.13)."""
+    returns = advantages (docs/semantics.md §7.13)."""
     if components is None:
         parts = [rewards]
     else:
@@ -516,3 +516,28 @@ def gdpo(rewards, masks, uids, components=None, weights=None, epsilon=1e-6):
         total = term if total is None else [(x + y).astype(F32) for x, y in zip(total, term)]
     out = [(x * m).astype(F32) for x, m in zip(masked_whiten(total, masks), _rows(masks))]
     return out, [x.copy() for x in out]
+
+
+# each estimator's oracle by verl's name: (rewards, masks, rollout, settings) -> (advantages, returns), verl's raw
+# rows; ``rollout`` holds the other columns as attributes (``uids``, ``values``, ``reward_baselines``,
+# ``old_log_probs``, ``sum_pi_squared``: tests/strategies.py's ``Rollout``), ``settings`` the estimator's own
+# (``gamma``, ``lam``, ``norm_adv_by_std``, ``rpp_mask_mode``). Every registered estimator has one
+# (tests/estimators/test_registry.py).
+ORACLE = {
+    "gae": lambda r, m, ro, s: gae(r, ro.values, m, s["gamma"], s["lam"]),
+    "grpo": lambda r, m, ro, s: grpo(r, m, ro.uids, norm_adv_by_std=s["norm_adv_by_std"]),
+    "grpo_vectorized": lambda r, m, ro, s: grpo_vectorized(r, m, ro.uids),
+    "rloo": lambda r, m, ro, s: rloo(r, m, ro.uids),
+    "rloo_vectorized": lambda r, m, ro, s: rloo_vectorized(r, m, ro.uids),
+    "reinforce_plus_plus": lambda r, m, ro, s: reinforce_plus_plus(r, m, s["gamma"], s["rpp_mask_mode"]),
+    "reinforce_plus_plus_baseline": lambda r, m, ro, s: reinforce_plus_plus_baseline(r, m, ro.uids),
+    "grpo_passk": lambda r, m, ro, s: grpo_passk(r, m, ro.uids, norm_adv_by_std=s["norm_adv_by_std"]),
+    "remax": lambda r, m, ro, s: remax(r, m, ro.reward_baselines),
+    "opo": lambda r, m, ro, s: opo(r, m, ro.uids),
+    "gpg": lambda r, m, ro, s: gpg(r, m, ro.uids),
+    "optimal_token_baseline": lambda r, m, ro, s: optimal_token_baseline(r, m, ro.uids, ro.old_log_probs,
+                                                                         ro.sum_pi_squared),
+    "tir_optimal_token_baseline": lambda r, m, ro, s: tir_optimal_token_baseline(r, m, ro.uids, ro.old_log_probs,
+                                                                                 ro.sum_pi_squared),
+    "gdpo": lambda r, m, ro, s: gdpo(r, m, ro.uids),
+}

@@ -1,25 +1,28 @@
-"""Hypothesis strategies for rladv's property tests: random ragged rollout batches in the CONTRACT §1 layout.
+"""Hypothesis strategies for rladv's property tests: random ragged rollout batches in the docs/contract.md §1 layout.
 
 A drawn ``Rollout`` holds plain Python rows (so ``tests/reference.py`` can read them) and builds the Arrow
-table ``rladv_cli.compute`` reads.  What the strategies aim at (SEMANTICS "rladv's choices", §1, §7):
+table ``rladv_cli.compute`` reads.  What the strategies aim at (docs/semantics.md: "rladv's position", §1, §7):
 
 - 1..24 rows of 1..40 tokens, uids forming singletons and groups of 2..6, the rows shuffled so a group is
   never contiguous by construction;
 - masks with random 0-spans (tool observations), rows ending in 0s (the score then sits on a mask-0
   position) and some rows with no 1 at all;
 - scores from a dyadic set (multiples of 1/8 in [-2, 2]): row totals and group sums are exact in float32,
-  so an all-equal group's mean is exact and its advantages exactly 0 (SEMANTICS §7.2: otherwise ulp noise
+  so an all-equal group's mean is exact and its advantages exactly 0 (docs/semantics.md §7.2: otherwise ulp noise
   is divided by a ~ulp std and explodes); token-level (``rm_scores``, mostly zeros) or a scalar ``score``;
 - finite ``values`` and log-probs (NaN/inf are validation errors, not something to compare).
 """
 from __future__ import annotations
 
+import os
 import string
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
 import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 F32 = np.float32
@@ -251,3 +254,48 @@ def estimator_settings(draw) -> dict:
 def mask_zero_positions(r: Rollout) -> list[tuple[int, int]]:
     """(row, position) of every mask-0 token."""
     return [(i, t) for i, m in enumerate(r.masks) for t, x in enumerate(m) if x == 0]
+
+
+# ------------------------------------------------------------------ property tests of every estimator
+# RLADV_PROPERTY_SCALE=N multiplies every example count (a longer hunt; the default keeps the files short)
+SCALE = max(1, int(os.environ.get("RLADV_PROPERTY_SCALE", "1")))
+# draws of up to 24 rows x 40 tokens x 3 float lists are large (that is the point): data_too_large is
+# expected; the tmp_path_factory fixture is session-wide and each example makes its own folder
+HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
+# columns these strategies know how to draw; an estimator needing anything else is skipped, not guessed at
+DRAWABLE = {"values", "old_log_probs", "ref_log_prob", "reward_baselines", "sum_pi_squared"}
+
+
+def examples(n: int) -> settings:
+    return settings(max_examples=n * SCALE, deadline=None, suppress_health_check=HEALTH)
+
+
+def needs(name: str) -> dict:
+    """``rollouts`` arguments giving the columns (and group sizes) the estimator ``name`` declares it needs
+    (the registry's ``columns`` and ``min_group_size``); skips estimators that need columns these strategies
+    do not draw."""
+    from rladv_cli.estimators.registry import ESTIMATORS
+
+    est = ESTIMATORS[name]
+    extra = set(est.columns) - DRAWABLE
+    if extra:
+        pytest.skip(f"{name} needs {sorted(extra)}, which these strategies do not draw")
+    return dict(values="values" in est.columns, baselines="reward_baselines" in est.columns,
+                pi_squared="sum_pi_squared" in est.columns, min_group=getattr(est, "min_group_size", 1) or 1)
+
+
+def attempt(fn, *args, **kw):
+    """``fn(...)``'s result, or the ``ComputeError`` it raised (data on which verl raises too, e.g. a
+    whitened batch with <= 1 valid token or a grpo_passk singleton); other errors propagate."""
+    from rladv_cli.errors import ComputeError
+
+    try:
+        return fn(*args, **kw)
+    except ComputeError as err:
+        return err
+
+
+def failed(outcome) -> bool:
+    from rladv_cli.errors import ComputeError
+
+    return isinstance(outcome, ComputeError)

@@ -9,10 +9,10 @@ Run as a script to materialise the cases and print them::
 
     python tests/hostile/make_hostile.py /tmp/hostile [--seed N]
 
-Categories (``Case.category``): ``contract`` (CONTRACT §1 row/column errors), ``missing`` (inputs the chosen
+Categories (``Case.category``): ``contract`` (docs/contract.md §1 row/column errors), ``missing`` (inputs the chosen
 stages need), ``types`` (wrong Arrow types), ``empty`` (zero rows, rows of length 0), ``files`` (truncated,
 non-Parquet, folders), ``schemas`` (files of one dataset that disagree), ``options`` (out of range or unknown),
-``output`` (``-o``/``--report`` that cannot be written), ``raises`` (SEMANTICS: where verl raises), and
+``output`` (``-o``/``--report`` that cannot be written), ``raises`` (docs/semantics.md: where verl raises), and
 ``accepted`` (legal but unusual data that must be computed, e.g. integer scores).
 """
 from __future__ import annotations
@@ -216,7 +216,7 @@ def _padded(c):
 
 
 def contract_cases(b: Builder) -> None:
-    """CONTRACT §1: null lists, nulls in lists, length mismatches, masks outside {0,1}, NaN/inf, padding."""
+    """docs/contract.md §1: null lists, nulls in lists, length mismatches, masks outside {0,1}, NaN/inf, padding."""
     n = 8
     r = b.row(n)
     b.data_case("null-response_mask", "contract", _set("response_mask", r, None), "grpo", row=r, column="response_mask")
@@ -351,7 +351,7 @@ def contract_cases(b: Builder) -> None:
     r = b.row(n)
     b.data_case("nan-output_index", "contract", _all(sessions, _set("output_index", r, float("nan"))), "grpo", row=r,
                 column="output_index", types={"output_index": pa.float64()})
-    # a float64 value that is finite but overflows float32 (everything is float32, SEMANTICS §0): it would
+    # a float64 value that is finite but overflows float32 (everything is float32, docs/semantics.md §0): it would
     # become inf inside rladv, i.e. the same poisoning a NaN causes.
     r = b.row(n)
     b.data_case("float32-overflow-rm_scores", "contract", _set_token("rm_scores", r, 0, 1e39), "grpo", row=r,
@@ -362,7 +362,7 @@ def contract_cases(b: Builder) -> None:
 
 
 def missing_cases(b: Builder) -> None:
-    """A column the chosen stages need is absent (CONTRACT §1: names file and column)."""
+    """A column the chosen stages need is absent (docs/contract.md §1: names file and column)."""
     for case_id, drop, est, extra, column in [
         ("missing-response_mask", ("response_mask",), "grpo", (), "response_mask"),
         ("missing-scores", ("rm_scores",), "grpo", (), "rm_scores"),
@@ -447,7 +447,7 @@ def types_cases(b: Builder) -> None:
                ["compute", str(path), "--estimator", "grpo", "-o", str(d / "out.parquet"), "-q"],
                named=(str(path), "rm_scores")))
 
-    # accepted: integer scores (CONTRACT: "int scores are fine"), other mask/uid spellings
+    # accepted: integer scores (docs/contract.md §1: "integers are fine"), other mask/uid spellings
     for case_id, mutate, types, est in [
         ("int-score", _all(_scalar_score, lambda c: c.__setitem__("score", [int(x) for x in c["score"]])),
          {"score": pa.int64()}, "grpo"),
@@ -834,7 +834,8 @@ def output_cases(b: Builder) -> None:
 
 
 def raises_cases(b: Builder) -> None:
-    """Where verl raises (SEMANTICS "rladv's choices"): rladv stops with one line, before writing anything."""
+    """Where verl raises (docs/semantics.md, "rladv's position": where the reference would raise): rladv stops
+    with one line, before writing anything."""
     def one_token(c):
         for i, m in enumerate(c["response_mask"]):
             c["response_mask"][i] = [0] * len(m)

@@ -1,0 +1,47 @@
+"""The benchmark scripts stay runnable: ``bench/gpu_check.py`` run against the CPU itself (its own check; a
+GPU session runs it with ``--device cuda``) on the smallest dataset."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, SAMPLES
+
+pytestmark = pytest.mark.slow  # the bench scripts as subprocesses
+
+
+def test_gpu_check_runs_end_to_end_against_the_cpu(tmp_path):
+    env = {**os.environ, "RLADV_BENCH_DATA": str(tmp_path / "data"), "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--device", "cpu", "--tokens", "20K",
+                        "--parity-tokens", "20K", "--estimators", "gae,grpo", "--repeat", "1", "--out",
+                        str(tmp_path / "out")], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr + p.stdout
+    result = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    checked = {(r["data"], r["estimator"]) for r in result["parity"]}
+    assert ("multiturn.parquet", "remax") in checked and ("multiturn.parquet", "optimal_token_baseline") in checked
+    assert ("bench_20000.parquet", "gae") in checked
+    assert all("replay" in r for r in result["parity"] if r["data"] == "multiturn.parquet")
+    assert all(max(v for k, v in r.items() if k not in ("data", "estimator")) == 0.0 for r in result["parity"])
+    assert [k["estimator"] for k in result["kernels"]] == ["gae", "grpo"] and result["kernels"][0]["device_s"] > 0
+    assert [e["estimator"] for e in result["e2e"]] == ["gae", "grpo"] and result["e2e"][0]["cpu_s"] > 0
+    assert "largest parity difference 0.00e+00 (within 1e-05)" in p.stdout
+
+
+def test_the_timeline_names_every_phase_of_a_run_in_order(tmp_path):
+    """``bench/timeline.py`` runs ``rladv compute`` with hooks on rladv's own functions; renaming one of
+    them must fail here, not leave the timeline silently short."""
+    out = tmp_path / "out.parquet"
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "timeline.py"), "compute", "--estimator", "gae",
+                        str(SAMPLES / "multiturn.parquet"), "-o", str(out), "-q", "--device", "cpu"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr + p.stdout
+    phases = [line.split(" s  ", 1)[1] for line in p.stderr.splitlines() if " s  " in line]
+    order = ["import torch begins", "import torch done", "layout pass begins", "scan pass done", "write pass begins",
+             "write pass done", "output committed", "exit"]
+    assert [ph for ph in phases if ph in order] == order
+    assert "reading done" in phases
+    assert any(ph.startswith("carried columns: last row group done (1 on the background threads") or
+               ph.startswith("carried columns: last row group done (0 on the background threads, 1") for ph in phases)
+    assert out.exists()

@@ -1,0 +1,176 @@
+"""Pipeline behaviour that crosses stages: adaptive KL per batch, batch order, padding, progress, devices."""
+import io
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from rich.console import Console
+
+import rladv_cli
+from conftest import SAMPLES
+from rladv_cli.cli import _progress
+from rladv_cli.stages.shaping import KLController
+
+
+def kl_table():
+    # two batches (step 2 listed first in the file); k1 estimate per token = old - ref
+    return pa.table({
+        "step": [2, 1, 1, 2],
+        "uid": ["b", "a", "a", "b"],
+        "response_mask": pa.array([[1, 1], [1, 1], [1, 1], [1, 0]], pa.list_(pa.int8())),
+        "rm_scores": pa.array([[0, 1.0], [0, 1.0], [0, 0.0], [0, 0.5]], pa.list_(pa.float32())),
+        "old_log_probs": pa.array([[-1, -1], [-0.5, -1], [-1, -1], [-1, -2]], pa.list_(pa.float32())),
+        "ref_log_prob": pa.array([[-1.2, -1], [-1, -1], [-1, -1.5], [-1, -1]], pa.list_(pa.float32())),
+    })
+
+
+def test_adaptive_kl_is_stepped_per_batch_in_key_order():
+    t = kl_table()
+    out, report = rladv_cli.compute(t, estimator="grpo", kl_coef=0.1, kl_penalty="kl", kl_ctrl="adaptive",
+                                    kl_target=0.01, kl_horizon=10, batch_key="step", device="cpu")
+    # batch step=1 (rows 1, 2) runs first with beta = 0.1; its current_kl = mean(0.25, 0.25) = 0.25
+    ctrl = KLController("adaptive", 0.1, 0.01, 10)
+    ctrl.update(0.25, n_steps=2)
+    beta2 = ctrl.value
+    assert [b.batch for b in report.kl.batches] == ["step=1", "step=2"]
+    assert [b.coef for b in report.kl.batches] == [0.1, pytest.approx(beta2)]
+    rewards = out["token_level_rewards"].to_pylist()
+    np.testing.assert_allclose(rewards[1], [0 - 0.1 * 0.5, 1.0], atol=1e-7)
+    np.testing.assert_allclose(rewards[0], [0 - np.float32(beta2) * np.float32(0.2), 1.0], atol=1e-7)
+    np.testing.assert_allclose(rewards[3], [0, 0.5], atol=1e-7)  # the -1 estimate sits on a mask-0 token
+
+
+def test_fixed_kl_single_batch_reports_verls_metric():
+    out, report = rladv_cli.compute(kl_table(), estimator="grpo", kl_coef=0.1, kl_penalty="kl", device="cpu")
+    # rows' masked means: 0.1, 0.25, 0.25, 0.0 -> mean 0.15
+    assert report.kl.mean == pytest.approx(0.15)
+    assert report.kl.coef == 0.1 and len(report.kl.batches) == 1
+
+
+def test_groups_never_cross_batches():
+    t = pa.table({
+        "step": [1, 2, 1, 2],
+        "uid": ["a", "a", "a", "a"],
+        "response_mask": pa.array([[1]] * 4, pa.list_(pa.int8())),
+        "score": pa.array([1.0, 1.0, 0.0, 0.0], pa.float32()),
+    })
+    _, whole = rladv_cli.compute(t, estimator="grpo", device="cpu")
+    _, split = rladv_cli.compute(t, estimator="grpo", device="cpu", batch_key="step")
+    assert whole.groups.count == 1 and split.groups.count == 2 and split.groups.batches == 2
+
+
+def test_progress_bar_shows_each_pass_on_a_terminal():
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=100)
+    t = kl_table()
+    with _progress(console, enabled=True) as update:
+        rladv_cli.compute(t, estimator="grpo", chunk_rows=1, device="cpu", progress=update)
+    text = buf.getvalue()
+    assert "scan pass" in text and "write pass" in text
+    with _progress(console, enabled=False) as update:
+        assert update is None
+
+
+def test_device_auto_resolves_to_cpu_without_cuda():
+    _, report = rladv_cli.compute(kl_table(), estimator="grpo")
+    import torch
+
+    assert report.timing.device == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("estimator", ["gae", "grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"])
+def test_cuda_equals_cpu(estimator):
+
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(SAMPLES / "multiturn.parquet")
+    cpu, _ = rladv_cli.compute(t, estimator=estimator, device="cpu", kl_coef=0.01)
+    gpu, _ = rladv_cli.compute(t, estimator=estimator, device="cuda", kl_coef=0.01)
+    for column in ("token_level_rewards", "advantages", "returns"):
+        a = np.concatenate([np.asarray(r) for r in cpu[column].to_pylist()])
+        b = np.concatenate([np.asarray(r) for r in gpu[column].to_pylist()])
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_batch_normalised_is_weights_per_batch_equal_each_batch_alone():
+
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(SAMPLES / "multiturn.parquet")
+    t = t.append_column("step", pa.array([i % 2 for i in range(t.num_rows)], pa.int64()))
+    settings = dict(estimator="grpo", rollout_is="sequence", rollout_is_batch_normalize=True, device="cpu")
+    both, report = rladv_cli.compute(t, batch_key="step", chunk_rows=5, **settings)
+    assert set(report.rollout_rejection["batches"]) == {"step=0", "step=1"}
+    for step in (0, 1):
+        rows = pc.equal(t["step"], step)
+        alone, _ = rladv_cli.compute(t.filter(rows), **settings)
+        assert both.filter(rows)["rollout_is_weights"].equals(alone["rollout_is_weights"])
+        assert both.filter(rows)["advantages"].equals(alone["advantages"])
+
+
+def test_non_finite_results_stop_the_run_naming_the_row(tmp_path):
+    # each score is a finite float32, their reward-to-go is not
+    t = pa.table({
+        "response_mask": pa.array([[1], [1, 1]], pa.list_(pa.int8())),
+        "rm_scores": pa.array([[1.0], [3e38, 3e38]], pa.list_(pa.float32())),
+        "reward_baselines": pa.array([0.0, 0.0], pa.float32()),
+    })
+    with pytest.raises(rladv_cli.ComputeError, match="row 1: remax produced a non-finite advantage or return at position 0"):
+        rladv_cli.compute(t, estimator="remax", device="cpu")
+
+
+def test_whitening_that_overflows_float32_stops_the_run():
+    # finite values whose variance is not a float32: verl's rsqrt(inf) would zero every advantage
+    t = pa.table({
+        "response_mask": pa.array([[1, 1], [1, 1]], pa.list_(pa.int8())),
+        "rm_scores": pa.array([[0.0, 1.0], [0.0, 0.0]], pa.list_(pa.float32())),
+        "values": pa.array([[-3e38, 0.0], [0.0, 0.0]], pa.list_(pa.float32())),
+    })
+    with pytest.raises(rladv_cli.ComputeError, match="gae: the variance of the values to whiten in the dataset overflows"):
+        rladv_cli.compute(t, estimator="gae", device="cpu")
+
+
+def test_a_nan_batch_key_is_an_input_error_naming_the_row():
+    t = pa.table({
+        "step": pa.array([1.0, float("nan"), 1.0]),
+        "uid": ["a", "a", "b"],
+        "response_mask": pa.array([[1]] * 3, pa.list_(pa.int8())),
+        "score": pa.array([1.0, 0.0, 0.0], pa.float32()),
+    })
+    with pytest.raises(rladv_cli.InputError, match="row 1, column step: is NaN"):
+        rladv_cli.compute(t, estimator="grpo", device="cpu", batch_key="step")
+
+
+@pytest.mark.parametrize("estimator", ["gae", "grpo", "rloo", "reinforce_plus_plus", "opo"])
+def test_compute_reads_the_callers_table_without_writing_to_it(estimator):
+    """Token columns become tensors over the Arrow buffers themselves (no copies): no stage may write to
+    them, with overlong and KL shaping on and whatever the estimator."""
+
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(SAMPLES / "multiturn.parquet")
+    before = {name: [bytes(b) for chunk in t[name].chunks for b in chunk.buffers() if b is not None]
+              for name in t.column_names}
+    rladv_cli.compute(t, estimator=estimator, kl_coef=0.05, overlong_buffer_len=4, overlong_penalty_factor=1.0,
+                      max_resp_len=40)
+    after = {name: [bytes(b) for chunk in t[name].chunks for b in chunk.buffers() if b is not None]
+             for name in t.column_names}
+    assert "rm_scores" in before and after == before
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "gae"])
+def test_pad_width_is_a_floor_on_each_batchs_width(estimator):
+    """``pad_width`` at most a batch's longest response changes nothing; wider, it sums row totals as the
+    wider padded batch does (the same as ``compute(pad_widths=...)``, which ``inspect`` passes), per batch.
+    The report records it with the settings."""
+    sample = pq.read_table(SAMPLES / "multiturn.parquet")
+    longest = max(len(m) for m in sample["response_mask"].to_pylist())
+    plain, _ = rladv_cli.compute(sample, estimator=estimator, device="cpu")
+    floor, report = rladv_cli.compute(sample, estimator=estimator, device="cpu", pad_width=longest)
+    assert floor.equals(plain) and report.config["pad_width"] == longest
+    wide, _ = rladv_cli.compute(sample, estimator=estimator, device="cpu", pad_width=longest + 300)
+    given, _ = rladv_cli.compute(sample, estimator=estimator, device="cpu", pad_widths={None: longest + 300})
+    assert wide.equals(given)

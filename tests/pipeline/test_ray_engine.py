@@ -1,0 +1,387 @@
+"""``--engine ray`` against ``--engine local``: the same files in, the same numbers out, row for row.
+
+One local Ray instance (2 CPUs) serves the module. The dataset has several shards (files) of uneven size,
+read in chunks smaller than a shard, with uid groups and ``--batch-key`` batches that span shards.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import runner
+from rladv_cli import Config, compute_file
+from rladv_cli.cli import app
+from rladv_cli.errors import ConfigError, InputError, OutputError
+from rladv_cli.estimators import ESTIMATORS
+from rladv_cli.io.read import Dataset
+
+pytestmark = pytest.mark.slow  # a local Ray cluster for the module, and the engines compared on every estimator
+
+SHARD_ROWS = (9, 14, 1, 12)  # then the rest (at least 6 rows)
+CHUNK_ROWS = 5
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    ray = pytest.importorskip("ray")
+    import logging
+
+    from rladv_cli.pipeline.ray_engine import WORKER_ENV
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
+             runtime_env=WORKER_ENV)
+    yield ray
+    ray.shutdown()
+
+
+def rollouts(rng: np.random.Generator, sessions: bool = False) -> pa.Table:
+    """14 groups of 3..5 rows under one of three ``step`` values, shuffled; masks with observation spans;
+    every column some estimator or stage reads."""
+    sizes = rng.integers(3, 6, 14)
+    uid = np.repeat([f"p{i}" for i in range(sizes.size)], sizes)
+    step = np.repeat(rng.integers(0, 3, sizes.size), sizes)
+    n = uid.size
+    lengths = rng.integers(3, 20, n)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    mask = np.ones(offsets[-1], dtype=np.int8)
+    for i in range(n):
+        if rng.random() < 0.5:
+            a = offsets[i] + rng.integers(0, lengths[i])
+            mask[a:min(a + rng.integers(1, 5), offsets[i + 1])] = 0
+    scores = np.zeros(offsets[-1], dtype=np.float32)
+    scores[offsets[1:] - 1] = rng.integers(-8, 9, n) / 4
+    old = -rng.exponential(0.5, offsets[-1]).astype(np.float32)
+
+    def lst(v, t):
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(v, type=t))
+
+    cols = {
+        "uid": uid, "step": step,
+        "response_mask": lst(mask, pa.int8()), "rm_scores": lst(scores, pa.float32()),
+        "values": lst(rng.normal(size=offsets[-1]).astype(np.float32) * mask, pa.float32()),
+        "old_log_probs": lst(old, pa.float32()),
+        "ref_log_prob": lst(old + rng.normal(0, 0.2, offsets[-1]).astype(np.float32), pa.float32()),
+        "rollout_log_probs": lst(old + rng.normal(0, 0.3, offsets[-1]).astype(np.float32), pa.float32()),
+        "sum_pi_squared": lst(rng.uniform(0.1, 1, offsets[-1]).astype(np.float32), pa.float32()),
+        "reward_baselines": rng.integers(-4, 5, n).astype(np.float32) / 4,
+        "correct": rng.integers(0, 2, n).astype(np.float32),
+        "short": rng.integers(0, 2, n).astype(np.float32),
+    }
+    if sessions:
+        cols["session_id"] = [f"s{i // 2}" for i in range(n)]
+        cols["output_index"] = np.arange(n) % 2
+    return pa.table(cols).take(rng.permutation(n))
+
+
+def write_shards(table: pa.Table, folder: Path) -> Path:
+    folder.mkdir()
+    start = 0
+    for i, count in enumerate(SHARD_ROWS + (table.num_rows - sum(SHARD_ROWS),)):
+        pq.write_table(table.slice(start, count), folder / f"part-{i:02d}.parquet")
+        start += count
+    return folder
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    return write_shards(rollouts(np.random.default_rng(7)), tmp_path_factory.mktemp("data") / "rollouts")
+
+
+def run_both(folder: Path, tmp: Path, ray_options: dict | None = None, **settings):
+    from rladv_cli.pipeline.ray_engine import compute_ray
+
+    cfg = Config(chunk_rows=CHUNK_ROWS, device="cpu", **settings)
+    local = compute_file([str(folder)], cfg, output=str(tmp / "local.parquet"))
+    distributed = compute_ray([str(folder)], cfg, output_dir=tmp / "out", **(ray_options or {}))
+    return local, distributed
+
+
+def assert_same(folder: Path, tmp: Path, local, distributed) -> None:
+    """Every output shard concatenated equals the local output (exact), and so do the reports."""
+    names = [p.name.removesuffix(".parquet") + ".adv.parquet" for p in sorted(folder.glob("*.parquet"))]
+    assert sorted(os.listdir(tmp / "out")) == sorted(names + ["report.json"])
+    parts = [pq.read_table(tmp / "out" / n) for n in names]
+    assert [t.num_rows for t in parts] == [pq.read_metadata(p).num_rows for p in sorted(folder.glob("*.parquet"))]
+    assert pa.concat_tables(parts).equals(pq.read_table(tmp / "local.parquet"))
+    drop = {"timing", "output"}
+    assert distributed.model_dump(exclude=drop) == local.model_dump(exclude=drop)
+    assert json.loads((tmp / "out" / "report.json").read_text())["output"] == str(tmp / "out")
+
+
+@pytest.mark.parametrize("estimator", sorted(ESTIMATORS))
+def test_every_estimator_matches_the_local_engine(ray_instance, shards, tmp_path, estimator):
+    extra = {"reward_components": ["correct", "short"], "reward_weights": [1.0, 0.5]} if ESTIMATORS[estimator].components else {}
+    local, distributed = run_both(shards, tmp_path, estimator=estimator, batch_key="step", **extra)
+    assert local.groups.batches == 3
+    assert_same(shards, tmp_path, local, distributed)
+
+
+@pytest.mark.parametrize("settings", [
+    dict(estimator="grpo", kl_coef=0.05, kl_penalty="low_var_kl"),
+    dict(estimator="reinforce_plus_plus", kl_coef=0.1, kl_ctrl="adaptive", kl_target=0.01, kl_horizon=10,
+         batch_key="step"),
+    dict(estimator="grpo", rollout_rs="token_k1,seq_max_k2", rollout_rs_threshold="0.5_2.0,2.5",
+         rollout_is="token", rollout_is_batch_normalize=True, batch_key="step"),
+    dict(estimator="rloo", overlong_buffer_len=4, max_resp_len=16, overlong_penalty_factor=0.5),
+], ids=["kl", "adaptive-kl", "rollout-rejection", "overlong"])
+def test_stages_match_the_local_engine(ray_instance, shards, tmp_path, settings):
+    local, distributed = run_both(shards, tmp_path, **settings)
+    assert_same(shards, tmp_path, local, distributed)
+
+
+def test_agent_sessions_fold_across_shards(ray_instance, tmp_path):
+    folder = write_shards(rollouts(np.random.default_rng(11), sessions=True), tmp_path / "sessions")
+    extra = {"report_path": tmp_path / "r.json", "html_path": tmp_path / "r.html"}
+    local, distributed = run_both(folder, tmp_path, extra, estimator="grpo", batch_key="step")
+    assert local.sessions["folded"]
+    assert_same(folder, tmp_path, local, distributed)
+    assert (tmp_path / "r.json").read_text() == (tmp_path / "out" / "report.json").read_text()
+    assert "<svg" in (tmp_path / "r.html").read_text()
+
+
+def _fail_on(shard_index: int, marker: Path, how: str):
+    """A stand-in for the Ray task that fails on shard ``shard_index``'s write: once (then ``marker``
+    exists) or, with ``how == "always"``, every time. Pickled by value, so it reaches the workers."""
+    from rladv_cli.pipeline import ray_engine
+
+    real = ray_engine._run_task
+
+    def task(row, work, known, stage, staging):
+        if stage == "write" and row["index"] == shard_index and (how == "always" or not marker.exists()):
+            marker.touch()
+            if how == "crash":
+                os._exit(1)
+            raise OSError(f"injected failure on shard {shard_index}")
+        return real(row, work, known, stage, staging)
+
+    return task
+
+
+@pytest.mark.parametrize("how", ["crash", "exception"])
+def test_a_task_that_fails_once_is_retried(ray_instance, shards, tmp_path, monkeypatch, how):
+    from rladv_cli.pipeline import ray_engine
+
+    monkeypatch.setattr(ray_engine, "_run_task", _fail_on(1, tmp_path / "failed", how))
+    local, distributed = run_both(shards, tmp_path, estimator="grpo", batch_key="step")
+    assert (tmp_path / "failed").exists()
+    assert_same(shards, tmp_path, local, distributed)
+
+
+def test_a_task_that_always_fails_leaves_no_output(ray_instance, shards, tmp_path, monkeypatch):
+    from rladv_cli.pipeline import ray_engine
+
+    monkeypatch.setattr(ray_engine, "MAX_RETRIES", 1)
+    monkeypatch.setattr(ray_engine, "_run_task", _fail_on(1, tmp_path / "failed", "always"))
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["compute", str(shards), "--estimator", "grpo", "--engine", "ray",
+                                      "-o", str(out), "-q", "--device", "cpu"])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: --engine ray: a write task failed")
+    assert "injected failure on shard 1" in lines[0]
+    assert not out.exists()  # the run made the folder, and took it away again
+
+
+def test_a_data_error_in_a_worker_is_the_local_engines_error(ray_instance, tmp_path):
+    table = rollouts(np.random.default_rng(3))
+    masks = table["response_mask"].to_pylist()
+    masks[30][0] = 2  # row 30 lands in the third shard with rows (9, 14, 1, ...)
+    folder = write_shards(table.set_column(table.schema.get_field_index("response_mask"), "response_mask",
+                                           pa.array(masks, pa.list_(pa.int8()))), tmp_path / "bad")
+    args = ["compute", str(folder), "--estimator", "grpo", "-q", "--device", "cpu", "--chunk-rows", str(CHUNK_ROWS)]
+    local = runner.invoke(app, args + ["-o", str(tmp_path / "local.parquet")])
+    distributed = runner.invoke(app, args + ["--engine", "ray", "-o", str(tmp_path / "out")])
+    assert local.exit_code == distributed.exit_code == 2
+    assert "part-03.parquet: row 6" in local.output and distributed.output == local.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_run_removes_only_the_output_folder_it_created(ray_instance, tmp_path):
+    """A run that fails takes away the -o folder it made (the audit found it left empty), but never one that
+    was there before, nor what that one holds; --report and --html are not written either."""
+    table = rollouts(np.random.default_rng(3))
+    masks = table["response_mask"].to_pylist()
+    masks[30] = []  # an empty row in the third shard
+    folder = write_shards(table.set_column(table.schema.get_field_index("response_mask"), "response_mask",
+                                           pa.array(masks, pa.list_(pa.int8()))), tmp_path / "bad")
+    args = ["compute", str(folder), "--estimator", "grpo", "-q", "--engine", "ray", "--ray-workers", "2",
+            "--report", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html")]
+    made = runner.invoke(app, args + ["-o", str(tmp_path / "new")])
+    assert made.exit_code == 2 and made.output.startswith("Error: ") and "part-03.parquet: row 6" in made.output
+    assert not (tmp_path / "new").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    again = runner.invoke(app, args + ["-o", str(kept)])
+    assert again.exit_code == 2 and again.output == made.output
+    assert sorted(os.listdir(kept)) == ["notes.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["bad", "kept"]
+
+
+def test_output_folder_and_names(tmp_path):
+    from rladv_cli.pipeline.ray_engine import default_output_dir, output_names
+
+    folder = write_shards(rollouts(np.random.default_rng(5)), tmp_path / "rollouts")
+    data = Dataset([str(folder)])
+    assert default_output_dir([str(folder)], data) == tmp_path / "rollouts.adv"
+    glob = str(folder / "part-0*.parquet")
+    assert Dataset([glob]).paths == data.paths
+    assert default_output_dir([glob], Dataset([glob])) == tmp_path / "rollouts.adv"
+    one = str(folder / "part-01.parquet")
+    assert default_output_dir([one], Dataset([one])) == folder / "part-01.adv"
+    assert output_names(data, tmp_path / "new")[:2] == ["part-00.adv.parquet", "part-01.adv.parquet"]
+    assert (tmp_path / "new").is_dir()
+    with pytest.raises(OutputError, match="part-00.adv.parquet"):
+        other = tmp_path / "other"
+        other.mkdir()
+        (other / "part-00.parquet").write_bytes((folder / "part-00.parquet").read_bytes())
+        output_names(Dataset([str(folder), str(other / "part-00.parquet")]), tmp_path / "new")
+    with pytest.raises(InputError, match="matches no file"):
+        Dataset([str(folder / "nothing-*.parquet")])
+
+
+def test_the_ray_engine_runs_on_cpu(ray_instance, shards, tmp_path):
+    from rladv_cli.pipeline.ray_engine import compute_ray
+
+    with pytest.raises(ConfigError, match="CPU workers"):
+        compute_ray([str(shards)], Config(estimator="grpo", device="cuda"), output_dir=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    report = compute_ray([str(shards)], Config(estimator="grpo"), output_dir=tmp_path / "out")
+    assert report.timing.device == "cpu"
+
+
+def test_without_ray_the_engine_asks_for_the_extra(shards, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    result = runner.invoke(app, ["compute", str(shards), "--estimator", "grpo", "--engine", "ray",
+                                      "-o", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 2
+    assert result.output.strip() == 'Error: --engine ray needs Ray Data: pip install "ray[data]>=2.10" (rladv\'s [ray] extra)'
+
+
+def test_the_local_engine_never_imports_ray(shards, tmp_path):
+    code = ("import sys, rladv_cli\n"
+            "from rladv_cli.cli import app\n"
+            f"sys.argv = ['rladv', 'compute', {str(shards)!r}, '--estimator', 'grpo', '-q', '-o', "
+            f"{str(tmp_path / 'out.parquet')!r}]\n"
+            "try:\n    app(prog_name='rladv')\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "assert 'ray' not in sys.modules, 'ray was imported'\n")
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+@pytest.mark.parametrize("estimator", sorted(ESTIMATORS))
+def test_the_local_engine_gives_one_file_and_its_shards_the_same_numbers(shards, tmp_path, estimator):
+    whole = tmp_path / "whole.parquet"
+    pq.write_table(pa.concat_tables([pq.read_table(p) for p in sorted(shards.glob("*.parquet"))]), whole)
+    extra = {"reward_components": ["correct", "short"], "reward_weights": [1.0, 0.5]} if ESTIMATORS[estimator].components else {}
+    cfg = Config(estimator=estimator, batch_key="step", chunk_rows=CHUNK_ROWS, device="cpu", **extra)
+    split = compute_file([str(shards)], cfg, output=str(tmp_path / "split.parquet"))
+    one = compute_file([str(whole)], cfg, output=str(tmp_path / "one.parquet"))
+    assert pq.read_table(tmp_path / "split.parquet").equals(pq.read_table(tmp_path / "one.parquet"))
+    drop = {"timing", "output", "inputs", "warnings"}  # warnings name rows within their file
+    assert split.model_dump(exclude=drop) == one.model_dump(exclude=drop)
+    assert [(w.code, w.count) for w in split.warnings] == [(w.code, w.count) for w in one.warnings]
+
+
+def test_workers_import_torch_and_the_passes_before_any_task(ray_instance):
+    """WORKER_ENV's set-up hook: a task cancelled mid-import must never leave a half-imported torch behind, so
+    workers import it when they start."""
+
+    @ray_instance.remote
+    def imported() -> tuple[bool, bool]:
+        import sys
+
+        return "torch" in sys.modules, "rladv_cli.pipeline.driver" in sys.modules
+
+    assert ray_instance.get(imported.remote()) == (True, True)
+
+
+def _raise_interrupted(signum, frame):
+    """The executable's SIGTERM/SIGHUP handler, as ``rladv_cli.cli`` installs it (less the ignoring of a second)."""
+    from rladv_cli.errors import Interrupted
+
+    raise Interrupted(signum)
+
+
+def test_a_termination_signal_interrupts_a_blocking_ray_call(ray_instance):
+    """Ray's blocking calls stop for a ``KeyboardInterrupt`` only: the executable's ``Interrupted``, raised by its
+    SIGTERM handler inside ``ray.get``, stayed pending until the task ended and then came out as a
+    ``SystemError``. While Ray runs, the engine relays it as a ``KeyboardInterrupt`` and raises it again outside."""
+    import signal
+    import threading
+    import time
+
+    from rladv_cli.errors import Interrupted
+    from rladv_cli.pipeline.ray_engine import _interrupts_for_ray
+
+    @ray_instance.remote
+    def slow():
+        time.sleep(30)
+
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    ref = slow.remote()
+    try:
+        start = time.monotonic()
+        with pytest.raises(Interrupted) as stop:
+            with _interrupts_for_ray():
+                threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+                ray_instance.get(ref)
+        assert stop.value.signum == signal.SIGTERM and time.monotonic() - start < 20
+        assert signal.getsignal(signal.SIGTERM) is _raise_interrupted  # the handler is back
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        ray_instance.cancel(ref, force=True)
+
+
+def test_a_signal_as_the_staging_folder_is_made_leaves_nothing(ray_instance, shards, tmp_path, monkeypatch):
+    """A SIGTERM that lands just as the staging folder is made (here: inside ``mkdtemp``) is acted on once the
+    cleanup knows the folder; it used to leave ``OUT_DIR/.rladv-*`` behind, and so the output folder too."""
+    import signal
+    import tempfile
+
+    from rladv_cli.errors import Interrupted
+    from rladv_cli.pipeline import ray_engine
+
+    def mkdtemp(*args, **kwargs):
+        path = real(*args, **kwargs)
+        signal.raise_signal(signal.SIGTERM)
+        return path
+
+    real = tempfile.mkdtemp
+    monkeypatch.setattr(ray_engine.tempfile, "mkdtemp", mkdtemp)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    try:
+        with pytest.raises(Interrupted):
+            ray_engine.compute_ray([str(shards)], Config(estimator="grpo"), output_dir=tmp_path / "out")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_address_ray_cannot_take_is_a_one_line_config_error():
+    # ray.init raises ValueError for a ray:// address without the ray[client] package (seen with ray[data] only)
+    from rladv_cli.pipeline.ray_engine import _init
+
+    class NoClient:
+        @staticmethod
+        def init(**options):
+            raise ValueError("Ray Client requires pip package `ray[client]`.\nmore")
+
+    # Ray's message runs over several lines: joined into one
+    with pytest.raises(ConfigError, match=r"^--ray-address ray://head:10001: Ray Client requires .*ray\[client\]`\. more$"):
+        _init(NoClient, address="ray://head:10001")
+
+
+def test_quiet_is_quiet_with_more_workers_than_shards(ray_instance, tmp_path):
+    """One input file, two workers: Ray Data warned that its task limit exceeded its inputs (rladv's own setting,
+    nothing the user can act on) through ``-q``."""
+    path = tmp_path / "one.parquet"
+    pq.write_table(rollouts(np.random.default_rng(5)), path)
+    result = runner.invoke(app, ["compute", str(path), "--estimator", "grpo", "--engine", "ray", "--ray-workers", "2",
+                                      "-q", "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0 and result.output == ""
