@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .config.settings import Config
-from .estimators.registry import ESTIMATORS
+from .estimators.registry import ESTIMATORS, REFERENCE_DEFAULT
 from .contract import validation
 from .errors import InputError, OutputError
 from .io.read import Dataset, TableSource
@@ -158,10 +158,9 @@ def validate(inputs: Sequence[PathLike] | PathLike, estimator: Optional[str] = N
     Dataset-level problems (unreadable file, missing column, wrong type) raise ``InputError`` at once; every
     row-level problem is collected, grouped by kind with counts and first rows (``compute`` stops at the
     first one instead). ``columns``: the files' names of contract columns, as ``Config.columns``."""
-    if columns is not None:
-        Config(estimator=estimator or "gae", columns=columns)  # a bad mapping is a ConfigError
+    config = Config(estimator=estimator or REFERENCE_DEFAULT, columns=columns)  # a bad name or mapping: ConfigError
     dataset = Dataset(inputs, columns=columns)
-    reads = {} if estimator is None else ESTIMATORS[Config(estimator=estimator).estimator].reads
+    reads = {} if estimator is None else ESTIMATORS[config.estimator].reads
     required = validation.required_columns(dataset.columns, reads, kl=kl,
                                            rollout_correction=rollout_correction, batch_key=batch_key)
     validation.check_schema(dataset.paths[0], dataset.schema, required)

@@ -322,12 +322,11 @@ def rloo_vectorized(rewards, masks, uids):
 # --------------------------------------------------------------------------- §7.7–7.8 REINFORCE++
 
 
-def reinforce_plus_plus(rewards, masks, gamma, mode="reset"):
-    """Discounted reward-to-go G, batch-whitened (docs/semantics.md §7.7); scan t = T−1 … 0, run = 0.
+def reinforce_plus_plus_returns(rewards, masks, gamma, mode="carry"):
+    """Discounted reward-to-go G per row (docs/semantics.md §7.7); scan t = T−1 … 0, run = 0.
 
-    reset ([S], rladv's default): run = r_t + γ·run; G_t = run; run = run·m_t.
-    carry ([P], verl 0.9.1):      new = r_t + γ·run; G_t = new·m_t; run = new·m_t + run·(1 − m_t).
-    advantages = masked_whiten(G, m) · m; returns = G.
+    carry ([P], verl 0.9.1, rladv's default): new = r_t + γ·run; G_t = new·m_t; run = new·m_t + run·(1 − m_t).
+    reset ([S], the chapter, verl before 0.9):  run = r_t + γ·run; G_t = run; run = run·m_t.
     """
     if mode not in ("reset", "carry"):
         raise ValueError(f"mode must be 'reset' or 'carry', got {mode!r}")
@@ -345,6 +344,13 @@ def reinforce_plus_plus(rewards, masks, gamma, mode="reset"):
                 G[t] = F32(new * m[t])
                 run = F32(F32(new * m[t]) + F32(run * F32(F32(1.0) - m[t])))
         G_rows.append(G)
+    return G_rows
+
+
+def reinforce_plus_plus(rewards, masks, gamma, mode="carry"):
+    """REINFORCE++ (docs/semantics.md §7.7): G = ``reinforce_plus_plus_returns``; advantages =
+    masked_whiten(G, m) · m; returns = G."""
+    G_rows = reinforce_plus_plus_returns(rewards, masks, gamma, mode)
     adv = [(w * m).astype(F32) for w, m in zip(masked_whiten(G_rows, masks), _rows(masks))]
     return adv, G_rows
 

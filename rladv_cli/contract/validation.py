@@ -87,7 +87,7 @@ def check_schema(path: str, schema: pa.Schema, required: Mapping[str, str]) -> N
     missing = [name for name in required if name not in schema.names]
     if missing:
         why = "; ".join(dict.fromkeys(required[name] for name in missing))
-        others = [n for n in schema.names if n not in required]
+        others = [n for n in schema.names if n not in required and n not in COLUMNS]  # not another role's column
         close = [c for name in missing for c in difflib.get_close_matches(name, others, n=1, cutoff=0.6)]
         hint = f" (did you mean {' or '.join(dict.fromkeys(close))}?)" if close else ""
         raise InputError(path, f"missing; {why}{hint}", column=", ".join(missing))

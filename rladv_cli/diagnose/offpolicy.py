@@ -63,7 +63,9 @@ def sweep(inputs: Sequence[str | os.PathLike] | str | os.PathLike, options: Sequ
     configs = [(o, t, parse_rollout_rs(o, t, names=("--rollout-rs", "threshold"))) for o in options for t in thresholds]
     dataset = Dataset(inputs, columns=columns)
     has_uid = "uid" in dataset.columns
-    needed = ["response_mask", "old_log_probs", "rollout_log_probs"]
+    needed = {"response_mask": "every row needs one (1 = a token the actor sampled)",
+              **dict.fromkeys(("old_log_probs", "rollout_log_probs"),
+                              "rollout rejection compares the old and the rollout policy's log-probs")}
     validation.check_schema(dataset.paths[0], dataset.schema, needed)
     if dataset.num_rows == 0:
         raise InputError(dataset.paths[0], "holds no rows")  # as compute and validate say

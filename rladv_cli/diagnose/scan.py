@@ -222,7 +222,7 @@ def plan_of(ds: Dataset, kl_coef: float) -> tuple[Plan, list[str]]:
     for f in schema:
         if f.name in COLUMNS:
             try:
-                validation.check_schema(ds.paths[0], pa.schema([f]), [])
+                validation.check_schema(ds.paths[0], pa.schema([f]), {})
                 usable.add(f.name)
             except InputError as err:
                 if f.name == "response_mask":

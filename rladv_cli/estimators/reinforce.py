@@ -58,8 +58,9 @@ def reinforce_plus_plus_baseline(batch: Batch, inputs: Inputs, params: Params) -
 
 
 def explain(est: Estimator, row: Row, params: Params, whitening: dict) -> Derivation:
-    """The reward-to-go recursion for one row (float64 for reading), marking each mask-0 position: where
-    ``reset`` cuts credit, or where ``carry`` passes it through."""
+    """The reward-to-go recursion for one row (float64 for reading), marking each mask-0 position: the return
+    that ``reset`` cuts off there or ``carry`` passes on to an earlier actor token (the rows of
+    ``credit_cut_rows``), and a reward on the position itself, which both modes drop."""
     m, r, adv = row["response_mask"], row["token_level_rewards"], row["advantages"]
     reset = params.rpp_mask_mode == "reset"
     running, table = 0.0, [None] * m.size
@@ -68,8 +69,11 @@ def explain(est: Estimator, row: Row, params: Params, whitening: dict) -> Deriva
             running = r[t] + params.gamma * running
             table[t] = [t, 1, r[t], running, "", adv[t]]
         else:
-            carried = r[t] + params.gamma * running
-            mark = (f"reset: credit {carried:.4g} cut" if carried else "reset") if reset else "carry"
+            mark = params.rpp_mask_mode
+            if params.gamma * running and m[:t].any():
+                mark += f": return {running:.4g} " + ("cut" if reset else "passed on")
+            if r[t]:
+                mark += f"; its reward {r[t]:.4g} dropped"
             running = 0.0 if reset else running
             table[t] = [t, 0, r[t], None, mark, adv[t]]
     rule = "reset to 0 (verl before 0.9, the chapter)" if reset else "carried through unchanged (verl 0.9.1)"

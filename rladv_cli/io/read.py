@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..contract.schema import COLUMNS as CONTRACT_COLUMNS
 from ..errors import InputError
 
 if TYPE_CHECKING:  # the writer takes the chunks a ReadOnce keeps (it is never imported for reading)
@@ -72,6 +73,12 @@ class ColumnNames:
         contract = {file: name for name, file in self.pairs}
         return table.rename_columns([contract.get(n, n) for n in table.column_names])
 
+    def read_schema(self, schema: pa.Schema) -> pa.Schema:
+        """A file's ``schema``, its mapped columns under the contract's names (no table built: pyarrow would
+        import pandas for an empty one)."""
+        contract = {file: name for name, file in self.pairs}
+        return pa.schema([f.with_name(contract.get(f.name, f.name)) for f in schema], metadata=schema.metadata)
+
     def check(self, path: str, names: Sequence[str]) -> None:
         """Every mapped column is in the file (``names``), but those rladv writes (``advantages=adv``), and no
         contract name is one of its other columns."""
@@ -102,7 +109,7 @@ class Shard:
         start = 0
         try:
             for rb in f.iter_batches(batch_size=chunk_rows, columns=wanted):
-                table = self.names.read(as_lists(pa.Table.from_batches([rb])))
+                table = as_lists(self.names.read(pa.Table.from_batches([rb])))
                 yield Chunk(self.index, self.path, start, self.first_row + start, table)
                 start += rb.num_rows
         except (pa.ArrowException, OSError) as err:
@@ -113,12 +120,16 @@ class Shard:
 
 
 def list_schema(schema: pa.Schema) -> pa.Schema:
-    """``schema`` with every ``fixed_size_list`` column (a padded ``[B, T]`` tensor saved with pyarrow) as the list
-    of its rows that rladv reads; its rows keep their ``T`` positions (padding marked by ``attention_mask``)."""
-    if not any(pa.types.is_fixed_size_list(f.type) for f in schema):
+    """``schema`` with every ``fixed_size_list`` contract column (a padded ``[B, T]`` tensor saved with pyarrow)
+    as the list of its rows that rladv reads; its rows keep their ``T`` positions (padding marked by
+    ``attention_mask``). Other columns are carried as they are."""
+    def listed(f: pa.Field) -> bool:
+        return pa.types.is_fixed_size_list(f.type) and f.name in CONTRACT_COLUMNS
+
+    if not any(listed(f) for f in schema):
         return schema
-    return pa.schema([f.with_type(pa.list_(f.type.value_field)) if pa.types.is_fixed_size_list(f.type) else f
-                      for f in schema], metadata=schema.metadata)
+    return pa.schema([f.with_type(pa.list_(f.type.value_field)) if listed(f) else f for f in schema],
+                     metadata=schema.metadata)
 
 
 def as_lists(table: pa.Table) -> pa.Table:
@@ -211,16 +222,16 @@ class Dataset(RowSource):
             seen.add(p.resolve())
         self.paths = [str(p) for p in files]
         self._files = [open_parquet(p) for p in self.paths]
-        self.schema = list_schema(self._files[0].schema_arrow)
-        for path, f in zip(self.paths[1:], self._files[1:]):
-            self._check_same_schema(path, list_schema(f.schema_arrow))
         self.names = ColumnNames.of(columns)
-        self.names.check(self.paths[0], self.schema.names)
+        self.names.check(self.paths[0], self._files[0].schema_arrow.names)
+        schemas = [self._as_read(f.schema_arrow) for f in self._files]
+        self.schema = schemas[0]
+        for path, schema in zip(self.paths[1:], schemas[1:]):
+            self._check_same_schema(path, schema)
         # the files agree on types; a column that may hold nulls in any of them may in the dataset
-        nullable = {field.name for f in self._files for field in f.schema_arrow if field.nullable}
+        nullable = {field.name for schema in schemas for field in schema if field.nullable}
         self.schema = pa.schema([field.with_nullable(True) if field.name in nullable else field for field in self.schema],
                                 metadata=self.schema.metadata)
-        self.schema = self.names.read(self.schema.empty_table()).schema
         self.file_rows = [f.metadata.num_rows for f in self._files]
         self.num_rows = sum(self.file_rows)
         starts = [0, *itertools.accumulate(self.file_rows)]
@@ -228,15 +239,23 @@ class Dataset(RowSource):
                        enumerate(zip(self.paths, starts, self.file_rows))]
         self._once: ReadOnce | None = None
 
+    def _as_read(self, schema: pa.Schema) -> pa.Schema:
+        """A file's schema as rladv reads it: mapped columns under the contract's names, fixed-size contract
+        lists as lists (so padded dumps of different widths form one dataset)."""
+        return list_schema(self.names.read_schema(schema))
+
     def _check_same_schema(self, path: str, schema: pa.Schema) -> None:
+        """``schema`` (``_as_read``) has the first file's columns and types; errors name the files' columns."""
         if schema.names != self.schema.names:
+            ours, first = self.names.written(schema.names), self.names.written(self.schema.names)
             raise InputError(
-                path, f"columns {schema.names} differ from {self.paths[0]}'s {self.schema.names}; all files of a dataset need the same columns"
+                path, f"columns {ours} differ from {self.paths[0]}'s {first}; all files of a dataset need the same columns"
             )
         for field in schema:
             expected = self.schema.field(field.name).type
             if field.type != expected:
-                raise InputError(path, f"type {field.type} differs from {self.paths[0]}'s {expected}", column=field.name)
+                raise InputError(path, f"type {field.type} differs from {self.paths[0]}'s {expected}",
+                                 column=self.names.in_file(field.name))
 
     def chunks(self, columns: Sequence[str] | None, chunk_rows: int) -> Iterator[Chunk]:
         """Yield chunks of at most ``chunk_rows`` rows holding only ``columns`` (all when None), in file order;
@@ -441,7 +460,7 @@ class TableSource(RowSource):
                  columns: "Mapping[str, str] | None" = None):
         self.names = ColumnNames.of(columns)
         self.names.check(name, table.column_names)
-        table = self.names.read(as_lists(table))
+        table = as_lists(self.names.read(table))
         self.table, self.origin = table, origin
         self.schema = table.schema
         self.num_rows = table.num_rows

@@ -162,7 +162,9 @@ class AtomicParquetWriter:
         self.schema = schema
         # the names the file holds the columns under (the user's, ``--column``), in the schema's order
         self._file_names = list(written) or list(schema.names)
-        self._options = writer_options(self._renamed(schema.empty_table()).schema)
+        self._file_schema = pa.schema([f.with_name(n) for f, n in zip(schema, self._file_names)],
+                                      metadata=schema.metadata)  # no empty table: pyarrow would import pandas
+        self._options = writer_options(self._file_schema)
         self._finished = False
         self._encoders = ThreadPoolExecutor(ENCODERS, thread_name_prefix="rladv-encode")
         self._early = ThreadPoolExecutor(ENCODERS, thread_name_prefix="rladv-carry", initializer=_lowest_priority)
@@ -257,10 +259,10 @@ class AtomicParquetWriter:
 
     def _encode(self, rows: pa.Table | None) -> pa.Buffer:
         """One row group (none for ``None``) as a whole Parquet file in memory, under the written names."""
-        table = self._renamed(self.schema.empty_table() if rows is None else rows)
+        table = None if rows is None else self._renamed(rows)
         sink = pa.BufferOutputStream()
-        with pq.ParquetWriter(sink, table.schema, **self._options) as writer:
-            if rows is not None:
+        with pq.ParquetWriter(sink, self._file_schema if table is None else table.schema, **self._options) as writer:
+            if table is not None:
                 writer.write_table(table.combine_chunks(), row_group_size=table.num_rows)
         return sink.getvalue()
 

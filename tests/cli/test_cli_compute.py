@@ -354,11 +354,11 @@ def test_the_progress_bar_shows_rows_per_second():
 
     from rich.console import Console
 
-    from rladv_cli.cli import _progress
+    from rladv_cli.cli.progress import progress
 
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=True, width=120)
-    with _progress(console, True) as update:
+    with progress(console, True) as update:
         for i in range(1, 6):
             update("scan", i * 100, 500)
             time.sleep(0.02)

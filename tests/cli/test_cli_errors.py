@@ -371,11 +371,23 @@ def test_config_messages_name_the_file_and_key(tmp_path):
     line = assert_one_line_error(result, str(bad), "algorithm.rollout_correction.rollout_rs_threshold", "'abc'")
     assert "--rollout-rs-threshold" not in line
     empty = tmp_path / "c2.yaml"
-    empty.write_text("algorithm:\n")
+    empty.write_text("")
     result = rladv("compute", inp, "--config", empty, "-o", tmp_path / "o.parquet")
-    line = assert_one_line_error(result, str(empty), "adv_estimator", "--estimator")
-    assert "Field required" not in line
+    assert_one_line_error(result, str(empty), "the file is empty")
     assert sorted(listing(tmp_path)) == ["c1.yaml", "c2.yaml", "multiturn.parquet"]
+
+
+def test_a_config_without_an_estimator_runs_verls_default_and_says_so(tmp_path):
+    """verl's AlgoConfig defaults adv_estimator to gae: a trainer YAML without one runs gae, with a note."""
+    inp = copy_sample(tmp_path, "multiturn.parquet")
+    bare = tmp_path / "c.yaml"
+    bare.write_text("algorithm:\n  gamma: 1.0\n")
+    result = rladv("compute", inp, "--config", bare, "-o", tmp_path / "o.parquet")
+    assert result.exit_code == 0, result.output
+    assert "--config: algorithm.adv_estimator is not set: verl's default gae" in result.stderr
+    assert "estimator gae" in result.stdout and (tmp_path / "o.parquet").exists()
+    result = rladv("compute", copy_sample(tmp_path, "groups.parquet"), "--config", bare, "-o", tmp_path / "g.parquet")
+    assert_one_line_error(result, "groups.parquet", "column values: missing; gae needs the critic's values")
 
 
 INERT = [
@@ -398,7 +410,7 @@ INERT = [
                  id="epsilon-with-rloo"),
     pytest.param(["--lam", "0.95"], "--lam has no effect with --estimator grpo, which reads --norm-adv-by-std, --epsilon",
                  id="lam-with-grpo"),
-    pytest.param(["--estimator", "gae", "--rpp-mask-mode", "carry"],
+    pytest.param(["--estimator", "gae", "--rpp-mask-mode", "reset"],
                  "--rpp-mask-mode has no effect with --estimator gae, which reads --gamma, --lam", id="rpp-mode-with-gae"),
     pytest.param(["--estimator", "gdpo", "--reward-components", ""], "--reward-components", id="components-empty"),
     pytest.param(["--estimator", "gdpo", "--reward-components", "acc,acc"], "'acc'", id="components-twice"),

@@ -26,12 +26,16 @@ def test_gae_derivation_is_the_chapter_example(tmp_path):
     assert e.constants["batch tokens"] == 3
 
 
-def test_reinforce_plus_plus_marks_the_reset_that_cuts_credit(tmp_path):
-    path = write(tmp_path / "d.parquet", response_mask=[[1, 0, 1, 0]], rm_scores=[[0, 0, 0, 1]])
-    e = explain([path], 0, "reinforce_plus_plus")
-    marks = column(e, "mask-0 point")
-    assert marks[1] == "reset" and marks[3].startswith("reset: credit 1")
-    assert column(explain([path], 0, "reinforce_plus_plus", rpp_mask_mode="carry"), "mask-0 point")[3] == "carry"
+def test_reinforce_plus_plus_marks_the_return_each_mode_cuts_or_passes_on(tmp_path):
+    """m = [1, 0, 1, 0], r = [0, 0, 1, 1]: the return 1 of t = 2 meets the mask-0 t = 1 with an actor token
+    before it (the row credit_cut_rows names); the reward on t = 3 is dropped by both modes."""
+    path = write(tmp_path / "d.parquet", response_mask=[[1, 0, 1, 0]], rm_scores=[[0, 0, 1, 1]])
+    carry = column(explain([path], 0, "reinforce_plus_plus"), "mask-0 point")
+    assert carry == ["", "carry: return 1 passed on", "", "carry; its reward 1 dropped"]
+    reset = column(explain([path], 0, "reinforce_plus_plus", rpp_mask_mode="reset"), "mask-0 point")
+    assert reset == ["", "reset: return 1 cut", "", "reset; its reward 1 dropped"]
+    first = write(tmp_path / "e.parquet", response_mask=[[0, 1, 1]], rm_scores=[[0, 0, 1]])  # no actor token before
+    assert column(explain([first], 0, "reinforce_plus_plus", rpp_mask_mode="reset"), "mask-0 point") == ["reset", "", ""]
 
 
 def test_group_estimators_explain_through_the_group(tmp_path):
@@ -108,7 +112,7 @@ def test_an_estimator_reads_exactly_the_settings_it_declares(name):
     rng = np.random.default_rng(1)
     table = table.append_column("c1", pa.array(rng.choice([0.0, 0.5, 1.0], table.num_rows)))
     extra = {"reward_components": ("c1",)} if ESTIMATORS[name].components else {}
-    other = {"gamma": 0.9, "lam": 0.8, "norm_adv_by_std": False, "epsilon": 0.5, "rpp_mask_mode": "carry"}
+    other = {"gamma": 0.9, "lam": 0.8, "norm_adv_by_std": False, "epsilon": 0.5, "rpp_mask_mode": "reset"}
     base, _ = rladv_cli.compute(table, estimator=name, **extra)
     for setting in ESTIMATOR_SETTINGS:
         changed, _ = rladv_cli.compute(table, estimator=name, **extra, **{setting: other[setting]})

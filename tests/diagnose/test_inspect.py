@@ -110,7 +110,9 @@ def test_group_and_mask_checks_exact(faults):
     expect(ins, "group_size_mismatch", "warn", 1, [2, 5])        # one batch; sizes 1,1 vs 2,2: a tie goes to the larger
     expect(ins, "singleton_group", "warn", 2, [2, 5])
     expect(ins, "all_equal_group", "warn", 1, [3])
-    expect(ins, "credit_reset_at_mask", "warn", 1, [0])          # the score sits on the observation after turn 1
+    # row 0's score sits on the observation after turn 1: score_on_masked_position, which both
+    # --rpp-mask-mode values drop, so it decides no return
+    expect(ins, "credit_reset_at_mask", "pass", 0, [])
     expect(ins, "uid_merge_grpo_vectorized", "pass", 0, [])
     assert ins.groups.model_dump() == {
         "count": 4, "sizes": {"1": 2, "2": 2}, "singletons": 2, "all_equal": 1, "expected_n": None,
@@ -129,8 +131,11 @@ def test_status_follows_the_estimator(faults, tmp_path):
     assert "does not use groups" in by_code(gae)["singleton_group"].message
     expect(gae, "missing_columns", "fail", 1, [])                # gae needs values
     assert "values" in by_code(gae)["missing_columns"].message
-    expect(inspect(faults, estimator="grpo"), "credit_reset_at_mask", "pass", 1, [0])
-    expect(inspect(faults, estimator="reinforce_plus_plus"), "credit_reset_at_mask", "warn", 1, [0])
+    credit = write(tmp_path / "credit.parquet", response_mask=[[1, 0, 1]], rm_scores=[[0, 0, 1]])
+    expect(inspect(credit, estimator="grpo"), "credit_reset_at_mask", "pass", 1, [0])
+    expect(inspect(credit, estimator="reinforce_plus_plus"), "credit_reset_at_mask", "warn", 1, [0])
+    assert "only reinforce_plus_plus resets; grpo is unaffected" in by_code(inspect(credit, estimator="grpo"))[
+        "credit_reset_at_mask"].message
     with pytest.raises(ConfigError):
         inspect(faults, estimator="nope")
 
@@ -143,9 +148,10 @@ def test_token_level_scores_terminal_and_credit(tmp_path):
     ins = inspect(path)
     expect(ins, "non_terminal_score", "warn", 2, [0, 5])
     expect(ins, "score_on_masked_position", "warn", 1, [2])
-    # a reward at/after a mask-0 position that follows an actor token: rows 2 and 3, not 4 (mask 0 first)
-    # nor 5 (the reward is before the cut)
-    expect(ins, "credit_reset_at_mask", "warn", 2, [2, 3])
+    # a reward on an actor token after a mask-0 position that follows an actor token: row 3; not row 2 (its
+    # reward sits on the mask-0 position itself, which both modes drop), 4 (mask 0 first) nor 5 (the reward is
+    # before the cut)
+    expect(ins, "credit_reset_at_mask", "warn", 1, [3])
     assert ins.layout.turns.max == 2 and ins.layout.observation_spans.max == 1
 
 
@@ -215,7 +221,7 @@ def test_loss_mask_and_advantages_and_dead_signal(with_advantages):
     expect(ins, "score_on_masked_position", "warn", 1, [7])      # row 5's score sits on a rejected actor token
     expect(ins, "row_without_actor_tokens", "pass", 0, [])
     expect(ins, "row_fully_rejected", "warn", 1, [5])
-    expect(ins, "credit_reset_at_mask", "warn", 2, [3, 7])
+    expect(ins, "credit_reset_at_mask", "warn", 1, [3])          # not row 7: its score sits on the mask-0 token
     expect(ins, "group_size_mismatch", "warn", 1, [2])
     expect(ins, "all_equal_group", "warn", 1, [0])
     assert ins.status == "fail"
@@ -418,9 +424,11 @@ def test_row_view_grpo_and_file_columns(semantics_groups):
 
 
 def test_row_view_reinforce_reset_semantics_example(tmp_path):
-    """docs/semantics.md §7.7, one-row batch r = [0, 0, 1], m = [1, 0, 1]: reset mode gives [−0.7071068, 0, 0.7071068]."""
+    """docs/semantics.md §7.7, one-row batch r = [0, 0, 1], m = [1, 0, 1]: reset mode gives [−0.7071068, 0,
+    0.7071068]; carry, the default, [0, 0, 0] (both actor tokens return 1)."""
     path = write(tmp_path / "rpp.parquet", {"response_mask": [[1, 0, 1]], "rm_scores": [[0, 0, 1]]})
-    v = row_view(path, 0, estimator="reinforce_plus_plus")
+    assert row_view(path, 0, estimator="reinforce_plus_plus").advantage == [0, 0, 0]
+    v = row_view(path, 0, estimator="reinforce_plus_plus", rpp_mask_mode="reset")
     assert v.source == "compute (dataset)"
     assert v.advantage == pytest.approx([-0.7071068, 0, 0.7071068], abs=1e-6)
     assert any(n.startswith("credit_reset_at_mask") for n in v.notes)

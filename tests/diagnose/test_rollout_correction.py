@@ -75,7 +75,9 @@ def test_offpolicy_cli_table_json_and_errors(tmp_path):
     res = runner.invoke(app, ["offpolicy", path, "--rollout-rs", "seq_max_k2", "--thresholds", "0.5_2.0"])
     assert res.exit_code == 2 and res.stderr.count("\n") == 1 and "seq_max_k2" in res.stderr
     res = runner.invoke(app, ["offpolicy", str(SAMPLES / "groups.parquet"), "--rollout-rs", "token_k1", "--thresholds", "2"])
-    assert res.exit_code == 2 and "rollout_log_probs" in res.stderr
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1
+    assert "column rollout_log_probs: missing; rollout rejection compares the old and the rollout" in res.stderr
+    assert "did you mean" not in res.stderr  # ref_log_prob is a column of its own, not a misspelling
     res = runner.invoke(app, ["offpolicy", path, "--rollout-rs", "token_k1"])
     assert res.exit_code == 2 and "--thresholds" in res.stderr
 

@@ -166,25 +166,31 @@ def test_whitening_of_nearly_constant_values_is_flagged_per_batch():
     assert "whitening_ill_conditioned" not in report.warning_codes()
 
 
-def test_reinforce_plus_plus_reset_and_carry_one_row():
+def test_reinforce_plus_plus_carry_by_default_and_reset_one_row():
+    """verl 0.9.1's default ``carry``: the return flows through the mask-0 position; ``reset`` (the chapter's
+    form) restarts it there, which cuts the first token's credit."""
     t = example_table([[0, 0, 1]], [[1, 0, 1]])
     adv, ret, report = computed(t, "reinforce_plus_plus")
-    close(adv, [[-0.7071068, 0, 0.7071068]])
-    close(ret, [[0, 0, 1]])  # [S] G = [0, 1, 1]; the mask-0 position is written as 0
-    assert "credit_reset_at_mask" in report.warning_codes()
-    adv, ret, report = computed(t, "reinforce_plus_plus", rpp_mask_mode="carry")
     close(adv, [[0, 0, 0]])
     close(ret, [[1, 0, 1]])
-    assert "credit_reset_at_mask" not in report.warning_codes()
+    assert "as verl 0.9.1 does" in _message(report, "credit_reset_at_mask")  # the row where the modes differ
+    adv, ret, report = computed(t, "reinforce_plus_plus", rpp_mask_mode="reset")
+    close(adv, [[-0.7071068, 0, 0.7071068]])
+    close(ret, [[0, 0, 1]])  # [S] G = [0, 1, 1]; the mask-0 position is written as 0
+    assert "in reset mode cut a reward off" in _message(report, "credit_reset_at_mask")
+
+
+def _message(report, code: str) -> str:
+    return next(w.message for w in report.warnings if w.code == code)
 
 
 def test_reinforce_plus_plus_two_rows():
     t = example_table([[0, 0, 1], [0, 0, 0]], [[1, 0, 1], [1, 1, 1]])
-    adv, _, report = computed(t, "reinforce_plus_plus")
+    adv, _, _ = computed(t, "reinforce_plus_plus")
+    close(adv[:1], [[1.0954452, 0, 1.0954452]])
+    adv, _, report = computed(t, "reinforce_plus_plus", rpp_mask_mode="reset")
     close(adv, [[-0.4472136, 0, 1.7888542], [-0.4472136] * 3])
     assert "whitening_ill_conditioned" not in report.warning_codes()
-    adv, _, _ = computed(t, "reinforce_plus_plus", rpp_mask_mode="carry")
-    close(adv[:1], [[1.0954452, 0, 1.0954452]])
 
 
 def test_reinforce_plus_plus_discounted():

@@ -1,4 +1,4 @@
-"""verl 0.9.1's own outputs (tests/golden, copied from shared/golden) reproduced through `rladv compute`.
+"""verl 0.9.1's own outputs (tests/golden, its README.md) reproduced through `rladv compute`.
 
 Compared as the golden README says: token_level_rewards and response_mask everywhere; advantages and returns
 where the expected response_mask is 1 (atol 1e-5, rtol 1e-4); verl's metrics by name without `rollout_corr/`.

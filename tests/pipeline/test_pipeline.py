@@ -9,7 +9,7 @@ from rich.console import Console
 
 import rladv_cli
 from conftest import SAMPLES
-from rladv_cli.cli import _progress
+from rladv_cli.cli.progress import progress
 from rladv_cli.stages.shaping import KLController
 
 
@@ -64,11 +64,11 @@ def test_progress_bar_shows_each_pass_on_a_terminal():
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=True, width=100)
     t = kl_table()
-    with _progress(console, enabled=True) as update:
+    with progress(console, enabled=True) as update:
         rladv_cli.compute(t, estimator="grpo", chunk_rows=1, device="cpu", progress=update)
     text = buf.getvalue()
     assert "scan pass" in text and "write pass" in text
-    with _progress(console, enabled=False) as update:
+    with progress(console, enabled=False) as update:
         assert update is None
 
 

@@ -207,7 +207,7 @@ def test_group_std_is_each_groups_own_1d_torch_std_when_groups_share_a_size(size
 
 @pytest.mark.parametrize("estimator", ["grpo", "grpo_passk"])
 def test_a_near_tied_group_beside_another_of_its_size_gets_verls_advantages(estimator):
-    """The repro that found the bucketed std (tests/verl/test_verl_pipeline_differential.py): verl 0.9.1's grpo
+    """The repro that found the bucketed std (tests/against_verl/test_verl_pipeline_differential.py): verl 0.9.1's grpo
     gives row 0 0.18367821 (σ = 2.9802322e-07 about the float32 mean); a [2, 2] std gave 0.18410304."""
     from rladv_cli import compute
     table = pa.table({"uid": ["a", "a", "b", "b"], "responses": [[1]] * 4, "response_mask": [[1]] * 4,

@@ -278,7 +278,7 @@ def cases(draw, estimator: str, *, kl=True, overlong=True, correction=True, sess
     options["gamma"] = draw(st.one_of(st.sampled_from([1.0, 0.99, 0.9, 0.5, 0.0]), st.floats(0, 1)))
     options["lam"] = draw(st.one_of(st.sampled_from([1.0, 0.95, 0.5, 0.0]), st.floats(0, 1)))
     options["norm_adv_by_std"] = draw(st.booleans())
-    options["rpp_mask_mode"] = "carry"  # verl 0.9.1's REINFORCE++ (rladv's default "reset": test_rpp_reset_mode)
+    options["rpp_mask_mode"] = "carry"  # verl 0.9.1's REINFORCE++, rladv's default (reset: test_rpp_reset_mode_...)
 
     # KL in the reward: use_kl_in_reward, kl_penalty, kl_ctrl.{type, kl_coef, target_kl, horizon}
     if kl and draw(st.booleans()):
@@ -804,9 +804,8 @@ def test_replay_of_verls_batch_after_rollout_correction(estimator, replay, data)
 @SETTINGS
 @given(data=st.data())
 def test_rpp_reset_mode_equals_verl_where_no_mask_zero_precedes_an_actor_token(data):
-    """rladv's default --rpp-mask-mode reset is the chapter's REINFORCE++ (docs/semantics.md, "rladv's position":
-    its first departure), not verl 0.9.1's carry: the two may only differ where a mask-0 position lies before an
-    actor token. Without tool observations inside rows and without rejection (mask 0 only as a suffix), reset must
+    """--rpp-mask-mode reset is the chapter's REINFORCE++ (verl before 0.9; docs/semantics.md §7.7), not verl
+    0.9.1's carry, rladv's default: the two may only differ where a mask-0 position lies before an actor token. Without tool observations inside rows and without rejection (mask 0 only as a suffix), reset must
     equal verl's own."""
     case = data.draw(cases("reinforce_plus_plus", observations=False, correction=False, sessions=False))
     case.options["rpp_mask_mode"] = "reset"
