@@ -4,6 +4,7 @@ read-once cache that decodes a dataset on a background thread while torch import
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import glob
 import itertools
 import os
@@ -84,7 +85,9 @@ class ColumnNames:
         contract name is one of its other columns."""
         for name, file in self.pairs:
             if name != file and file not in names and name not in WRITTEN:
-                raise InputError(path, f"--column {name}={file}: the file has no column {file}")
+                close = difflib.get_close_matches(file, names, n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise InputError(path, f"--column {name}={file}: the file has no column {file}{hint}")
             if name != file and name in names:
                 raise InputError(path, f"--column {name}={file}: the file has a column {name} too; map one of them")
 

@@ -58,6 +58,8 @@ def test_mapping_mistakes_are_one_line_errors_naming_both_names(tmp_path, rename
     out = tmp_path / "o.parquet"
     res = rladv("compute", renamed, "--estimator", "grpo", "--column", "uid=group", "-o", out)
     assert res.exit_code == 2 and res.stderr == f"Error: {renamed}: --column uid=group: the file has no column group\n"
+    res = rladv("compute", renamed, "--estimator", "grpo", "--column", "uid=prompt", "-o", out)
+    assert res.stderr.endswith("--column uid=prompt: the file has no column prompt (did you mean prompt_id?)\n")
     res = rladv("compute", SAMPLES / "groups.parquet", "--estimator", "grpo", "--column", "uid=step", "-o", out)
     assert "--column uid=step: the file has a column uid too; map one of them" in res.stderr
     res = rladv("compute", renamed, "--estimator", "grpo", "--column", "uidd=prompt_id", "-o", out)
