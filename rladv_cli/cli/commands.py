@@ -13,10 +13,10 @@ import typer
 
 from .. import __version__
 from ..errors import RladvError, one_line, shown
-from ..estimators.registry import DEFAULT_GROUP_ESTIMATOR, ESTIMATORS, get_estimator
+from ..estimators.registry import DEFAULT_GROUP_ESTIMATOR, ESTIMATORS, get_estimator, names_where
 from .help import HelpCommand, HelpGroup
-from .options import (RUN_PANEL, SETTINGS_OPTIONS, Columns, Datasets, Device, Engine, Estimator, VerlConfig, choices,
-                      path, takes_settings)
+from .options import (RUN_PANEL, SETTINGS_OPTIONS, Columns, Datasets, Device, Engine, Estimator, FailOn, FailOnOption,
+                      VerlConfig, choices, path, takes_settings)
 from .progress import progress
 
 
@@ -109,6 +109,7 @@ def compute(
     threads: Annotated[int, typer.Option(metavar="N", help="Torch CPU threads (default 1: the kernels are memory-bound).", rich_help_panel=RUN_PANEL)] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.", rich_help_panel=RUN_PANEL)] = False,
     strict_replay: Annotated[bool, typer.Option("--strict-replay", help="Exit 1 unless the input's own token_level_rewards/advantages/returns (a trainer dump) agree with this run's (the output is written either way).")] = False,
+    fail_on: FailOnOption = FailOn.never,
     engine: Annotated[Engine, typer.Option(metavar=choices(Engine), help="local: this process, one output file; ray: a Ray cluster, one output file per input file.", rich_help_panel=RUN_PANEL)] = Engine.local,
     ray_address: Annotated[Optional[str], typer.Option(envvar="RAY_ADDRESS", metavar="HOST:PORT", help="--engine ray: the cluster to join (default: a local one for the run).", rich_help_panel=RUN_PANEL)] = None,
     ray_workers: Annotated[Optional[int], typer.Option(metavar="N", help="--engine ray: CPUs of the local cluster, and at most this many tasks at once (default: all CPUs).", rich_help_panel=RUN_PANEL)] = None,
@@ -160,6 +161,7 @@ def compute(
                f"this run's (the report's replay section says where)")
         typer.echo(f"--strict-replay: {why}", err=True)
         raise typer.Exit(code=1)
+    _exit_on_verdict(result.verdict, fail_on)
 
 
 def _resolve_config(ctx: typer.Context, config_path: Optional[Path], engine: Optional[Engine] = None):
@@ -203,6 +205,14 @@ def _typed_values(ctx: typer.Context) -> dict:
     return {name: value for name, value in ctx.params.items() if _typed(ctx, name)}
 
 
+def _exit_on_verdict(verdict, fail_on: FailOn) -> None:
+    """Exit 1, after one line on stderr, when ``verdict`` reached ``--fail-on``."""
+    if fail_on is not FailOn.never and verdict.at_least(fail_on.value):
+        typer.echo(one_line(f"Verdict {verdict.level.upper()} reached --fail-on {fail_on.value}: {verdict.headline}"),
+                   err=True)
+        raise typer.Exit(code=1)
+
+
 def _only_typed(ctx: typer.Context, allowed: tuple[str, ...], why: str) -> None:
     """Stop with ``--flag: why`` when a setting of ``SETTINGS_OPTIONS`` (or --config) other than ``allowed``
     was typed on the command line."""
@@ -237,6 +247,9 @@ def validate(
     summary = _run(lambda: run_validate([str(p) for p in dataset], estimator, kl=kl, columns=columns))
     if summary.ok:
         typer.echo(f"ok: {summary.rows} rows, {summary.tokens} tokens in {len(summary.paths)} file(s)")
+        if "uid" not in summary.columns and estimator is None:
+            typer.echo(f"note: no uid column: no groups, so {', '.join(names_where(lambda e: e.groups))} cannot run on "
+                       "this dataset (--column uid=COLUMN names your prompt-id column)")
         return
     bad = sum(p.count for p in summary.problems)
     typer.echo(f"Error: {bad} of {summary.rows} rows break the data contract ({len(summary.problems)} kind(s)):", err=True)
@@ -258,7 +271,8 @@ def inspect(
     expected_n: Annotated[Optional[int], typer.Option(metavar="N", help="Expected rows per group (verl's rollout.n).")] = None,
     export: Annotated[Optional[Path], typer.Option(parser=path, metavar="DIR", help="With --uid: write a minimal reproducer (group.parquet + command.txt) into this folder.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (docs/contract.md §5 for the checklist).")] = False,
-    strict: Annotated[bool, typer.Option("--strict/--no-strict", help="Exit 1 when any check fails.")] = False,
+    fail_on: FailOnOption = FailOn.never,
+    show_all: Annotated[bool, typer.Option("--all", help="List the passing checks too (otherwise one line names them).")] = False,
     chunk_rows: Annotated[int, typer.Option(metavar="N", help="Rows held in memory at once.")] = 8192,
     html: Annotated[Optional[Path], typer.Option(parser=path, metavar="PATH", help="Also write the checklist and findings as a self-contained HTML page here.")] = None,
     config: VerlConfig = None,
@@ -293,17 +307,19 @@ def inspect(
         _run(lambda: get_estimator(name))
     console = Console()
     if row is None and uid is None:
-        _only_typed(ctx, ("config", "kl_coef", "kl_penalty", "columns"), "the checklist takes only --kl-coef, "
-                    "--kl-penalty and --column of compute's settings; the others apply with --row or --uid")
+        _only_typed(ctx, ("config", "kl_coef", "kl_penalty", "columns", "batch_key", "epsilon", "norm_adv_by_std"),
+                    "the checklist takes only --kl-coef, --kl-penalty, --batch-key, --epsilon, --norm-adv-by-std and "
+                    "--column of compute's settings; the others apply with --row or --uid")
         kl_coef, kl_penalty = merged.get("kl_coef", 0.0), merged.get("kl_penalty", "kl")
         if not math.isfinite(kl_coef):
             _fail(f"--kl-coef must be a finite number, got {kl_coef}")
         columns = merged.get("columns")
         result = _run(lambda: checklist.inspect(paths, expected_n=expected_n, kl_coef=kl_coef, kl_penalty=kl_penalty,
-                                                estimator=name, chunk_rows=chunk_rows, html_path=html, columns=columns))
-        typer.echo(result.to_json(), nl=False) if as_json else render_inspection(result, console)
-        if strict and result.status == "fail":
-            raise typer.Exit(code=1)
+                                                estimator=name, chunk_rows=chunk_rows, html_path=html, columns=columns,
+                                                batch_key=merged.get("batch_key"), epsilon=merged.get("epsilon", 1e-6),
+                                                norm_adv_by_std=merged.get("norm_adv_by_std", True)))
+        typer.echo(result.to_json(), nl=False) if as_json else render_inspection(result, console, show_all)
+        _exit_on_verdict(result.verdict, fail_on)
         return
     if html is not None:
         _fail("--html writes the dataset's checklist; it does not combine with --row or --uid")

@@ -39,6 +39,12 @@ class ISLevel(str, Enum):
     sequence = "sequence"
 
 
+class FailOn(str, Enum):
+    never = "never"
+    warn = "warn"
+    fail = "fail"
+
+
 def choices(kind: type[Enum]) -> str:
     """``a|b|c``: the values an enum option takes, as its value's name in the help."""
     return "|".join(member.value for member in kind)
@@ -60,6 +66,10 @@ ESTIMATOR_PANEL = "Estimator settings"
 SHAPING_PANEL = "Reward shaping (before the estimator)"
 CORRECTION_PANEL = "Rollout correction (rejection and importance weights)"
 RUN_PANEL = "Execution"
+
+FailOnOption = Annotated[FailOn, typer.Option(
+    metavar="warn|fail", help="Exit 1 when the verdict is this or worse (the outputs are written either way); "
+    "default: never.", rich_help_panel=RUN_PANEL)]
 
 Estimator = Annotated[Optional[str], typer.Option(
     metavar="NAME", help=f"Advantage estimator, by verl's name: {', '.join(ESTIMATORS)} (rladv estimators "

@@ -19,7 +19,7 @@ INT_MAX = 2**31 - 1
 KL_MODES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 # the contract's columns (read or written) that ``columns`` may give another name
 MAPPABLE = (*COLUMNS, *(c for c in OUTPUT_COLUMNS if c not in COLUMNS), "rollout_is_weights", "session_id",
-            "output_index")
+            "output_index", "prompts")
 RUN_ONLY = frozenset({"chunk_rows", "cache_mib", "device", "threads"})  # how a run goes, never its numbers
 
 

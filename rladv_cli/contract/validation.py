@@ -111,7 +111,22 @@ def _first_null(arr: pa.Array) -> int | None:
     return pc.indices_nonzero(arr.is_null())[0].as_py()
 
 
+SCORE_COLUMNS = ("rm_scores", "score")
+
+
 def check_chunk(table: pa.Table, path: str, start: int, validated: frozenset[str] = frozenset()) -> None:
+    """``check_rows``; a bad score names the row's uid group too, whose every advantage it would poison."""
+    try:
+        check_rows(table, path, start, validated)
+    except InputError as err:
+        if err.column not in SCORE_COLUMNS or err.row is None or "uid" not in table.column_names:
+            raise
+        uid = array_of(table["uid"])[err.row - start].as_py()
+        raise InputError(path, f"{err.message} (uid {uid!r}: a NaN or missing reward makes every advantage of its "
+                         "group NaN)", row=err.row, column=err.column, kind=err.kind) from None
+
+
+def check_rows(table: pa.Table, path: str, start: int, validated: frozenset[str] = frozenset()) -> None:
     """Row-level checks of every contract column present in ``table`` (rows ``start..`` of ``path``).
 
     Nulls (a null ``tool_rewards`` list is a row without tool calls), list lengths (all token-aligned lists

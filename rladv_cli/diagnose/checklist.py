@@ -1,8 +1,8 @@
 """The mask/group debugger for "the reward looks fine but the model does not learn" (docs/debugging.md).
 
 ``inspect`` streams a dataset chunk by chunk with pyarrow/numpy (no torch; only the columns it needs; per row
-and per group it keeps a few scalars, never tokens) and returns an ``Inspection``: docs/contract.md §5's object
-(``rows``, ``tokens``, ``groups``, ``columns``, ``checks``) plus ``layout``, ``scores``, ``masks``, ``kl``,
+and per group it keeps a few scalars, never tokens) and returns an ``Inspection``: the verdict (``signal.py``),
+docs/contract.md §5's object (``rows``, ``tokens``, ``groups``, ``columns``, ``checks``) plus ``layout``, ``scores``, ``masks``, ``kl``,
 ``advantages`` and ``dead_signal``. ``--row`` and ``--uid`` (one trajectory token by token, one uid group member
 by member, computed through ``rladv_cli.compute``) live in ``views.py``.
 
@@ -25,18 +25,18 @@ checking it, ``rows`` are the first five rows:
     invalid_columns   fail  a contract column whose Arrow type is wrong; it is ignored
     missing_columns   fail  no ``rm_scores``/``score``; a column ``estimator`` needs; log-probs for ``kl_coef``
   1 non_terminal_score warn (``rm_scores`` only) a non-zero score before the row's last non-padding position
-  2 kl_raises_reward  warn  (``kl_coef`` != 0 with ``old_log_probs`` and ``ref_log_prob``) ``β·kld < 0`` on an
-                            actor token (``kld`` masked with the actor tokens, as KL shaping runs before rejection)
+  2 kl_raises_reward  warn  (``kl_coef`` != 0 with ``old_log_probs`` and ``ref_log_prob``) the row's KL term
+                            ``β·Σkld < 0`` (``kld`` on the actor tokens, as KL shaping runs before rejection)
     kl_flips_sign     warn  same; ``sign(score total) != 0`` and the shaped total has another sign
   3 score_on_masked_position warn  a non-zero score on a position that is not an actor token
     row_without_actor_tokens warn  no actor token
     row_fully_rejected warn (``loss_mask`` present) actor tokens, but no position with ``response_mask`` 1
     loss_mask_differs warn  (``loss_mask`` present) ``response_mask`` drops ``loss_mask`` tokens somewhere in the row
-  4 group_size_mismatch warn (``uid``) the batch has a group whose size differs from ``expected_n`` (or, without
-                            it, group sizes differ). ``count`` is batches, as in compute's report (inspect reads
-                            the dataset as one batch: 0 or 1); ``rows`` are the first rows of the groups off
-                            ``expected_n`` or the most common size (ties -> the larger), ``groups.size_mismatch``
-                            their number. With ``session_id`` and ``grpo`` the size is the number of distinct
+  4 no_groups         warn  (no ``uid``, no ``--estimator``) the group checks did not run
+    group_size_mismatch warn (``uid``) a batch has a group whose size differs from ``expected_n`` (or, without
+                            it, from the batch's most common size, ties -> the larger). ``count`` is batches, as in
+                            compute's report (one without ``batch_key``); ``rows`` are the first rows of the groups
+                            off the size, ``groups.size_mismatch`` their number. With ``session_id`` and ``grpo`` the size is the number of distinct
                             sessions (verl folds each session to one row)
     singleton_group   warn  a uid group of one row
     uid_merge_grpo_vectorized warn  distinct string uids that parse to one integer (verl's ``as_torch_index``)
@@ -50,6 +50,9 @@ checking it, ``rows`` are the first five rows:
                             has a ``response_mask`` 1 token before it in its row: ``reinforce_plus_plus``
                             passes it back to the earlier tokens in carry mode (the default) and cuts it off
                             in reset mode (the pipeline's check for γ > 0, up to exact cancellations)
+
+The hazard checks (``score_on_empty_response``, ``batch_not_multiple_of_group``, ``uid_spans_prompts``,
+``epsilon_dominated_std``, ``kl_only_signal``) are described in ``hazards.py``.
 
 When ``estimator`` is given, a check whose condition cannot affect it (group checks for an estimator without
 groups, ``uid_merge_grpo_vectorized`` for anything but ``grpo_vectorized``, ``credit_reset_at_mask`` for
@@ -79,7 +82,8 @@ import pyarrow.compute as pc
 from ..contract import validation
 from ..contract.labels import Labels, uid_merges
 from ..errors import ConfigError
-from ..estimators.registry import SINGLETON_EXAMPLES, Estimator, get_estimator, names_where, with_check
+from ..estimators.registry import (DEFAULT_GROUP_ESTIMATOR, SINGLETON_EXAMPLES, Estimator, get_estimator, names_where,
+                                   with_check)
 from ..io.read import Dataset
 from ..io.write import check_output_path
 from ..report.distributions import histogram
@@ -87,6 +91,8 @@ from ..report.model import row_stats
 from .findings import (CAUSES, Advantages, Cause, Check, DeadSignal, Dist, Groups, Inspection, KLSummary, Layout,
                        LossVsResponse, Masks, RowDistributions, Scores, Status, TokenCounts)
 from .scan import Plan, RowScalars, invalid_rows, plan_of, scan_chunk
+from . import hazards
+from .signal import checklist_verdict
 
 PathLike = str | os.PathLike
 FIRST_ROWS = 5
@@ -100,14 +106,17 @@ def _dist(v: np.ndarray) -> Dist:
 
 def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] = None, kl_coef: float = 0.0,
             kl_penalty: str = "kl", estimator: Optional[str] = None, chunk_rows: int = 8192,
-            html_path: Optional[PathLike] = None, columns: Optional[Mapping[str, str]] = None) -> Inspection:
+            html_path: Optional[PathLike] = None, columns: Optional[Mapping[str, str]] = None,
+            batch_key: Optional[str] = None, epsilon: float = 1e-6, norm_adv_by_std: bool = True) -> Inspection:
     """Stream a dataset (file, files or folder) and check it in the debugging order of docs/debugging.md; no torch.
 
     ``expected_n``: rows each uid group should have (verl's ``rollout.n``); ``kl_coef`` / ``kl_penalty``: check
     KL reward shaping as ``rladv compute`` would apply it; ``estimator``: word messages and statuses for it and
     require its columns; ``html_path``: also write the findings there as a self-contained HTML page; ``columns``:
-    the files' names of contract columns (``Config.columns``). Memory: one
-    chunk of ``chunk_rows`` rows plus a few scalars per row and per group.
+    the files' names of contract columns (``Config.columns``); ``batch_key``: the column whose values are training
+    steps (groups never cross them; the verdict is given per step, as it is per file for several files without
+    it); ``epsilon`` / ``norm_adv_by_std``: grpo's settings, for ``epsilon_dominated_std``. Memory: one chunk of
+    ``chunk_rows`` rows plus a few scalars per row and per group.
     Raises ``InputError`` when the dataset cannot be read, ``ConfigError`` for bad arguments.
     """
     est = None if estimator is None else get_estimator(estimator)
@@ -119,12 +128,16 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
 
     if kl_penalty.removesuffix("+") not in KL_MODES:
         raise ConfigError(f"--kl-penalty: '{kl_penalty}' is not a KL estimate verl implements; choose one of {', '.join(KL_MODES)}")
+    if batch_key is not None and not batch_key.strip():
+        raise ConfigError(f"--batch-key {batch_key!r} names no column")
     ds = Dataset(inputs, columns=columns)
     if html_path is not None:
         check_output_path(str(html_path), ds.paths, "--html")
-    plan, bad_columns = plan_of(ds, kl_coef)
+    if batch_key is not None and batch_key not in ds.columns:
+        validation.check_schema(ds.paths[0], ds.schema, {batch_key: "--batch-key names it"})
+    plan, bad_columns = plan_of(ds, kl_coef, batch_key)
     rows = RowScalars()
-    labels = Labels(None)
+    labels = Labels(batch_key)
     sessions: set[tuple[int, Any]] = set()
     bad_rows: list[tuple[int, str]] = []  # (dataset row, message)
     for chunk in ds.chunks(plan.columns, chunk_rows):
@@ -141,8 +154,11 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
         if t.num_rows == 0:
             continue
         cols = scan_chunk(t, plan, kl_coef, kl_penalty)
+        batch = labels.batch_ids(t, chunk.path, chunk.start)
+        cols["batch"] = batch  # all 0 without --batch-key: the dataset is one batch
+        cols["step"] = batch if batch_key is not None else np.full(t.num_rows, chunk.file_index)
         if plan.uid:
-            gids = labels.group_ids(t, np.zeros(t.num_rows, dtype=np.int64), chunk.path, chunk.start)
+            gids = labels.group_ids(t, batch, chunk.path, chunk.start)
             cols["gid"] = gids
             if plan.session:
                 enc = pc.dictionary_encode(t["session_id"]).combine_chunks()
@@ -150,7 +166,13 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
                 codes = enc.indices.to_numpy(zero_copy_only=False)
                 sessions.update(zip(gids.tolist(), (values[c] for c in codes.tolist())))
         rows.add(drow=drow, **cols)
-    result = _summarise(ds, plan, est, rows, labels, sessions, bad_rows, bad_columns, expected_n, kl_coef, kl_penalty)
+    if batch_key is not None:  # the steps in key order
+        rank, steps = labels.step_ranks()
+        rows.replace("step", rank[rows["step"].astype(np.int64)])
+    else:
+        steps = list(ds.paths)
+    result = _summarise(ds, plan, est, rows, labels, sessions, bad_rows, bad_columns, expected_n, kl_coef, kl_penalty,
+                        steps, columns, (epsilon, norm_adv_by_std))
     if html_path is not None:
         from .html import write_inspection_html
 
@@ -180,13 +202,20 @@ class _Checks:
                                 where=[f"{p}:{r}" for p, r in where], dataset_rows=first, step=step))
 
 
+def std_epsilon(est: Optional[Estimator], epsilon: float, norm_adv_by_std: bool) -> Optional[float]:
+    """The epsilon ``est`` adds to its group std before dividing; without an estimator, the default group
+    estimator's."""
+    return (est or get_estimator(DEFAULT_GROUP_ESTIMATOR)).std_epsilon(epsilon, norm_adv_by_std)
+
+
 def _flagged(rows: RowScalars, name: str) -> np.ndarray:
     return rows["drow"][rows[name].astype(bool)] if name in rows else np.zeros(0, dtype=np.int64)
 
 
 def _summarise(ds: Dataset, plan: Plan, est: Optional[Estimator], rows: RowScalars, labels: Labels,
                sessions: set, bad_rows: list, bad_columns: list[str], expected_n: Optional[int],
-               kl_coef: float, kl_penalty: str) -> Inspection:
+               kl_coef: float, kl_penalty: str, steps: list[str], columns: Optional[Mapping[str, str]],
+               std_rule: tuple[float, bool]) -> Inspection:
     checks = _Checks(ds)
     name = est.name if est else None
     # ---- step 0: the data contract
@@ -222,9 +251,11 @@ def _summarise(ds: Dataset, plan: Plan, est: Optional[Estimator], rows: RowScala
     kl = None
     if plan.kl:
         raises, flips = _flagged(rows, "kl_raises"), _flagged(rows, "kl_flips")
-        checks.add("kl_raises_reward", 2, raises.size, raises, f"no token's reward rises through {kl_penalty} shaping",
-                   f"{raises.size} row(s) have a token whose KL estimate times the coefficient is negative, so shaping "
-                   f"raised its reward ({kl_penalty} estimates are signed; k3/low_var_kl is not)")
+        checks.add("kl_raises_reward", 2, raises.size, raises, f"no row's total reward rises through {kl_penalty} shaping",
+                   f"{raises.size} row(s) whose KL term (the coefficient times the sum of the row's {kl_penalty} "
+                   "estimates) is negative, so shaping raised their total reward (single tokens' k1/k2 estimates "
+                   "are signed by nature; a row's sum below 0 means its tokens are overall less likely under the "
+                   "policy than under the reference)")
         checks.add("kl_flips_sign", 2, flips.size, flips, "KL shaping changes no row's total-reward sign",
                    f"{flips.size} row(s) changed the sign of their total reward through KL shaping "
                    f"(coefficient {kl_coef:g} too large for these scores?)")
@@ -243,6 +274,8 @@ def _summarise(ds: Dataset, plan: Plan, est: Optional[Estimator], rows: RowScala
     checks.add("row_without_actor_tokens", 3, without.size, without, f"every row has a token with {actor_mask} 1",
                f"{without.size} row(s) have no position with {actor_mask} 1: they get no advantage (and still enter "
                "their group's baseline)")
+    if scored:
+        hazards.empty_response_score(checks, rows, est)
     fully_rejected = rows["drow"][(actor > 0) & (used == 0)]
     if plan.loss:
         checks.add("row_fully_rejected", 3, fully_rejected.size, fully_rejected,
@@ -256,8 +289,13 @@ def _summarise(ds: Dataset, plan: Plan, est: Optional[Estimator], rows: RowScala
     # ---- steps 4-5: groups
     groups = Groups(count=0, sizes={}, singletons=0, all_equal=0, expected_n=expected_n, basis=plan.basis)
     group_flags: dict[str, np.ndarray] = {}
+    if not plan.uid and not (est is not None and est.groups):  # a group estimator: missing_columns fails
+        checks.add("no_groups", 4, 1, [], "", "no uid column: no groups, so the group checks (steps 4-5) did not run "
+                   f"and {', '.join(names_where(lambda e: e.groups))} cannot run on this dataset (--column "
+                   "uid=COLUMN names your prompt-id column)", relevant=est is None,
+                   irrelevant=f"{name} does not use groups")
     if plan.uid:
-        groups, group_flags = _group_checks(checks, plan, est, rows, labels, sessions, expected_n)
+        groups, group_flags = _group_checks(checks, plan, est, rows, labels, sessions, expected_n, steps, std_rule)
     # ---- step 6: advantages
     adv, dead = None, None
     if plan.advantages:
@@ -298,7 +336,11 @@ def _summarise(ds: Dataset, plan: Plan, est: Optional[Estimator], rows: RowScala
                     rows_ending_in_observation=int(rows["ends_in_observation"].astype(bool).sum()),
                     rows_with_padding=int((padding > 0).sum()))
     checks.items.sort(key=lambda c: c.step)  # stable: the order above within a step
+    uids = {g: uid for (_, uid), g in labels.groups.items()}
+    verdict = checklist_verdict(rows, plan, est, uids, group_flags, checks.items, ds.paths, steps, kl_coef,
+                                kl_penalty, columns, labels.batch_key, std_epsilon(est, *std_rule))
     return Inspection(
+        verdict=verdict,
         rows=ds.num_rows,
         tokens=TokenCounts(total=total_tokens, actor=actor_tokens, observation=total_tokens - actor_tokens - pad_tokens,
                            padding=pad_tokens, rejected=rejected_tokens, used=used_tokens),
@@ -315,8 +357,10 @@ def _summarise(ds: Dataset, plan: Plan, est: Optional[Estimator], rows: RowScala
 
 
 def _group_checks(checks: _Checks, plan: Plan, est: Optional[Estimator], rows: RowScalars, labels: Labels,
-                  sessions: set, expected_n: Optional[int]) -> tuple[Groups, dict[str, np.ndarray]]:
-    """Steps 4-5: group sizes, singletons, uid merges, all-equal groups; per-group flags for the dead signal."""
+                  sessions: set, expected_n: Optional[int], steps: list[str],
+                  std_rule: tuple[float, bool]) -> tuple[Groups, dict[str, np.ndarray]]:
+    """Steps 4-5: group sizes, singletons, uid merges, all-equal groups and the group hazards; per-group flags
+    for the dead signal and the verdict."""
     gid, drow = rows["gid"].astype(np.int64), rows["drow"].astype(np.int64)
     G = len(labels.groups)
     size = np.bincount(gid, minlength=G)
@@ -335,24 +379,36 @@ def _group_checks(checks: _Checks, plan: Plan, est: Optional[Estimator], rows: R
         if est is not None and est.folds_sessions:
             size_for_n = per_group
     counts = Counter(size_for_n[present].tolist())
-    reference = expected_n if expected_n is not None else (
-        max(counts, key=lambda s: (counts[s], s)) if counts else 0)
+    group_batch = np.zeros(G, dtype=np.int64)
+    group_batch[gid] = rows["batch"].astype(np.int64)
+    reference = np.full(G, expected_n if expected_n is not None else 0)
+    batches_off = 0
+    for b in np.unique(group_batch[present]):  # each batch's most common size (ties: the larger), or --expected-n
+        in_b = present & (group_batch == b)
+        here = Counter(size_for_n[in_b].tolist())
+        if expected_n is None:
+            reference[in_b] = max(here, key=lambda s: (here[s], s))
+        batches_off += bool((size_for_n[in_b] != reference[in_b]).any())
     mismatch = present & (size_for_n != reference)
     what = "sessions" if size_for_n is not size else "rows"
     hist = ", ".join(f"{k} {what} x{v}" for k, v in sorted(counts.items()))
     off = int(mismatch.sum())
-    # count: batches whose group sizes differ, as rladv compute's report counts; inspect has no --batch-key, so
-    # the dataset is one batch. The rows point at the groups off the reference size.
-    checks.add("group_size_mismatch", 4, 1 if off else 0, np.sort(first[mismatch]),
-               f"every uid group has {reference} {what}" + (" (--expected-n)" if expected_n is not None else ""),
-               ("group sizes differ from --expected-n" if expected_n is not None else "group sizes differ")
-               + f" in the batch (count: batches, as in rladv compute's report; inspect reads the dataset as one "
-               f"batch): {off} of {int(present.sum())} uid group(s) do not have {reference} {what}"
-               + (" (--expected-n)" if expected_n is not None else " (the most common size)")
+    size_text = f"{expected_n} {what} (--expected-n)" if expected_n is not None else (
+        f"{int(reference[present][0])} {what}" if present.any() and np.unique(reference[present]).size == 1
+        else f"their batch's most common number of {what}")
+    # count: batches whose groups differ in size, as rladv compute's report counts (one batch without
+    # --batch-key); the rows are the first rows of the groups off the reference size
+    checks.add("group_size_mismatch", 4, batches_off, np.sort(first[mismatch]),
+               f"every uid group has {size_text}",
+               f"{off} of {int(present.sum())} uid group(s) in {batches_off} batch(es) do not have {size_text}"
+               + ("" if expected_n is not None else " (the most common size)")
                + f", their first rows shown; sizes: {hist}. Check that every prompt got rollout.n samples"
                + (f"; with multi-output sessions {folding} counts sessions, other estimators count output rows"
                   if plan.session else ""),
                relevant=uses_groups, irrelevant=no_groups)
+    view = hazards.GroupView(gid=gid, size=size, first=first, present=present, est=est, uses_groups=uses_groups)
+    hazards.batch_multiple(checks, rows, view, steps)
+    hazards.prompts_per_uid(checks, plan, rows, view)
     single = present & (size == 1)
     singleton_text = est.singleton if est is not None and est.singleton else SINGLETON_EXAMPLES
     checks.add("singleton_group", 4, int(single.sum()), np.sort(first[single]), "no uid group has a single row",
@@ -397,10 +453,19 @@ def _group_checks(checks: _Checks, plan: Plan, est: Optional[Estimator], rows: R
         basis = {"score": "score totals", "kl_shaped": "KL-shaped reward totals",
                  "token_level_rewards": "token_level_rewards totals"}[plan.basis]
         extra = "" if plan.basis == "score" else f" ({all_equal_scores} by score totals before shaping)"
+        multi, ratios = int((present & (size > 1)).sum()), ""
+        if all_equal.any():
+            r = rows["reward_total"]
+            lo = np.full(G, np.inf)
+            np.minimum.at(lo, gid, r)
+            top = float(r.max())
+            shares = [int((all_equal & (lo == 0)).sum()), int((all_equal & (lo == top) & (top > 0)).sum())]
+            ratios = (f"; of the {multi} groups of 2+ rows, {shares[0] / multi:.1%} are all 0 (too hard?) and "
+                      f"{shares[1] / multi:.1%} all at the batch's top reward (too easy?)")
         checks.add("all_equal_group", 5, int(all_equal.sum()), np.sort(first[all_equal]),
                    f"no group of 2+ rows has equal {basis}",
                    f"{int(all_equal.sum())} group(s) of 2+ rows have equal {basis}{extra}: R - mean = 0, no learning "
-                   "signal from them (float32 rounding can leave tiny non-zero advantages, as in verl)",
+                   "signal from them (float32 rounding can leave tiny non-zero advantages, as in verl)" + ratios,
                    relevant=uses_groups, irrelevant=no_groups)
         if plan.tools:
             differ = all_equal & ~equal(rows["tool_sum"])
@@ -409,6 +474,10 @@ def _group_checks(checks: _Checks, plan: Plan, est: Optional[Estimator], rows: R
                        f"{int(differ.sum())} all-equal group(s) have rows whose tool_rewards differ: a signal the "
                        f"{basis} leave out (verl never adds tool rewards; rladv compute --tool-reward-coef C adds C * "
                        "their sum to each row's score)", relevant=uses_groups, irrelevant=no_groups)
+        epsilon, norm = std_rule
+        hazards.epsilon_std(checks, rows, view, std_epsilon(est, epsilon, norm), epsilon)
+        hazards.kl_only(checks, plan, rows, view, eq_scores, all_equal)
+        flags["score_equal"] = eq_scores
     flags["all_equal_group"] = all_equal
     groups = Groups(
         count=int(present.sum()), sizes={str(k): int(v) for k, v in sorted(Counter(size[present].tolist()).items())},

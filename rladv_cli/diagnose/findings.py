@@ -8,6 +8,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..report.model import Histogram, Stats
+from ..report.verdict import Verdict, render_verdict
 
 Status = Literal["pass", "warn", "fail"]
 CAUSES = ("rejected", "all_equal_group", "singleton", "other")  # rladv compute's dead_signal causes, in its order
@@ -148,8 +149,9 @@ class RowDistributions(_Model):
 
 
 class Inspection(_Model):
-    """What ``rladv inspect --json`` prints: docs/contract.md §5's keys first, then inspect's own sections."""
+    """What ``rladv inspect --json`` prints: the verdict, docs/contract.md §5's keys, then inspect's own sections."""
 
+    verdict: Verdict
     rows: int
     tokens: TokenCounts
     groups: Groups
@@ -195,15 +197,17 @@ def _pct(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.1%}"
 
 
-def render_inspection(ins: Inspection, console) -> None:
-    """Print an ``Inspection`` with rich: inputs, layout, groups, scores, masks, advantages, then the checklist
-    (status, code, count, first rows) in the debugging order."""
+def render_inspection(ins: Inspection, console, show_all: bool = False) -> None:
+    """Print an ``Inspection`` with rich: the verdict, inputs, layout, groups, scores, masks, advantages, then
+    the checklist (status, code, count, first rows) in the debugging order; passing checks in one line unless
+    ``show_all``."""
     from rich.table import Table
 
     console.print(
         f"[bold]rladv inspect[/bold]  {ins.rows} rows ({ins.invalid_rows} invalid) from {len(ins.paths)} file(s)"
         + (f"  estimator [cyan]{ins.estimator}[/cyan]" if ins.estimator else "")
     )
+    render_verdict(ins.verdict, console)
     t = Table(title="layout", show_header=False, box=None, pad_edge=False)
     tk = ins.tokens
     t.add_row("tokens actor / observation / padding", f"{tk.actor} / {tk.observation} / {tk.padding} (of {tk.total})"
@@ -244,18 +248,19 @@ def render_inspection(ins: Inspection, console) -> None:
             s.add_row(label, str(st.count), _fmt(st.mean), _fmt(st.std), _fmt(st.min), _fmt(st.max),
                       *(_pct(f) for f in (st.fraction_positive, st.fraction_negative, st.fraction_zero)))
         console.print(s)
-    if ins.dead_signal is not None:
-        d = ins.dead_signal
-        causes = ", ".join(f"{k} {c.tokens} ({c.share:.1%})" for k, c in d.by_cause.items() if c.tokens)
-        console.print(f"dead signal: {d.zero_tokens} of {d.actor_tokens} actor tokens ({d.share:.1%}) have advantage 0"
-                      + (f" - {causes}" if causes else ""))
     one_file = len(ins.paths) == 1
+    shown = [c for c in ins.checks if show_all or c.status != "pass"]
+    passing = [c.code for c in ins.checks if c.status == "pass"]
+    if not show_all and passing:
+        console.print(f"[green]{len(passing)} check(s) pass[/green]: {', '.join(passing)} (--all lists them)")
+    if not shown:
+        return
     c = Table(title="checks, in the debugging order (docs/debugging.md)" + (f" (rows of {ins.paths[0]})" if one_file else ""),
               header_style="bold")
     for col in ("status", "code", "count", "first rows", "message"):
         c.add_column(col, overflow="fold", no_wrap=col in ("status", "count"))
     step = None
-    for item in ins.checks:
+    for item in shown:
         if item.step != step:
             step = item.step
             c.add_row("", f"[bold]{step}. {STEP_TITLES.get(step, '')}[/bold]", "", "", "")

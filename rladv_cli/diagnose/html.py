@@ -1,15 +1,17 @@
 """``rladv inspect --html``: the inspection findings as one self-contained HTML page (the run report's page
-machinery and charts). ``render_inspection_html(ins) -> str`` is a pure function of the ``Inspection``, the
-same object ``inspect --json`` prints, so the page holds no number the JSON does not."""
+machinery and charts), the verdict first. ``render_inspection_html(ins) -> str`` is a pure function of the
+``Inspection``, the same object ``inspect --json`` prints, so the page holds no number the JSON does not."""
 from __future__ import annotations
 
 import os
 
 from ..report import plots
-from ..report.page import Html, cards, charts, e, figure, kv, muted, num, page, pct, stats_table, table, write_page
+from ..report.page import (Html, cards, charts, e, figure, kv, muted, num, page, pct, signal_card, stats_table, table,
+                           verdict_card, verdict_steps, write_page)
 from .findings import STEP_TITLES, Inspection
 
 SECTIONS = (
+    ("verdict-steps", "Verdict per step"),
     ("checks", "Checklist"),
     ("tokens", "Tokens and layout"),
     ("groups", "Groups"),
@@ -130,18 +132,20 @@ def render_inspection_html(ins: Inspection) -> str:
     sub = (f"{ins.rows:,} rows ({ins.invalid_rows:,} invalid) · {ins.tokens.total:,} tokens from {len(ins.paths)} "
            f"file{'s' if len(ins.paths) != 1 else ''}" + (f" · estimator {ins.estimator}" if ins.estimator else ""))
     worst = Html(f'<span class="status-{e(ins.status)}">{e(ins.status.upper())}</span>')
-    headline = cards([("overall", worst), ("rows", num(ins.rows)), ("actor tokens", num(ins.tokens.actor)),
-                      ("groups", num(ins.groups.count)),
-                      ("checks failed / warned", f"{sum(c.status == 'fail' for c in ins.checks)} / "
-                                                 f"{sum(c.status == 'warn' for c in ins.checks)}")])
+    headline = verdict_card(ins.verdict) + "\n" + cards([
+        signal_card(ins.verdict), ("checklist", worst), ("rows", num(ins.rows)),
+        ("actor tokens", num(ins.tokens.actor)), ("groups", num(ins.groups.count)),
+        ("checks failed / warned", f"{sum(c.status == 'fail' for c in ins.checks)} / "
+                                   f"{sum(c.status == 'warn' for c in ins.checks)}")])
     body = {
-        "checks": _section_checks(ins), "tokens": _section_tokens(ins), "groups": _section_groups(ins),
-        "scores": _section_scores(ins), "masks": _section_masks(ins), "advantages": _section_advantages(ins),
+        "verdict-steps": verdict_steps(ins.verdict), "checks": _section_checks(ins), "tokens": _section_tokens(ins),
+        "groups": _section_groups(ins), "scores": _section_scores(ins), "masks": _section_masks(ins),
+        "advantages": _section_advantages(ins),
         "columns": table(("column", "Arrow type"), list(ins.columns.items())),
     }
     more = f" and {len(ins.paths) - 1} more" if len(ins.paths) > 1 else ""
     return page(f"rladv inspect: {ins.paths[0] if ins.paths else '?'}{more}", "rladv inspect", sub, headline,
-                [(sid, t, body[sid]) for sid, t in SECTIONS],
+                [(sid, t, body[sid]) for sid, t in SECTIONS if body[sid]],
                 "Made by rladv inspect; this file is self-contained (no scripts, nothing loaded from the network).")
 
 

@@ -98,6 +98,29 @@ def invalid_rows(table: pa.Table, path: str, start: int) -> list[tuple[int, str]
     return [(row, str(err)) for row, err in validation.invalid_rows(table, path, start, _check_rows)]
 
 
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constants of a multiply-xorshift mix (splitmix64's)
+_MIX2 = np.uint64(0xBF58476D1CE4E5B9)
+
+
+def prompt_keys(arr: pa.Array) -> np.ndarray:
+    """A 64-bit key per row ``(B,)`` of a prompt column: equal prompts, equal keys (different ones collide with
+    chance ~2^-64). A list (token ids): a position-aware mix of its values summed per row, vectorised; a string
+    or number: Python's hash of the value (stable within one process, which is all a comparison needs)."""
+    if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+        off = list_offsets(arr)
+        flat = arr.flatten().fill_null(0).to_numpy(zero_copy_only=False)
+        bits = flat.astype(np.float64).view(np.uint64) if flat.dtype.kind == "f" else flat.astype(np.int64).view(np.uint64)
+        pos = (np.arange(flat.size) - np.repeat(off[:-1], np.diff(off))).astype(np.uint64)
+        with np.errstate(over="ignore"):
+            x = (bits + pos * _MIX) * _MIX2
+            x ^= x >> np.uint64(31)
+            x *= _MIX
+        keys = np.zeros(len(arr), dtype=np.uint64)
+        np.add.at(keys, np.repeat(np.arange(len(arr)), np.diff(off)), x)
+        return keys ^ np.diff(off).astype(np.uint64)
+    return np.array([hash(v) for v in arr.to_pylist()], dtype=np.int64).view(np.uint64)
+
+
 # ==================================================================================== the streaming scan
 @dataclass
 class Plan:
@@ -113,6 +136,7 @@ class Plan:
     session: bool
     tools: bool
     columns: list[str]
+    prompts: bool = False  # a ``prompts`` column (token ids, text or an id): the uid-spans-prompts check
 
     @property
     def basis(self) -> str:
@@ -130,6 +154,11 @@ class RowScalars:
         for k, v in cols.items():
             self.parts.setdefault(k, []).append(np.asarray(v))
             self._whole.pop(k, None)
+
+    def replace(self, name: str, values: np.ndarray) -> None:
+        """Put ``values`` (every row) in place of the column ``name``."""
+        self.parts[name] = [np.asarray(values)]
+        self._whole.pop(name, None)
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self._whole:
@@ -181,7 +210,7 @@ def scan_chunk(t: pa.Table, plan: Plan, beta: float, kl_mode: str) -> dict[str, 
             penalty = np.float32(beta) * kld
             r = s - penalty
             out.update(kl_row=_seg_sum(kld.astype(np.float64), off) / (actor + 1e-8),
-                       kl_raises=_seg_sum(penalty < 0, off) > 0)
+                       kl_raises=_seg_sum(penalty.astype(np.float64), off) < 0)
         elif plan.tlr:
             r = flat_values(t, "token_level_rewards", np.float32)
         reward_total = _seg_sum(r.astype(np.float64), off) if r is not s else score_total
@@ -197,6 +226,8 @@ def scan_chunk(t: pa.Table, plan: Plan, beta: float, kl_mode: str) -> dict[str, 
         out["credit_cut"] = _seg_sum(cut & m & (r != 0), off) > 0
     if plan.tools:
         out["tool_sum"], out["tool_calls"] = list_sums(t, "tool_rewards")
+    if plan.prompts:
+        out["prompt_key"] = prompt_keys(array_of(t["prompts"]))
     if plan.advantages:
         a = flat_values(t, "advantages", np.float32).astype(np.float64)
         am = np.where(m, a, 0.0)
@@ -214,8 +245,8 @@ def scan_chunk(t: pa.Table, plan: Plan, beta: float, kl_mode: str) -> dict[str, 
     return out
 
 
-def plan_of(ds: Dataset, kl_coef: float) -> tuple[Plan, list[str]]:
-    """Columns to read and computations to run, and a message per unusable contract column."""
+def plan_of(ds: Dataset, kl_coef: float, batch_key: Optional[str] = None) -> tuple[Plan, list[str]]:
+    """Columns to read (``batch_key``'s too) and computations to run, and a message per unusable contract column."""
     schema = ds.schema
     bad: list[str] = []
     usable: set[str] = set()
@@ -234,7 +265,7 @@ def plan_of(ds: Dataset, kl_coef: float) -> tuple[Plan, list[str]]:
                 usable.add(f.name)
             else:
                 bad.append(f"{ds.paths[0]}: column {f.name}: has type {t}; expected a list of numbers")
-        elif f.name == "session_id":
+        elif f.name in ("session_id", "prompts"):
             usable.add(f.name)
     if "response_mask" not in usable:
         raise InputError(ds.paths[0], "missing; inspect needs it to tell actor tokens from the rest", column="response_mask")
@@ -244,11 +275,12 @@ def plan_of(ds: Dataset, kl_coef: float) -> tuple[Plan, list[str]]:
         score=score, uid="uid" in usable, attention="attention_mask" in usable, loss="loss_mask" in usable,
         kl=kl, tlr="token_level_rewards" in usable and not kl, advantages="advantages" in usable,
         session="session_id" in usable and "uid" in usable, tools="tool_rewards" in usable, columns=[],
+        prompts="prompts" in usable and "uid" in usable,
     )
     wanted = {"response_mask", score, "uid" if plan.uid else None, "attention_mask" if plan.attention else None,
               "loss_mask" if plan.loss else None, "token_level_rewards" if plan.tlr else None,
               "advantages" if plan.advantages else None, "session_id" if plan.session else None,
-              "tool_rewards" if plan.tools else None}
+              "tool_rewards" if plan.tools else None, "prompts" if plan.prompts else None, batch_key}
     if kl:
         wanted |= {"old_log_probs", "ref_log_prob"}
     plan.columns = [c for c in schema.names if c in wanted]

@@ -112,6 +112,13 @@ class Estimator:
         """Needs batch-wide group statistics of the row totals (so a ``uid`` column)."""
         return "groups" in self.needs
 
+    def std_epsilon(self, epsilon: float, norm_adv_by_std: bool = True) -> Optional[float]:
+        """The epsilon this estimator adds to the std of its groups' row totals before dividing by it, or None
+        when it does not divide so (``norm_adv_by_std`` False for grpo; gdpo divides per component)."""
+        if "epsilon" not in self.settings or self.components:
+            return None
+        return epsilon if norm_adv_by_std or "norm_adv_by_std" not in self.settings else None
+
     @property
     def input_columns(self) -> tuple[str, ...]:
         """The input columns it reads beyond the mask and the score (``uid`` for a group estimator)."""

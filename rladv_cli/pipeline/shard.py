@@ -343,7 +343,8 @@ def scan_rows(p: Prepared, cfg: Config, kl_measured_here: bool) -> dict[str, Ten
     if p.kld is not None:
         if kl_measured_here:
             cols["kl_row"] = kernels.segment_sum(p.kld, off) / (actor + 1e-8)
-        cols["kl_raises_reward"] = kernels.segment_sum(((p.beta * p.kld) < 0).float(), off) > 0
+        # the row's whole KL term, not single tokens: k1/k2's per-token values are signed by nature
+        cols["kl_raises_reward"] = kernels.segment_sum(p.beta * p.kld, off) < 0
         sign_s = torch.sign(score_total)
         cols["kl_flips_sign"] = (sign_s != 0) & (torch.sign(reward_total) != sign_s)
     return cols

@@ -20,7 +20,9 @@ from ..io.write import SideFiles
 from ..report import replay
 from ..report.diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions, first_rows, group_flags,
                                   token_stats)
-from ..report.model import KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens, row_stats
+from ..report.model import (KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens, example_command,
+                            row_stats)
+from ..report.verdict import Context, RowsToJudge, Verdict, judge
 from .shard import Established, Plan
 
 # whitening warns when one float32 ulp of the batch mean moves advantages by this much (10 ulps: the 1e-5 tolerance)
@@ -87,6 +89,7 @@ def build_report(run: Finished) -> Report:
     has_uid = run.plan.has_uid
     return Report(
         rladv_version=__version__,
+        verdict=_verdict(run),
         inputs=Inputs(paths=list(source.paths), files=_file_infos(run), rows=source.num_rows, tokens=tokens_total),
         output=None,
         config={**cfg.model_dump(), "score_column": "rm_scores" if "rm_scores" in source.columns else "score",
@@ -182,6 +185,36 @@ def _conditioning_warnings(run: Finished, warn: WarningBuilder) -> None:
                  "advantages there differ from rladv's by about that much", ill_groups.numel(), first)
 
 
+def _verdict(run: Finished) -> Verdict:
+    """The verdict on the computed advantages: each row's actor, used and zero-advantage tokens, its group and
+    total reward R, its batch and KL."""
+    rows, cfg, est, labels = run.rows, run.plan.cfg, run.plan.est, run.labels
+    has_groups = run.known.groups is not None
+    uid_of = {g: uid for (_, uid), g in labels.groups.items()}
+    paths = list(run.source.paths)
+    if len(labels.batches) > 1:  # steps: the batches in key order, else the files
+        rank, step_names = labels.step_ranks()
+        step = rank[rows["batch_id"].numpy()]
+    elif len(paths) > 1:
+        step_names = paths
+        step = np.repeat(np.arange(len(paths)), run.source.file_rows)
+    else:
+        step_names, step = [], None
+    judged = RowsToJudge(
+        actor=rows["actor"].numpy(), used=rows["used"].numpy(), zero=rows["adv_zero"].numpy(),
+        group=rows["group_id"].numpy() if has_groups else None, reward=rows["reward_total"].double().numpy(),
+        all_equal=run.flags["all_equal_group"].numpy() if has_groups else None,
+        score_equal=group_flags(rows["score_total"], rows["group_id"], run.groups.size)["all_equal_group"].numpy()
+        if has_groups and not cfg.reward_components else None,
+        dataset_row=np.arange(run.source.num_rows), step=step,
+        kl=rows["kl_row"].double().numpy() if cfg.use_kl else None)
+    ctx = Context(estimator=cfg.estimator, uses_groups=est.groups, singleton_rule=est.singleton,
+                  row_command=lambda r: example_command(paths, cfg, row=r),
+                  group_command=lambda g: example_command(paths, cfg, uid=uid_of[g]),
+                  step_names=step_names, epsilon=est.std_epsilon(cfg.epsilon, cfg.norm_adv_by_std))
+    return judge(judged, ctx)
+
+
 def _dead_signal_report(run: Finished) -> dict:
     """Actor tokens (input response_mask 1) whose advantage is exactly 0, by cause: rejected by rollout
     rejection, in an all-equal group, in a singleton group, or otherwise (e.g. grpo_passk's non-best rows)."""
@@ -270,25 +303,17 @@ def _groups_report(run: Finished, warn: WarningBuilder) -> Groups:
         return Groups(count=0, sizes={}, singletons=0, all_equal=0, batches=n_batches)
     gid, size, flags = rows["group_id"], groups.size, run.flags
     first_row = first_rows(gid, size.numel())
-    unused = "this estimator does not use groups"
-    singleton_text = est.singleton or f"no group fallback ({unused})"
-    equal = "equal reward components" if cfg.reward_components else "equal total rewards"
-    equal_text = ("no learning signal from them (float32 rounding can leave tiny non-zero advantages, as in verl)"
-                  if est.groups else f"{unused}, so their advantages do not depend on it")
-    for code, text in (
-        ("singleton_group", f"{{n}} uid group(s) have one row; {cfg.estimator}: {singleton_text}"),
-        ("all_equal_group", f"{{n}} group(s) of 2+ rows have {equal}: {equal_text}"),
-    ):
-        hit = torch.nonzero(flags[code]).flatten()
-        warn.add(code, text.format(n=hit.numel()), hit.numel(), torch.sort(first_row[hit]).values)
     group_batch = torch.zeros(size.numel(), dtype=torch.long).scatter_(0, gid, rows["batch_id"])
-    mismatched = [b for b in range(n_batches) if torch.unique(size[group_batch == b]).numel() > 1]
-    if mismatched:
-        sizes = ", ".join(str(s) for s in torch.unique(size).tolist())
-        warn.add("group_size_mismatch",
-                 f"group sizes differ within {len(mismatched)} batch(es) ({sizes} rows): "
-                 "check that every prompt got rollout.n samples", len(mismatched),
-                 [int(first_row[group_batch == b].min()) for b in mismatched])
+    if est.groups:  # an estimator without groups computes the same advantages whatever the groups are
+        equal = "equal reward components" if cfg.reward_components else "equal total rewards"
+        for code, text in (
+            ("singleton_group", f"{{n}} uid group(s) have one row; {cfg.estimator}: {est.singleton}"),
+            ("all_equal_group", f"{{n}} group(s) of 2+ rows have {equal}: no learning signal from them (float32 "
+                                "rounding can leave tiny non-zero advantages, as in verl)"),
+        ):
+            hit = torch.nonzero(flags[code]).flatten()
+            warn.add(code, text.format(n=hit.numel()), hit.numel(), torch.sort(first_row[hit]).values)
+        _size_mismatch(size, group_batch, first_row, n_batches, warn)
     merges, merged_rows = run.uid_merges
     if merges:
         shown = "; ".join("/".join(repr(u) for u in m) for m in merges[:3])
@@ -303,12 +328,35 @@ def _groups_report(run: Finished, warn: WarningBuilder) -> Groups:
     )
 
 
+def _size_mismatch(size: Tensor, group_batch: Tensor, first_row: Tensor, n_batches: int, warn: WarningBuilder) -> None:
+    """``group_size_mismatch``: batches whose groups differ in size; its rows are the first rows of the groups off
+    their batch's most common size (ties: the larger), as ``rladv inspect`` points at them."""
+    off_groups, batches = [], 0
+    for b in range(n_batches):
+        in_batch = torch.nonzero(group_batch == b).flatten()
+        sizes, counts = torch.unique(size[in_batch], return_counts=True)
+        if sizes.numel() < 2:
+            continue
+        batches += 1
+        modal = sizes[counts == counts.max()].max()
+        off_groups.append(in_batch[size[in_batch] != modal])
+    if batches:
+        off = torch.cat(off_groups)
+        shown = ", ".join(str(s) for s in torch.unique(size).tolist())
+        warn.add("group_size_mismatch",
+                 f"group sizes differ within {batches} batch(es) ({shown} rows): {off.numel()} group(s) off their "
+                 "batch's most common size, their first rows shown; check that every prompt got rollout.n samples",
+                 batches, torch.sort(first_row[off]).values)
+
+
 def _kl_report(run: Finished, warn: WarningBuilder) -> KL:
     cfg, rows, labels = run.plan.cfg, run.rows, run.labels
     if not cfg.use_kl:
         return KL(enabled=False, penalty=cfg.kl_penalty, ctrl=cfg.kl_ctrl, coef=cfg.kl_coef)
     warn.add_rows("kl_raises_reward",
-                  "{n} row(s) have a token whose KL estimate times the coefficient is negative, so shaping raised its reward",
+                  "{n} row(s) whose KL term (the coefficient times the sum of the row's KL estimates) is negative, so "
+                  "shaping raised their total reward: the policy is less likely than the reference on those rows' "
+                  "tokens overall, unusual outside k1/k2's noise",
                   rows["kl_raises_reward"])
     warn.add_rows("kl_flips_sign", "{n} row(s) changed the sign of their total reward through KL shaping",
                   rows["kl_flips_sign"])

@@ -1,7 +1,7 @@
-"""The run report as one self-contained HTML page: inline CSS and matplotlib SVG charts, no script, nothing
-fetched. ``render_html(report) -> str`` is a pure function of the ``Report`` (the JSON report is the single
-source of every number and every plotted distribution), so the same report gives the same bytes. Timing is
-left out of the page (it is in the JSON), so two runs on the same data give the same page.
+"""The run report as one self-contained HTML page, the verdict first: inline CSS and matplotlib SVG charts, no
+script, nothing fetched. ``render_html(report) -> str`` is a pure function of the ``Report`` (the JSON report is
+the single source of every number and every plotted distribution), so the same report gives the same bytes.
+Timing is left out of the page (it is in the JSON), so two runs on the same data give the same page.
 """
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from typing import Any, Optional
 
 from . import plots
 from .model import Histogram, Report, SplitPart, replay_rows, replay_title, tool_rewards_line
-from .page import (Html, cards, charts, config_value, e, figure, kv, muted, num, page, pct, stats_table, table,
-                   write_page)
+from .page import (Html, cards, charts, config_value, e, figure, kv, muted, num, page, pct, signal_card, stats_table,
+                   table, verdict_card, verdict_steps, write_page)
 
 # Section ids and titles, in page order.
 SECTIONS = (
+    ("verdict-steps", "Verdict per step"),
     ("inputs", "Inputs"),
     ("config", "Configuration"),
     ("tokens", "Tokens"),
@@ -187,10 +188,6 @@ def _rejection_plot(bars: list[tuple[str, float, int]], xlabel: str, name: str) 
                       colors=[c for _, _, c in bars])
 
 
-def _warning_count(r: Report, code: str) -> int:
-    return sum(w.count for w in r.warnings if w.code == code)
-
-
 def _section_warnings(r: Report) -> str:
     if not r.warnings:
         return '<p class="ok">No warnings.</p>'
@@ -327,7 +324,7 @@ def _section_advantages(r: Report) -> str:
             rv.value_edges, rv.return_edges, rv.counts, rv.mean_return, "value (reward units, per valid token)",
             "return (reward units)", "returns-vs-values"), "Colour: valid tokens per cell; line: mean return per "
             "value bin; dashed: return = value.")))
-    out.append(_dead_signal(r))
+    out.append(_zero_advantages(r))
     if r.whitening:
         out.append("<h3>Whitening of the raw advantages, per batch</h3>\n" + '<div class="scroll">' + table(
             ("batch", "valid tokens", "mean", "variance (unbiased)"),
@@ -336,27 +333,16 @@ def _section_advantages(r: Report) -> str:
     return "\n".join(out)
 
 
-def _dead_signal(r: Report) -> str:
-    """Actor tokens whose advantage is exactly 0, by cause (the report's ``dead_signal``), and the rows and
-    groups behind them."""
+def _zero_advantages(r: Report) -> str:
+    """Actor tokens whose advantage is exactly 0, by cause (the report's ``dead_signal``)."""
     d = r.dead_signal
-    causes = d.get("causes") or {}
-    actor = d.get("actor_tokens")
-    tokens = table(("actor tokens with advantage exactly 0", "tokens", "share of actor tokens"), align="ln", rows=[
-        ("all causes", d.get("zero_advantage_tokens"), pct(d.get("zero_advantage_tokens"), actor)),
-    ] + [(DEAD_CAUSES.get(k, k), v, pct(v, actor)) for k, v in causes.items()])
-    sources = table(("where the learning signal is lost", "count"), align="ln", rows=[
-        ("groups of 2+ rows with equal total rewards", r.groups.all_equal),
-        ("singleton groups (the estimator's fallback)", r.groups.singletons),
-        ("rows without an actor token", _warning_count(r, "row_without_actor_tokens")),
-        ("rows whose every valid token was rejected", _warning_count(r, "row_fully_rejected")),
-    ])
-    chart = ""
-    if d.get("zero_advantage_tokens"):
-        chart = figure("Zero-advantage actor tokens by cause", plots.bars(
-            [DEAD_CAUSES.get(k, k) for k in causes], [v / actor for v in causes.values()],
-            "share of actor tokens with advantage exactly 0 (%)", "dead-signal", percent=True, colors=[3]))
-    return "<h3>Dead signal</h3>\n" + charts(chart, f"<div>{tokens}\n{sources}</div>")
+    causes, actor = d.get("causes") or {}, d.get("actor_tokens")
+    return "<h3>Advantage exactly 0</h3>\n" + muted(
+        "Counted on the advantages, so not the verdict's measure: a singleton row can keep a non-zero advantage "
+        "(grpo gives it its raw score) and still carry no group-relative signal.") + "\n" + table(
+        ("actor tokens with advantage exactly 0", "tokens", "share of actor tokens"), align="ln", rows=[
+            ("all causes", d.get("zero_advantage_tokens"), pct(d.get("zero_advantage_tokens"), actor)),
+        ] + [(DEAD_CAUSES.get(k, k), v, pct(v, actor)) for k, v in causes.items()])
 
 
 def render_html(report: Report) -> str:
@@ -367,9 +353,9 @@ def render_html(report: Report) -> str:
     sub = (f"rladv {r.rladv_version} · estimator {estimator} · {r.inputs.rows:,} rows · {r.inputs.tokens:,} tokens "
            f"from {files} file{'s' if files != 1 else ''} · device {r.timing.device}")
     n_warn = len(r.warnings)
-    headline = cards([
-        ("rows", num(r.inputs.rows)), ("tokens", num(r.inputs.tokens)),
-        ("actor tokens used", f"{num(r.tokens.used)} ({pct(r.tokens.used, r.tokens.total)})"),
+    headline = verdict_card(r.verdict) + "\n" + cards([
+        signal_card(r.verdict), ("rows", num(r.inputs.rows)), ("tokens", num(r.inputs.tokens)),
+        ("actor tokens used (after rejection)", f"{num(r.tokens.used)} of {num(r.tokens.actor)}"),
         ("groups", num(r.groups.count)), ("advantage mean ± std", f"{num(r.advantages.mean)} ± {num(r.advantages.std)}"),
         ("warnings", Html(f'<a href="#warnings">{n_warn}</a>') if n_warn else "0"),
     ] + ([("replay of the input's columns", Html(
@@ -380,6 +366,8 @@ def render_html(report: Report) -> str:
         "groups": _section_groups(r), "scores": _section_scores(r), "kl": _section_kl(r),
         "rejection": _section_rejection(r), "advantages": _section_advantages(r), "warnings": _section_warnings(r),
     }
+    if r.verdict.steps:
+        body["verdict-steps"] = verdict_steps(r.verdict)
     if r.replay:
         body["replay"] = _section_replay(r)
     more = f" and {len(r.inputs.paths) - 1} more" if len(r.inputs.paths) > 1 else ""

@@ -8,6 +8,8 @@ from typing import Any, Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .verdict import Verdict, render_verdict
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -183,6 +185,8 @@ class Report(_Model):
     """Everything rladv measured in one run; ``warnings`` carry stable codes (docs/contract.md §4)."""
 
     rladv_version: str
+    verdict: Verdict = Field(description="the share of actor tokens, rows and groups that carry learning signal, and "
+                             "why the rest does not (docs/debugging.md)")
     inputs: Inputs
     output: Optional[str]
     config: dict[str, Any]
@@ -237,15 +241,25 @@ def tool_rewards_line(t: dict[str, Any]) -> str:
     return line
 
 
+def example_command(paths: list[str], cfg, *, row: Optional[int] = None, uid: object = None) -> str:
+    """The command that shows dataset row ``row`` (``rladv explain --row``) or group ``uid`` (``rladv inspect
+    --uid``) with the run's settings ``cfg`` (a ``Config``; only those that differ from the defaults and have an
+    effect: a verl YAML sets ``lam`` for grpo too)."""
+    from ..config.settings import command_flags
+
+    files = " ".join(shlex.quote(p) for p in paths)
+    args = " ".join(shlex.quote(a) for a in command_flags(cfg.changed()))
+    what = f"explain {files} --estimator {cfg.estimator} --row {row}" if uid is None else (
+        f"inspect {files} --estimator {cfg.estimator} --uid {shlex.quote(str(uid))}")
+    return f"rladv {what}" + (f" {args}" if args else "")
+
+
 def explain_command(report: Report, row: int) -> str:
-    """The ``rladv explain`` line that derives dataset row ``row`` with the run's settings (those that differ
-    from the defaults and have an effect: a verl YAML sets ``lam`` for grpo too)."""
-    from ..config.settings import Config, command_flags
+    """The ``rladv explain`` line that derives dataset row ``row`` with the report's settings."""
+    from ..config.settings import Config
 
     run = Config(**{k: v for k, v in report.config.items() if k in Config.model_fields})
-    files = " ".join(shlex.quote(p) for p in report.inputs.paths)
-    args = " ".join(shlex.quote(a) for a in command_flags(run.changed()))
-    return f"rladv explain {files} --estimator {run.estimator} --row {row}" + (f" {args}" if args else "")
+    return example_command(report.inputs.paths, run, row=row)
 
 
 TERMINAL_BATCHES = 6  # per-batch rollout-correction columns the terminal shows (the JSON and the page: all)
@@ -322,6 +336,7 @@ def render(report: Report, console) -> None:
     if r.config.get("score_column_ignored"):
         console.print(f"[dim]scores from {r.config['score_column']}; the dataset's {r.config['score_column_ignored']} "
                       "column is not read (the contract takes one of the two)[/dim]")
+    render_verdict(r.verdict, console)
     t = Table(title="tokens and groups", show_header=False, box=None, pad_edge=False)
     t.add_row("actor / observation / padding", f"{r.tokens.actor} / {r.tokens.observation} / {r.tokens.padding}")
     t.add_row("rejected / used", f"{r.tokens.rejected} / {r.tokens.used}")
@@ -345,11 +360,6 @@ def render(report: Report, console) -> None:
             _fmt(st.fraction_positive), _fmt(st.fraction_negative), _fmt(st.fraction_zero),
         )
     console.print(s)
-    d = r.dead_signal
-    if d["zero_advantage_tokens"]:
-        causes = ", ".join(f"{k} {v}" for k, v in d["causes"].items() if v)
-        console.print(f"[bold]dead signal[/bold]: {d['zero_advantage_tokens']} of {d['actor_tokens']} actor tokens "
-                      f"({d['share']:.1%}) have advantage exactly 0 ({causes})")
     for title, section in (("overlong shaping", r.overlong), ("sessions", r.sessions)):
         if section:
             console.print(f"[bold]{title}[/bold]: " + ", ".join(f"{k} {_fmt(v) if isinstance(v, float) else v}"
@@ -366,8 +376,11 @@ def render(report: Report, console) -> None:
             if worst:
                 rp.add_row("->", f"that row, token by token: {explain_command(r, worst['dataset_row'])}")
         console.print(rp)
-    if r.rollout_rejection:
+    if r.rollout_rejection and (r.config.get("rollout_rs") or r.config.get("rollout_is")):
         console.print(_rejection_table(r.rollout_rejection))
+    elif r.rollout_rejection:
+        console.print("[dim]off-policy metrics (rollout_log_probs vs old_log_probs) are in the JSON report and the "
+                      "HTML page; --rollout-rs or --rollout-is shows them here[/dim]")
     if r.warnings:
         w = Table(title="warnings", header_style="bold")
         for col in ("code", "count", "rows", "what it means"):

@@ -128,17 +128,55 @@ def columns(labels: Sequence[str], values: Sequence[int], xlabel: str, ylabel: s
     return _inline(out[0], f"{ylabel} by {xlabel}", name)
 
 
+def _category_ticks(ax, labels: Sequence[str]) -> None:
+    """At most about 8 labels along an axis of ordered categories; long ones cut to their end and slanted."""
+    every = max(1, len(labels) // 8)
+    ticks = list(range(0, len(labels), every))
+    shown = [labels[i] if len(labels[i]) <= 32 else "..." + labels[i][-29:] for i in ticks]
+    slant = max(map(len, shown), default=0) > 10
+    ax.set_xticks(ticks, shown, rotation=25 if slant else 0, ha="right" if slant else "center")
+
+
 def series(labels: Sequence[str], values: Sequence[float], xlabel: str, ylabel: str, name: str) -> str:
     """A value per ordered category (e.g. per batch), as points joined by a line."""
     with _figure() as (fig, out):
         ax = fig.subplots()
         ax.plot(range(len(values)), values, marker="o", markersize=3.5, color=COLORS[0], linewidth=1.6)
-        every = max(1, len(labels) // 8)
-        ticks = list(range(0, len(labels), every))
-        ax.set_xticks(ticks, [labels[i] for i in ticks])
+        _category_ticks(ax, labels)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
     return _inline(out[0], f"{ylabel} by {xlabel}", name)
+
+
+def lines(labels: Sequence[str], parts: Sequence[tuple[str, Sequence[Optional[float]], int]], xlabel: str,
+          ylabel: str, name: str, percent: bool = False, full: bool = False,
+          guides: Sequence[tuple[float, str]] = ()) -> str:
+    """One line per ``(label, values, colour index)`` over ordered categories (None: a gap), with a legend when
+    there are several; ``percent``: shares drawn as %, from 0 (to 100 with ``full``); ``guides``: dashed
+    horizontal lines ``(y, text)`` in the plotted units."""
+    with _figure() as (fig, out):
+        ax = fig.subplots()
+        top = 0.0
+        for label, values, color in parts:
+            y = [float("nan") if v is None else (100 * v if percent else v) for v in values]
+            top = max([top] + [v for v in y if v == v])
+            ax.plot(range(len(y)), y, marker="o", markersize=3.5, color=COLORS[color % len(COLORS)], linewidth=1.6,
+                    label=label)
+        for y, text in guides:
+            ax.axhline(y, color=INK, linestyle="--", linewidth=0.8)
+            ax.annotate(text, (1, y), xycoords=("axes fraction", "data"), ha="right", va="bottom", fontsize=8)
+        if percent:
+            ax.set_ylim(0, 100 if full else max(1.0, 1.15 * top))
+            from matplotlib.ticker import PercentFormatter
+
+            ax.yaxis.set_major_formatter(PercentFormatter(100, decimals=None))
+        ax.set_xlim(-0.3, len(labels) - 0.7)
+        _category_ticks(ax, labels)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if len(parts) > 1:
+            ax.legend(fontsize=8.5, loc="best")
+    return _inline(out[0], f"{', '.join(p[0] for p in parts)} by {xlabel}", name)
 
 
 def stack(parts: Sequence[tuple[str, int, int]], xlabel: str, name: str) -> str:

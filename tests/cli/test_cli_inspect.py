@@ -1,4 +1,4 @@
-"""``rladv inspect`` on the command line (docs/contract.md §5): the checklist's JSON and ``--strict``, the row and group
+"""``rladv inspect`` on the command line (docs/contract.md §5): the checklist's JSON and ``--fail-on``, the row and group
 views with every setting compute takes, and ``--export``'s reproducer (the checklist itself:
 tests/diagnose/test_inspect.py)."""
 from __future__ import annotations
@@ -28,7 +28,7 @@ def test_inspect_json_is_contract_section_5_and_strict_fails_on_a_failing_check(
     pq.write_table(t.set_column(t.schema.get_field_index("response_mask"), "response_mask", masks)
                    .append_column("advantages", advantages), bad)
     assert rladv("inspect", bad).exit_code == 0
-    result = rladv("inspect", bad, "--strict", "--json")
+    result = rladv("inspect", bad, "--fail-on", "fail", "--json")
     assert result.exit_code == 1
     assert {c["code"]: c["status"] for c in json.loads(result.stdout)["checks"]}["advantage_on_masked_position"] == "fail"
 

@@ -68,8 +68,8 @@ def with_advantages(tmp_path) -> Path:
 def test_json_has_contract_section5_keys(with_advantages):
     ins = inspect(with_advantages)
     doc = json.loads(ins.to_json())
-    assert list(doc)[:5] == ["rows", "tokens", "groups", "columns", "checks"]
-    assert set(doc) == {"rows", "tokens", "groups", "columns", "checks", "paths", "estimator", "invalid_rows",
+    assert list(doc)[:6] == ["verdict", "rows", "tokens", "groups", "columns", "checks"]
+    assert set(doc) == {"verdict", "rows", "tokens", "groups", "columns", "checks", "paths", "estimator", "invalid_rows",
                         "layout", "scores", "masks", "kl", "advantages", "dead_signal", "distributions"}
     assert {"actor", "observation", "padding", "rejected"} <= set(doc["tokens"])
     assert {"count", "sizes", "singletons", "all_equal"} <= set(doc["groups"])
@@ -442,8 +442,12 @@ def test_render_inspection_shows_codes_and_statuses(with_advantages):
     out = c.file.getvalue()
     for code in ("advantage_on_masked_position", "loss_mask_differs", "singleton_group", "all_equal_group"):
         assert code in out
-    assert "FAIL" in out and "WARN" in out and "PASS" in out
-    assert "dead signal: 9 of 15 actor tokens" in out
+    assert "FAIL" in out and "WARN" in out and "PASS" not in out
+    assert "verdict FAIL: 40.0% of actor tokens (4 of 9 rows, 3 of 5 groups) carry learning signal" in out
+    assert "check(s) pass: invalid_rows, invalid_columns" in out and "(--all lists them)" in out
+    c = console()
+    render_inspection(inspect(with_advantages), c, show_all=True)
+    assert "PASS" in c.file.getvalue() and "--all lists them" not in c.file.getvalue()
 
 
 def test_render_row_collapses_long_rows(tmp_path):

@@ -370,14 +370,16 @@ def test_gdpo_groups_are_judged_on_their_components():
 
 @pytest.mark.parametrize("estimator", [name for name, e in ESTIMATORS.items() if not e.groups])
 def test_estimators_without_groups_do_not_blame_groups(estimator):
-    """Equal totals in a uid group mean nothing to an estimator that does not use groups."""
+    """Equal totals in a uid group mean nothing to an estimator that does not use groups: no group warning, no
+    group cause in the verdict."""
     t = example_table([[0, 0, 1.0], [0, 0, 1.0], [0, 1.0, 0]], [[1, 1, 1]] * 3, ["a", "a", "b"],
               values=[[0.1, 0.5, 0.2], [0.3, 0.1, 0.9], [0.2, 0.2, 0.2]])
     t = t.append_column("reward_baselines", pa.array([0.5, 0.2, 0.1], pa.float32()))
     _, report = rladv_cli.compute(t, estimator=estimator, device="cpu")
-    w = next(w for w in report.warnings if w.code == "all_equal_group")
-    assert "does not use groups" in w.message and "no learning signal" not in w.message
+    assert not {w.code for w in report.warnings} & {"all_equal_group", "singleton_group", "group_size_mismatch"}
     assert set(report.dead_signal["causes"]) == {"rejected", "other"}
+    assert not {c.code for c in report.verdict.causes} & {"all_equal_group", "singleton_group"}
+    assert report.verdict.groups is None
 
 
 # --- §3 DAPO overlong shaping ---------------------------------------------------------------------------

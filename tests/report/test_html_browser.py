@@ -1,6 +1,6 @@
 """The HTML pages in a real browser: headless Chromium renders a report made from ``sample_data/`` at 1280 px,
-takes a screenshot, and the page must not be blank and must log no console message. Skipped when no
-``chromium`` is installed (``.ci/run`` installs Debian's)."""
+takes a screenshot, and the page must not be blank and must log no console message; the verdict card is drawn
+at the top in its level's colour. Skipped when no ``chromium`` is installed (``.ci/run`` installs Debian's)."""
 from __future__ import annotations
 
 import shutil
@@ -12,6 +12,7 @@ import pytest
 
 from conftest import SAMPLES, runner
 from rladv_cli.cli import app
+from test_html_verdict import verdict_batch
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = [pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed"), pytest.mark.slow]  # slow: headless Chromium
@@ -69,6 +70,32 @@ def test_the_page_renders_in_chromium(tmp_path, name, dark):
     assert_drawn(pixels)
     # the page follows the colour scheme: a white background in light mode, a dark one in dark mode
     assert (pixels[0, 0].mean() < 0.2) if dark else (pixels[0, 0].mean() > 0.95)
+
+
+def level_pixels(pixels: np.ndarray, colour: str) -> np.ndarray:
+    """Where the page is drawn in ``colour`` (``#rrggbb``), as a boolean ``(H, W)`` mask."""
+    rgb = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)]) / 255
+    return np.abs(pixels - rgb).max(axis=2) < 0.03
+
+
+def test_the_verdict_card_renders_in_its_levels_colour(tmp_path):
+    """The verdict card is drawn at the top of the page in its level's colour: a failing batch's card red
+    (badge, border, share bar), a warning's amber, with no red beyond a legend swatch."""
+    shots = {}
+    for name, data in (("fail", verdict_batch(tmp_path)), ("warn", SAMPLES / "groups.parquet")):
+        html = tmp_path / f"{name}.html"
+        result = runner.invoke(app, ["compute", str(data), "--estimator", "grpo", "-o", str(tmp_path / f"{name}.out"),
+                                     "--html", str(html), "-q"])
+        assert result.exit_code == 0, result.output
+        pixels, console = screenshot(html, tmp_path)
+        assert console == []
+        shots[name] = pixels[:700]  # the first screen's top: the title, the card, the headline cards
+    red, amber = "#c0302b", "#a35200"  # --bad and --warn of the light colour scheme
+    fail = level_pixels(shots["fail"], red)
+    assert fail.sum() > 5000, fail.sum()
+    assert np.flatnonzero(fail.any(axis=1))[0] < 200  # the card starts under the title
+    assert level_pixels(shots["warn"], amber).sum() > 5000
+    assert level_pixels(shots["warn"], red).sum() < 500
 
 
 def test_the_checks_can_fail(tmp_path):

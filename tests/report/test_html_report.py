@@ -143,7 +143,9 @@ def test_page_is_well_formed_complete_and_offline(runs, pages, case):
     page = Page(text)
     assert_offline(text, page)
     # the replay section only when the input holds columns to replay (tests/report/test_replay.py)
-    assert re.findall(r"<h2>(.*?)</h2>", text) == [title for sid, title in SECTIONS if sid != "replay" or report.replay]
+    # the per-step verdict only with several steps (tests/report/test_html_verdict.py)
+    shown = {"replay": bool(report.replay), "verdict-steps": bool(report.verdict.steps)}
+    assert re.findall(r"<h2>(.*?)</h2>", text) == [title for sid, title in SECTIONS if shown.get(sid, True)]
     for warning in report.warnings:
         assert warning.code in page.plain and f"{warning.count:,}" in page.plain
         for where in warning.where:
@@ -465,7 +467,8 @@ def test_inspect_html_through_the_cli(tmp_path):
     text = html.read_text()
     page = Page(text)
     assert_offline(text, page)
-    assert re.findall(r"<h2>(.*?)</h2>", text) == [title for _, title in INSPECT_SECTIONS]
+    assert ins["verdict"]["steps"] is None  # one file, no --batch-key: no per-step section
+    assert re.findall(r"<h2>(.*?)</h2>", text) == [title for sid, title in INSPECT_SECTIONS if sid != "verdict-steps"]
     for check in ins["checks"]:
         assert check["code"] in page.plain
         for where in check["where"]:

@@ -1,0 +1,66 @@
+"""The checklist's verdict (``report.verdict``): its per-row scalars judged under the chosen estimator, with
+``rladv inspect`` / ``rladv explain`` lines that show an example of each cause."""
+from __future__ import annotations
+
+import shlex
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+
+from ..estimators.registry import Estimator
+from ..report.verdict import Context, RowsToJudge, Verdict, judge
+from .findings import Check
+from .scan import Plan, RowScalars
+
+
+def _commands(paths: Sequence[str], est: Optional[Estimator], kl_coef: float, kl_penalty: str,
+              columns: Optional[Mapping[str, str]], batch_key: Optional[str]):
+    """``(row_command, group_command)`` with the checklist's own settings."""
+    files = " ".join(shlex.quote(p) for p in paths)
+    flags = [] if est is None else ["--estimator", est.name]
+    if kl_coef:
+        flags += ["--kl-coef", f"{kl_coef:g}"] + (["--kl-penalty", kl_penalty] if kl_penalty != "kl" else [])
+    if batch_key is not None:
+        flags += ["--batch-key", batch_key]
+    for name, column in sorted((columns or {}).items()):
+        flags += ["--column", f"{name}={column}"]
+    tail = " ".join(shlex.quote(f) for f in flags)
+    tail = f" {tail}" if tail else ""
+    verb = "explain" if est is not None else "inspect"
+    return (lambda row: f"rladv {verb} {files} --row {row}{tail}",
+            lambda uid: f"rladv inspect {files} --uid {shlex.quote(str(uid))}{tail}")
+
+
+def checklist_verdict(rows: RowScalars, plan: Plan, est: Optional[Estimator], uids: Mapping[int, object],
+                      group_flags: Mapping[str, np.ndarray], checks: list[Check], paths: Sequence[str],
+                      step_names: Sequence[str], kl_coef: float, kl_penalty: str,
+                      columns: Optional[Mapping[str, str]], batch_key: Optional[str],
+                      epsilon: Optional[float]) -> Verdict:
+    """The verdict on the valid rows: actor tokens (the mask before rejection), used tokens, zero advantages
+    when the file has advantages, groups (``group_flags``: all-equal, and tied on scores) under the estimator
+    (any group estimator without ``--estimator``). A failing check (a broken contract, a missing column) fails
+    it too and is named in its hints; without ``uid`` and an estimator it warns that no group was judged."""
+    row_command, by_uid = _commands(paths, est, kl_coef, kl_penalty, columns, batch_key)
+    uses_groups = est.groups if est is not None else plan.uid
+    ctx = Context(estimator=est.name if est else None, uses_groups=uses_groups,
+                  singleton_rule=est.singleton if est else None, row_command=row_command,
+                  group_command=lambda g: by_uid(uids[g]), step_names=list(step_names),
+                  epsilon=epsilon if uses_groups else None)
+    judged = RowsToJudge(
+        actor=rows["actor"], used=rows["used"], zero=rows["dead_used"] if plan.advantages else None,
+        group=rows["gid"].astype(np.int64) if plan.uid else None,
+        reward=rows["reward_total"] if plan.score is not None else None, all_equal=group_flags.get("all_equal_group"),
+        score_equal=group_flags.get("score_equal") if plan.basis != "score" else None,
+        dataset_row=rows["drow"].astype(np.int64), step=rows["step"].astype(np.int64) if "step" in rows else None,
+        kl=rows["kl_row"] if plan.kl else None)
+    verdict = judge(judged, ctx, no_uid=est is not None and est.groups and not plan.uid)
+    if est is None and not plan.uid:
+        verdict = verdict.model_copy(update={"level": "warn" if verdict.level in ("ok", "note") else verdict.level,
+                                             "hints": [*verdict.hints, "no uid column: no groups, so the group checks "
+                                                       "did not run; judged as an estimator without groups would "
+                                                       "see the batch (--column uid=COLUMN names the group column)"]})
+    failing = [c.code for c in checks if c.status == "fail"]
+    if failing:
+        verdict = verdict.model_copy(update={
+            "level": "fail", "hints": [*verdict.hints, f"failing check(s): {', '.join(failing)} (the checklist below)"]})
+    return verdict
