@@ -424,12 +424,14 @@ def convert(
     saved: Annotated[Path, typer.Argument(parser=path, metavar="SAVED", help="A batch the trainer saved: verl's DataProto.save_to_disk pickle, or torch.save output (.pt).")],
     out: Annotated[Optional[Path], typer.Option("-o", "--output", parser=path, metavar="PATH", help="Parquet file to write (default: SAVED with .parquet).")] = None,
     step: Annotated[Optional[int], typer.Option(metavar="N", help="Add a step column with this value (for --batch-key step over a folder of dumps); default: the batch's meta_info global_steps, when it has one.")] = None,
+    trust_pickle: Annotated[bool, typer.Option("--trust-pickle", help="Unpickle SAVED fully, running code from it (needed for verl's DataProto pickles; only for files you trust). Without it only tensors, lists, dicts and numbers are read.")] = False,
 ) -> None:
-    """Write a trainer's saved batch as a rollout dataset, for rladv compute to replay. A pickle is code: convert
-    only files you trust.
+    """Write a trainer's saved batch as a rollout dataset, for rladv compute to replay. A dump is data: without
+    --trust-pickle nothing in it runs.
 
     Examples:
-      rladv convert step_120.pkl -o step_120.parquet
+      rladv convert step_120.pt -o step_120.parquet
+      rladv convert step_120.pkl --trust-pickle -o step_120.parquet
       rladv compute step_120.parquet --config ppo_trainer.yaml --strict-replay
     """
     from ..io.dump import dump_batch, load_saved
@@ -439,7 +441,7 @@ def convert(
     if out is None and target.resolve() == saved.resolve():
         _fail(f"the default output {target} is the input itself; give -o OUT.parquet")
     _run(lambda: check_output_path(str(target), [saved]))
-    batch = _run(lambda: load_saved(saved))
+    batch = _run(lambda: load_saved(saved, trust_pickle=trust_pickle))
     if step is None:  # verl's trainer keeps the step in the batch's meta_info
         meta = getattr(batch, "meta_info", None) or {}
         step = meta.get("global_steps") if isinstance(meta.get("global_steps"), int) else None

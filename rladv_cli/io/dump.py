@@ -72,19 +72,82 @@ def dump_batch(batch: Any, path: str | os.PathLike, *, step: Optional[int] = Non
     return Dumped(out, table.num_rows, int(tokens.as_py() or 0), table.column_names, skipped)
 
 
-def load_saved(path: str | os.PathLike) -> Any:
-    """A batch a trainer saved: ``torch.save`` output (``.pt``/``.pth``) or a pickle (verl's
-    ``DataProto.save_to_disk``). Unpickling runs code from the file: load only files you trust."""
+TRUST_FLAG = "--trust-pickle"
+# what a dump may name beyond what pickle writes without a global: containers, and numpy's arrays, dtypes and
+# scalars (verl keeps its non-tensor fields in numpy arrays); their contents go through the same rule
+_DATA_GLOBALS = frozenset({("builtins", n) for n in (
+    "dict", "list", "tuple", "set", "frozenset", "str", "bytes", "bytearray", "int", "float", "bool", "complex",
+    "slice", "range")} | {("collections", "OrderedDict"), ("numpy", "ndarray"), ("numpy", "dtype")}
+    | {(m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray") for n in ("_reconstruct", "scalar")})
+
+
+def _numpy_global(module: str, name: str) -> bool:
+    return (module, name) in _DATA_GLOBALS or (module == "numpy.dtypes" and name.endswith("DType"))
+
+
+def _numpy_globals() -> list:
+    """numpy's array, dtype and scalar constructors, for ``torch.load(weights_only=True)``'s allowlist."""
+    import numpy as np
+
+    core = getattr(np, "_core", None) or np.core
+    return [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype,
+            *(getattr(np.dtypes, n) for n in dir(np.dtypes) if n.endswith("DType"))]
+
+
+class _NeedsCode(Exception):
+    """A pickle names ``what``, a global beyond plain data: loading it would run code from the file."""
+
+    def __init__(self, what: str):
+        super().__init__(what)
+        self.what = what
+
+
+def _data_only_load(f) -> Any:
+    """``pickle.load`` that refuses every global but containers, numbers and numpy arrays (``_DATA_GLOBALS``)."""
     import pickle
 
+    class DataOnly(pickle.Unpickler):
+        def find_class(self, module: str, name: str):
+            if _numpy_global(module, name):
+                return super().find_class(module, name)
+            raise _NeedsCode(f"{module}.{name}")
+
+    return DataOnly(f).load()
+
+
+def load_saved(path: str | os.PathLike, *, trust_pickle: bool = False) -> Any:
+    """A batch a trainer saved: ``torch.save`` output (``.pt``/``.pth``) or a pickle (verl's
+    ``DataProto.save_to_disk``). A dump is data, not code: by default ``torch.save`` files are read with
+    ``torch.load(weights_only=True)`` (tensors, lists, dicts, numbers, strings, numpy arrays) and pickles with an
+    unpickler that allows containers, numbers and numpy arrays only; a file that needs more (a ``DataProto``, any class) is refused, naming
+    ``--trust-pickle``. ``trust_pickle``: unpickle it fully, which runs code from the file (only files you trust).
+    """
+    import pickle
+    import re
+
     where = os.fspath(path)
+    refused = (f"loading it runs code from the file; {TRUST_FLAG} loads it (only for a file you trust, e.g. "
+               "verl's DataProto.save_to_disk output)")
     try:
         if where.endswith((".pt", ".pth")):
             import torch
 
-            return torch.load(where, map_location="cpu", weights_only=False)
+            try:
+                if trust_pickle:
+                    return torch.load(where, map_location="cpu", weights_only=False)
+                with torch.serialization.safe_globals(_numpy_globals()):
+                    return torch.load(where, map_location="cpu", weights_only=True)
+            except pickle.UnpicklingError as err:
+                found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
+                if trust_pickle or not str(err).startswith("Weights only load failed"):
+                    raise
+                raise InputError(where, f"holds {found.group(1) if found else 'an object'}, beyond tensors, lists, "
+                                 f"dicts and numbers: {refused}") from None
         with open(where, "rb") as f:
-            return pickle.load(f)
+            return pickle.load(f) if trust_pickle else _data_only_load(f)
+    except _NeedsCode as err:
+        raise InputError(where, f"is a pickle that needs {err.what}, beyond containers, numbers and numpy arrays: "
+                         f"{refused}") from None
     except ModuleNotFoundError as err:
         raise InputError(where, f"holds objects of the {err.name} package, which is not installed here (a verl "
                          "DataProto needs verl and tensordict: pip install verl==0.9.1)") from None

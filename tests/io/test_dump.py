@@ -154,8 +154,52 @@ def test_convert_reads_a_saved_batch(tmp_path):
                                              "reward_baselines, uid, step (step 5)")
     assert "  left out prompts: prompt side, not one value per response token" in result.output
     result = runner.invoke(app, ["convert", str(tmp_path / "b.pkl"), "-o", str(tmp_path / "p.parquet")])
+    assert result.exit_code == 2 and "Proto, beyond containers, numbers and numpy arrays" in result.output  # a class: code
+    assert not (tmp_path / "p.parquet").exists()
+    result = runner.invoke(app, ["convert", str(tmp_path / "b.pkl"), "--trust-pickle", "-o", str(tmp_path / "p.parquet")])
     assert result.exit_code == 0, result.output
     assert pq.read_table(tmp_path / "p.parquet").equals(pq.read_table(tmp_path / "b.parquet").drop_columns(["step"]))
+
+
+class _Evil:
+    """A pickle payload: unpickling it calls ``open(path, "w")``, creating a file."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_dump_is_data_not_code(tmp_path):
+    """Without --trust-pickle nothing in a dump runs: a pickle whose payload would create a file is refused before
+    it runs, with a one-line error naming the flag, and writes nothing; the same inside a torch.save file."""
+    planted = tmp_path / "planted.txt"
+    (tmp_path / "evil.pkl").write_bytes(pickle.dumps({"response_mask": [[1, 1]], "x": _Evil(planted)}))
+    torch.save({"response_mask": torch.ones(1, 2), "x": _Evil(planted)}, tmp_path / "evil.pt")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for name, what in (("evil.pkl", "is a pickle that needs io.open"), ("evil.pt", "holds io.open")):
+        result = runner.invoke(app, ["convert", str(tmp_path / name)])
+        assert result.exit_code == 2, result.output
+        assert result.output == (f"Error: {tmp_path / name}: {what}, beyond " + (
+            "containers, numbers and numpy arrays" if name.endswith("pkl") else "tensors, lists, dicts and numbers")
+            + ": loading it runs code from the file; --trust-pickle loads it (only for a file you trust, e.g. "
+            "verl's DataProto.save_to_disk output)\n")
+        assert not planted.exists()
+        assert sorted(p.name for p in tmp_path.iterdir()) == before
+    # plain data loads without the flag: tensors in a torch.save file, containers and numbers in a pickle
+    torch.save(padded_batch(), tmp_path / "plain.pt")
+    (tmp_path / "plain.pkl").write_bytes(pickle.dumps({
+        "response_mask": np.array([[1, 1], [1, 0]], np.int64), "rm_scores": np.array([[0.0, 1.0], [0.5, 0.0]], np.float32),
+        "uid": np.array(["a", "b"], dtype=object), "step": np.int64(3)}))
+    for name in ("plain.pt", "plain.pkl"):
+        result = runner.invoke(app, ["convert", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+    plain = pq.read_table(tmp_path / "plain.parquet")
+    assert plain["rm_scores"].to_pylist() == [[0.0, 1.0], [0.5, 0.0]] and plain["uid"].to_pylist() == ["a", "b"]
+    # the user says so: then it is unpickled fully (and the payload runs, as pickle does)
+    result = runner.invoke(app, ["convert", str(tmp_path / "evil.pkl"), "--trust-pickle", "-o", str(tmp_path / "e.parquet")])
+    assert planted.exists()
 
 
 def test_convert_errors_are_one_line(tmp_path, monkeypatch):
@@ -173,7 +217,7 @@ def test_convert_errors_are_one_line(tmp_path, monkeypatch):
     (tmp_path / "gone.pkl").write_bytes(pickle.dumps(gone_pkg.Batch()))
     monkeypatch.delitem(sys.modules, "gone_pkg")
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(package)])
-    result = runner.invoke(app, ["convert", str(tmp_path / "gone.pkl")])
+    result = runner.invoke(app, ["convert", str(tmp_path / "gone.pkl"), "--trust-pickle"])
     assert result.exit_code == 2 and "holds objects of the gone_pkg package, which is not installed here" in result.output
     assert not (tmp_path / "gone.parquet").exists() and not list(tmp_path.glob(".rladv-*"))
     # no response_mask: nothing written
@@ -185,7 +229,7 @@ def test_convert_errors_are_one_line(tmp_path, monkeypatch):
 
 
 @pytest.mark.verl
-def test_a_real_dataproto_and_tensordict():
+def test_a_real_dataproto_and_tensordict(tmp_path):
     """verl's own containers, where verl is installed (python -m pytest -m verl)."""
     protocol = pytest.importorskip("verl.protocol")
     from tensordict import NonTensorStack, TensorDict
@@ -196,6 +240,13 @@ def test_a_real_dataproto_and_tensordict():
     table, skipped = batch_table(proto)
     assert table["uid"].to_pylist() == ["a", "a", "b"] and "prompts" in skipped
     assert table.drop_columns(["uid"]).equals(batch_table(batch)[0])
+    saved = tmp_path / "proto.pkl"
+    proto.save_to_disk(str(saved))  # a pickle of verl's classes: code, so only with the user's word
+    refused = runner.invoke(app, ["convert", str(saved)])
+    assert refused.exit_code == 2 and "verl.protocol.DataProto" in refused.output and "--trust-pickle" in refused.output
+    trusted = runner.invoke(app, ["convert", str(saved), "--trust-pickle"])
+    assert trusted.exit_code == 0, trusted.output
+    assert pq.read_table(tmp_path / "proto.parquet").drop_columns(["uid"]).equals(batch_table(batch)[0])
     mask = torch.nested.nested_tensor([torch.tensor([1, 1]), torch.tensor([1])], layout=torch.jagged)
     td = TensorDict({"response_mask": mask, "uid": NonTensorStack("x", "y")}, batch_size=2)
     table, _ = batch_table(td)
@@ -247,7 +298,7 @@ def test_convert_takes_the_step_from_meta_info_and_refuses_to_overwrite_its_inpu
     proto = Proto({k: v for k, v in padded_batch().items() if k != "uid"}, {})
     proto.meta_info = {"global_steps": 42}
     (tmp_path / "b.pkl").write_bytes(pickle.dumps(proto))
-    result = runner.invoke(app, ["convert", str(tmp_path / "b.pkl")])
+    result = runner.invoke(app, ["convert", str(tmp_path / "b.pkl"), "--trust-pickle"])
     assert result.exit_code == 0 and result.output.splitlines()[0].endswith("(step 42)")
     assert pq.read_table(tmp_path / "b.parquet")["step"].to_pylist() == [42] * 3
     torch.save(torch.ones(2), tmp_path / "t.pt")
