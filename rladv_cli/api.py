@@ -1,4 +1,5 @@
-"""The library entry points the CLI calls: ``compute`` (Arrow table), ``compute_file`` (Parquet paths), ``validate``."""
+"""The library entry points the CLI calls: ``compute`` (an Arrow table or a polars frame), ``compute_file`` (Parquet
+paths, or a frame, to a Parquet file), ``validate``."""
 from __future__ import annotations
 
 import gc
@@ -6,7 +7,7 @@ import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -15,10 +16,14 @@ from .config.settings import Config
 from .estimators.registry import ESTIMATORS, REFERENCE_DEFAULT
 from .contract import validation
 from .errors import InputError, OutputError
-from .io.read import Dataset, TableSource
-from .io.write import (AtomicParquetWriter, SideFiles, check_output_path, computed_columns, default_output,
-                       output_schema, signals_deferred)
+from .io import frames
+from .io.read import Dataset
+from .io.write import (AtomicParquetWriter, SideFiles, check_output_path, check_side_outputs, computed_columns,
+                       default_output, output_schema, signals_deferred)
 from .report.model import Report
+
+if TYPE_CHECKING:
+    import polars as pl
 
 PathLike = str | os.PathLike
 SWITCH_INTERVAL_S = 0.0005  # while compute_file runs (sys.setswitchinterval)
@@ -54,9 +59,14 @@ def _config(config: Optional[Config], settings: dict) -> Config:
     return config.model_copy(update=settings) if settings else config
 
 
-def compute(table: pa.Table, config: Optional[Config] = None, *, progress: Optional[Callable] = None,
-            pad_widths: Optional[Mapping[object, int]] = None, **settings) -> tuple[pa.Table, Report]:
-    """Advantages for an in-memory Arrow table: ``(table with rladv's columns added, report)``.
+def compute(table: "pa.Table | pl.DataFrame | pl.LazyFrame", config: Optional[Config] = None, *,
+            progress: Optional[Callable] = None, pad_widths: Optional[Mapping[object, int]] = None,
+            **settings) -> "tuple[pa.Table | pl.DataFrame, Report]":
+    """Advantages for an Arrow table or a polars frame: ``(its rows with rladv's columns added, report)``.
+
+    A pyarrow ``Table`` gives a ``Table``; a polars ``DataFrame`` or ``LazyFrame`` gives a polars ``DataFrame``
+    over the output's Arrow buffers. A ``LazyFrame`` is streamed: its query runs once per pass, ``chunk_rows`` rows
+    at a time, as a file is read (docs/python-api.md, "Frames").
 
     ``settings`` are ``Config`` fields (``estimator="grpo", kl_coef=0.01, ...``) and override ``config``.
     ``pad_widths`` (batch key value, or None without ``batch_key`` -> length) are the longest responses of the
@@ -66,33 +76,35 @@ def compute(table: pa.Table, config: Optional[Config] = None, *, progress: Optio
     from .pipeline.driver import run_in_memory
 
     cfg = _config(config, settings)
-    source = TableSource(table, columns=cfg.columns)
+    source = frames.open_rows(table, cfg.columns, cfg.where)
     out, report = run_in_memory(source, cfg, progress, pad_widths)
-    return out.rename_columns(source.names.written(out.column_names)), report
+    out = out.rename_columns(source.names.written(out.column_names))
+    return (frames.to_polars(out) if frames.is_polars(table) else out), report
 
 
 def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config] = None, *,
                  output: Optional[PathLike] = None, report_path: Optional[PathLike] = None,
                  progress: Optional[Callable] = None, config_source: Optional[dict] = None,
-                 html_path: Optional[PathLike] = None, **settings) -> Report:
-    """Read a dataset (file, files or folder), write ``output`` (default ``DATASET.adv.parquet``) atomically,
+                 html_path: Optional[PathLike] = None, groups_path: Optional[PathLike] = None,
+                 rows_path: Optional[PathLike] = None, **settings) -> Report:
+    """Read a dataset (file, files or folder, or a frame as ``compute`` takes: then ``output`` is required),
+    write ``output`` (default ``DATASET.adv.parquet``) atomically,
     and optionally the JSON report and the self-contained HTML report. Nothing is left behind when it fails:
     the report and the page are written to temporary files beside their targets and renamed right after the
     output, all three renames shielded from SIGINT/SIGTERM/SIGHUP (``signals_deferred``), so the three files
-    appear together or not at all. ``config_source`` (what a verl YAML contributed) is recorded in the
-    report's ``config``."""
+    appear together or not at all; so do ``groups_path`` / ``rows_path``, the tables behind the verdict as
+    Parquet (``report.tables``). ``config_source`` (what a verl YAML contributed) is recorded in the report's
+    ``config``."""
     cfg = _config(config, settings)
-    dataset = Dataset(inputs, columns=cfg.columns)
-    out = str(output) if output is not None else default_output(dataset.inputs)
+    framed = isinstance(inputs, pa.Table) or frames.is_polars(inputs)
+    if framed and output is None:
+        raise OutputError("a frame has no file name to derive the output's from; give output=PATH")
+    dataset = frames.open_rows(inputs, cfg.columns, cfg.where)
+    out = str(output) if output is not None else default_output(
+        [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs))
     check_output_path(out, dataset.paths)
-    extra = {"--report": report_path, "--html": html_path}
-    for flag, path in extra.items():
-        if path is not None:
-            check_output_path(str(path), dataset.paths, flag)
-    given = [os.path.abspath(p) for p in (out, report_path, html_path) if p is not None]
-    twice = next((p for p in given if given.count(p) > 1), None)
-    if twice is not None:
-        raise OutputError(f"-o, --report and --html must name different files; {twice} is given twice")
+    check_side_outputs(out, dataset.paths, {"--report": report_path, "--html": html_path,
+                                            "--groups-out": groups_path, "--rows-out": rows_path})
     switch = sys.getswitchinterval()
     # The reading and writing threads are in C most of the time, but each needs the GIL back between calls:
     # at Python's default 5 ms they queue behind the torch import and the stages, at 0.5 ms they do not.
@@ -103,14 +115,15 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
         written = dataset.names.written(schema.names)  # the files' own names of mapped columns (--column)
         with AtomicParquetWriter(out, schema, carried, written) as sink, SideFiles() as side:
             # while torch imports: the input is decoded and checked, and its carried columns encoded
-            once = dataset.read_once(cfg.chunk_rows, cfg.cache_mib << 20, validation.check_chunk, sink)
+            once = dataset.read_once(cfg.chunk_rows, cfg.cache_mib << 20, validation.check_chunk, sink) if isinstance(
+                dataset, Dataset) else None  # a frame, or the rows --where kept: in memory or streamed
             try:
                 with _pipeline_imported() as stages:
                     from .pipeline.summary import finish_report
 
                     pipeline = stages.Pipeline(dataset, cfg, progress)
                     report = finish_report(pipeline.run(sink.write), out, config_source, report_path, html_path,
-                                           side)
+                                           side, (groups_path, rows_path))
                     sink.finish()
                     with signals_deferred():
                         sink.commit()

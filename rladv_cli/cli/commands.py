@@ -16,7 +16,7 @@ from ..errors import RladvError, one_line, shown
 from ..estimators.registry import DEFAULT_GROUP_ESTIMATOR, ESTIMATORS, get_estimator, names_where
 from .help import HelpCommand, HelpGroup
 from .options import (RUN_PANEL, SETTINGS_OPTIONS, Columns, Datasets, Device, Engine, Estimator, FailOn, FailOnOption,
-                      VerlConfig, choices, path, takes_settings)
+                      GroupsOut, RowsOut, VerlConfig, choices, path, takes_settings)
 from .progress import progress
 
 
@@ -102,6 +102,8 @@ def compute(
     output: Annotated[Optional[Path], typer.Option("-o", "--output", parser=path, metavar="PATH", help="Output Parquet (default DATASET.adv.parquet); with --engine ray, the output folder (default DATASET.adv).")] = None,
     report: Annotated[Optional[Path], typer.Option(parser=path, metavar="PATH", help="Also write the report as JSON here (- writes it to stdout, and the summary to stderr).")] = None,
     html: Annotated[Optional[Path], typer.Option(parser=path, metavar="PATH", help="Also write a self-contained HTML report (plots inline) here.")] = None,
+    groups_out: GroupsOut = None,
+    rows_out: RowsOut = None,
     config: VerlConfig = None,
     chunk_rows: Annotated[int, typer.Option(metavar="N", help="Rows held in memory at once (results do not depend on it).", rich_help_panel=RUN_PANEL)] = 512,
     cache_mib: Annotated[int, typer.Option(metavar="MIB", help="Keep the decoded dataset in memory between passes when it fits this many MiB (0: re-read each pass).", rich_help_panel=RUN_PANEL)] = 512,
@@ -139,10 +141,11 @@ def compute(
 
             result = _run(lambda: compute_ray(paths, cfg, output_dir=output, address=ray_address, workers=ray_workers,
                                               progress=show, report_path=report_path, html_path=html,
-                                              config_source=source))
+                                              config_source=source, groups_path=groups_out, rows_path=rows_out))
         else:
             result = _run(lambda: compute_file(paths, cfg, output=output, report_path=report_path, progress=show,
-                                               config_source=source, html_path=html))
+                                               config_source=source, html_path=html, groups_path=groups_out,
+                                               rows_path=rows_out))
     for note in cfg.notes:  # after the run: an error stays the only line a failed run prints
         err.print(f"Note: {one_line(note)}", markup=False, highlight=False, soft_wrap=True)
     if not quiet:
@@ -275,6 +278,8 @@ def inspect(
     show_all: Annotated[bool, typer.Option("--all", help="List the passing checks too (otherwise one line names them).")] = False,
     chunk_rows: Annotated[int, typer.Option(metavar="N", help="Rows held in memory at once.")] = 8192,
     html: Annotated[Optional[Path], typer.Option(parser=path, metavar="PATH", help="Also write the checklist and findings as a self-contained HTML page here.")] = None,
+    groups_out: GroupsOut = None,
+    rows_out: RowsOut = None,
     config: VerlConfig = None,
     **settings,
 ) -> None:
@@ -307,15 +312,17 @@ def inspect(
         _run(lambda: get_estimator(name))
     console = Console()
     if row is None and uid is None:
-        _only_typed(ctx, ("config", "kl_coef", "kl_penalty", "columns", "batch_key", "epsilon", "norm_adv_by_std"),
-                    "the checklist takes only --kl-coef, --kl-penalty, --batch-key, --epsilon, --norm-adv-by-std and "
-                    "--column of compute's settings; the others apply with --row or --uid")
+        _only_typed(ctx, ("config", "kl_coef", "kl_penalty", "columns", "batch_key", "epsilon", "norm_adv_by_std",
+                          "where"),
+                    "the checklist takes only --kl-coef, --kl-penalty, --batch-key, --epsilon, --norm-adv-by-std, "
+                    "--where and --column of compute's settings; the others apply with --row or --uid")
         kl_coef, kl_penalty = merged.get("kl_coef", 0.0), merged.get("kl_penalty", "kl")
         if not math.isfinite(kl_coef):
             _fail(f"--kl-coef must be a finite number, got {kl_coef}")
         columns = merged.get("columns")
         result = _run(lambda: checklist.inspect(paths, expected_n=expected_n, kl_coef=kl_coef, kl_penalty=kl_penalty,
                                                 estimator=name, chunk_rows=chunk_rows, html_path=html, columns=columns,
+                                                groups_path=groups_out, rows_path=rows_out, where=merged.get("where"),
                                                 batch_key=merged.get("batch_key"), epsilon=merged.get("epsilon", 1e-6),
                                                 norm_adv_by_std=merged.get("norm_adv_by_std", True)))
         typer.echo(result.to_json(), nl=False) if as_json else render_inspection(result, console, show_all)

@@ -71,6 +71,13 @@ FailOnOption = Annotated[FailOn, typer.Option(
     metavar="warn|fail", help="Exit 1 when the verdict is this or worse (the outputs are written either way); "
     "default: never.", rich_help_panel=RUN_PANEL)]
 
+GroupsOut = Annotated[Optional[Path], typer.Option(
+    parser=path, metavar="PATH", help="Also write the verdict's table of groups (uid, size, score mean/std, signal "
+    "share, cause) as Parquet here (docs/debugging.md).")]
+RowsOut = Annotated[Optional[Path], typer.Option(
+    parser=path, metavar="PATH", help="Also write the verdict's table of rows (file, row, uid, totals, tokens, "
+    "advantage mean/min/max, cause) as Parquet here.")]
+
 Estimator = Annotated[Optional[str], typer.Option(
     metavar="NAME", help=f"Advantage estimator, by verl's name: {', '.join(ESTIMATORS)} (rladv estimators "
     "describes them; or from --config, whose default is gae).")]
@@ -128,6 +135,10 @@ BatchKey = Annotated[Optional[str], typer.Option(
 PadWidth = Annotated[Optional[int], typer.Option(
     metavar="N", help="Sum row totals as verl does in a batch padded to at least N positions (inspect --export "
     "writes it for a group taken out of a larger batch).", rich_help_panel=ESTIMATOR_PANEL)]
+Where = Annotated[Optional[str], typer.Option(
+    metavar="SQL", help="Only the rows this SQL predicate over the input's columns keeps, e.g. \"step >= 100 AND "
+    "data_source = 'gsm8k'\" (polars evaluates it in the Parquet scan; groups form after it).",
+    rich_help_panel=RUN_PANEL)]
 Columns = Annotated[Optional[list[str]], typer.Option(
     "--column", metavar="NAME=COLUMN", help="Read your column COLUMN as the contract's NAME and write it back as "
     "COLUMN, e.g. --column uid=prompt_id (repeatable).", rich_help_panel=RUN_PANEL)]
@@ -142,7 +153,7 @@ SETTINGS_OPTIONS = (  # (Config field, option, default) after --config, in this 
     ("overlong_penalty_factor", OverlongPenaltyFactor, 1.0), ("max_resp_len", MaxRespLen, None),
     ("tool_reward_coef", ToolRewardCoef, None), ("reward_components", RewardComponents, None),
     ("reward_weights", RewardWeights, None), ("batch_key", BatchKey, None), ("pad_width", PadWidth, None),
-    ("columns", Columns, None),
+    ("where", Where, None), ("columns", Columns, None),
 )
 
 

@@ -61,6 +61,9 @@ class Config(BaseModel):
     )
     reward_weights: Optional[tuple[float, ...]] = Field(None, description="gdpo: weight of each component")
     batch_key: Optional[str] = Field(None, description="column whose values split the dataset into independent batches")
+    where: Optional[str] = Field(
+        None, description="a SQL predicate over the input's columns (polars' SQL); only the rows it keeps are read, "
+        "and groups and batch statistics are formed over them")
     pad_width: Optional[int] = Field(
         None, gt=0, le=1 << 20,
         description="sum each row's total as verl does in a batch padded to at least this many positions (verl "

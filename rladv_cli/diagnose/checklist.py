@@ -84,15 +84,17 @@ from ..contract.labels import Labels, uid_merges
 from ..errors import ConfigError
 from ..estimators.registry import (DEFAULT_GROUP_ESTIMATOR, SINGLETON_EXAMPLES, Estimator, get_estimator, names_where,
                                    with_check)
-from ..io.read import Dataset
-from ..io.write import check_output_path
+from ..io.read import RowSource
+from ..io import frames
+from ..io.write import SideFiles, check_side_outputs, signals_deferred
+from ..report.tables import write_tables
 from ..report.distributions import histogram
-from ..report.model import row_stats
+from ..report.model import row_filter, row_stats
 from .findings import (CAUSES, Advantages, Cause, Check, DeadSignal, Dist, Groups, Inspection, KLSummary, Layout,
                        LossVsResponse, Masks, RowDistributions, Scores, Status, TokenCounts)
 from .scan import Plan, RowScalars, invalid_rows, plan_of, scan_chunk
 from . import hazards
-from .signal import checklist_verdict
+from .signal import checklist_flags, checklist_verdict
 
 PathLike = str | os.PathLike
 FIRST_ROWS = 5
@@ -107,7 +109,9 @@ def _dist(v: np.ndarray) -> Dist:
 def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] = None, kl_coef: float = 0.0,
             kl_penalty: str = "kl", estimator: Optional[str] = None, chunk_rows: int = 8192,
             html_path: Optional[PathLike] = None, columns: Optional[Mapping[str, str]] = None,
-            batch_key: Optional[str] = None, epsilon: float = 1e-6, norm_adv_by_std: bool = True) -> Inspection:
+            batch_key: Optional[str] = None, epsilon: float = 1e-6, norm_adv_by_std: bool = True,
+            groups_path: Optional[PathLike] = None, rows_path: Optional[PathLike] = None,
+            where: Optional[str] = None) -> Inspection:
     """Stream a dataset (file, files or folder) and check it in the debugging order of docs/debugging.md; no torch.
 
     ``expected_n``: rows each uid group should have (verl's ``rollout.n``); ``kl_coef`` / ``kl_penalty``: check
@@ -115,7 +119,10 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
     require its columns; ``html_path``: also write the findings there as a self-contained HTML page; ``columns``:
     the files' names of contract columns (``Config.columns``); ``batch_key``: the column whose values are training
     steps (groups never cross them; the verdict is given per step, as it is per file for several files without
-    it); ``epsilon`` / ``norm_adv_by_std``: grpo's settings, for ``epsilon_dominated_std``. Memory: one chunk of
+    it); ``epsilon`` / ``norm_adv_by_std``: grpo's settings, for ``epsilon_dominated_std``; ``groups_path`` /
+    ``rows_path``: also write the tables behind the verdict there as Parquet (``report.tables``; the page and the
+    tables appear together or not at all); ``where``: only the rows this SQL predicate keeps (``io.frames``,
+    held in memory). ``inputs`` may also be a frame (``io.frames``). Memory: one chunk of
     ``chunk_rows`` rows plus a few scalars per row and per group.
     Raises ``InputError`` when the dataset cannot be read, ``ConfigError`` for bad arguments.
     """
@@ -130,9 +137,8 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
         raise ConfigError(f"--kl-penalty: '{kl_penalty}' is not a KL estimate verl implements; choose one of {', '.join(KL_MODES)}")
     if batch_key is not None and not batch_key.strip():
         raise ConfigError(f"--batch-key {batch_key!r} names no column")
-    ds = Dataset(inputs, columns=columns)
-    if html_path is not None:
-        check_output_path(str(html_path), ds.paths, "--html")
+    ds = frames.open_rows(inputs, columns, where)
+    check_side_outputs(None, ds.paths, {"--html": html_path, "--groups-out": groups_path, "--rows-out": rows_path})
     if batch_key is not None and batch_key not in ds.columns:
         validation.check_schema(ds.paths[0], ds.schema, {batch_key: "--batch-key names it"})
     plan, bad_columns = plan_of(ds, kl_coef, batch_key)
@@ -156,6 +162,7 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
         cols = scan_chunk(t, plan, kl_coef, kl_penalty)
         batch = labels.batch_ids(t, chunk.path, chunk.start)
         cols["batch"] = batch  # all 0 without --batch-key: the dataset is one batch
+        cols["file"], cols["file_row"] = np.full(t.num_rows, chunk.file_index), chunk.start + drow - chunk.first_row
         cols["step"] = batch if batch_key is not None else np.full(t.num_rows, chunk.file_index)
         if plan.uid:
             gids = labels.group_ids(t, batch, chunk.path, chunk.start)
@@ -173,10 +180,14 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
         steps = list(ds.paths)
     result = _summarise(ds, plan, est, rows, labels, sessions, bad_rows, bad_columns, expected_n, kl_coef, kl_penalty,
                         steps, columns, (epsilon, norm_adv_by_std))
-    if html_path is not None:
-        from .html import write_inspection_html
+    with SideFiles() as side:
+        write_tables(side, result, (groups_path, rows_path))
+        if html_path is not None:
+            from .html import render_inspection_html
 
-        write_inspection_html(html_path, result)
+            side.write(html_path, render_inspection_html(result))
+        with signals_deferred():
+            side.commit()
     return result
 
 
@@ -184,7 +195,7 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
 class _Checks:
     """Builds the checklist; rows given as dataset rows are shown 0-based within their file."""
 
-    def __init__(self, ds: Dataset):
+    def __init__(self, ds: RowSource):
         self.ds = ds
         self.items: list[Check] = []
 
@@ -212,7 +223,7 @@ def _flagged(rows: RowScalars, name: str) -> np.ndarray:
     return rows["drow"][rows[name].astype(bool)] if name in rows else np.zeros(0, dtype=np.int64)
 
 
-def _summarise(ds: Dataset, plan: Plan, est: Optional[Estimator], rows: RowScalars, labels: Labels,
+def _summarise(ds: RowSource, plan: Plan, est: Optional[Estimator], rows: RowScalars, labels: Labels,
                sessions: set, bad_rows: list, bad_columns: list[str], expected_n: Optional[int],
                kl_coef: float, kl_penalty: str, steps: list[str], columns: Optional[Mapping[str, str]],
                std_rule: tuple[float, bool]) -> Inspection:
@@ -337,14 +348,17 @@ def _summarise(ds: Dataset, plan: Plan, est: Optional[Estimator], rows: RowScala
                     rows_with_padding=int((padding > 0).sum()))
     checks.items.sort(key=lambda c: c.step)  # stable: the order above within a step
     uids = {g: uid for (_, uid), g in labels.groups.items()}
-    verdict = checklist_verdict(rows, plan, est, uids, group_flags, checks.items, ds.paths, steps, kl_coef,
-                                kl_penalty, columns, labels.batch_key, std_epsilon(est, *std_rule))
+    flags = checklist_flags(est, kl_coef, kl_penalty, columns, labels.batch_key,
+                            ds.filter.where if ds.filter is not None else None)
+    verdict, (group_table, row_table) = checklist_verdict(
+        rows, plan, est, uids, group_flags, checks.items, ds.paths, steps, flags, std_epsilon(est, *std_rule))
     return Inspection(
         verdict=verdict,
         rows=ds.num_rows,
         tokens=TokenCounts(total=total_tokens, actor=actor_tokens, observation=total_tokens - actor_tokens - pad_tokens,
                            padding=pad_tokens, rejected=rejected_tokens, used=used_tokens),
         groups=groups, columns={f.name: str(f.type) for f in ds.schema}, checks=checks.items, paths=list(ds.paths),
+        filter=row_filter(ds),
         estimator=name, invalid_rows=len(bad_rows), layout=layout, scores=scores,
         masks=masks, kl=kl, advantages=adv, dead_signal=dead,
         distributions=RowDistributions(
@@ -353,7 +367,7 @@ def _summarise(ds: Dataset, plan: Plan, est: Optional[Estimator], rows: RowScala
             score_total=histogram(rows["score_total"]) if scored else None,
             reward_total=histogram(rows["reward_total"]) if scored and plan.basis != "score" else None,
         ),
-    )
+    ).with_tables(group_table, row_table)
 
 
 def _group_checks(checks: _Checks, plan: Plan, est: Optional[Estimator], rows: RowScalars, labels: Labels,

@@ -18,7 +18,7 @@ from ..config.settings import Config
 from ..contract.validation import is_number_list
 from ..errors import ConfigError
 from ..estimators.registry import ESTIMATORS
-from ..io.read import Dataset
+from ..io.frames import open_rows
 from .views import GroupView, compute_rows, group_view, read_row, render_group
 
 PathLike = str | os.PathLike
@@ -49,7 +49,7 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
     loops round as verl's do, which the recursion shown beside the advantages follows."""
     settings.setdefault("device", "cpu")
     cfg = Config(estimator=estimator, **settings)
-    ds = Dataset(inputs, columns=settings.get("columns"))
+    ds = open_rows(inputs, settings.get("columns"), settings.get("where"))
     if not 0 <= row < ds.num_rows:
         raise ConfigError(f"--row {row}: the dataset has {ds.num_rows} rows (0-based)")
     est = ESTIMATORS[estimator]

@@ -15,12 +15,13 @@ from ..config.settings import Config, command_flags
 from ..contract import validation
 from ..errors import ConfigError, OutputError
 from ..estimators.registry import DEFAULT_GROUP_ESTIMATOR, ESTIMATORS
-from ..io.read import Dataset
+from ..io.frames import open_rows
+from ..io.read import RowSource
 from ..io.write import SideFiles, check_output_path
 from .views import PathLike, group_rows, pad_widths, scope_of
 
 
-def _padded_like_the_dataset(ds: Dataset, table: pa.Table, estimator: str, settings: dict):
+def _padded_like_the_dataset(ds: RowSource, table: pa.Table, estimator: str, settings: dict):
     """The export's ``Config``: ``settings`` with ``pad_width`` raised to the widest of the group's batches in
     the dataset (``pad_widths``) when that is wider than the group's own longest row, so the group alone sums
     its totals as the full run does; and the widths of the group's batches."""
@@ -44,7 +45,7 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
     folder = os.fspath(folder)
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise ConfigError(f"--export {folder}: exists and is not a folder")
-    ds = Dataset(inputs, columns=settings.get("columns"))
+    ds = open_rows(inputs, settings.get("columns"), settings.get("where"))
     table, _ = group_rows(ds, uid)
     run, widths = _padded_like_the_dataset(ds, table, estimator, settings)
     needed = set(validation.required_columns(

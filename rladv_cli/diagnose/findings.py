@@ -7,7 +7,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..report.model import Histogram, Stats
+from ..report.model import Histogram, RowFilter, Stats, filter_line
+from ..report.tables import WithTables
 from ..report.verdict import Verdict, render_verdict
 
 Status = Literal["pass", "warn", "fail"]
@@ -148,7 +149,7 @@ class RowDistributions(_Model):
     reward_total: Optional[Histogram] = Field(description="rows by total reward on the reward basis; None when it is the score")
 
 
-class Inspection(_Model):
+class Inspection(_Model, WithTables):
     """What ``rladv inspect --json`` prints: the verdict, docs/contract.md §5's keys, then inspect's own sections."""
 
     verdict: Verdict
@@ -158,6 +159,7 @@ class Inspection(_Model):
     columns: dict[str, str]
     checks: list[Check]
     paths: list[str]
+    filter: Optional[RowFilter] = Field(description="the --where that chose the rows (rows: those it kept)")
     estimator: Optional[str]
     invalid_rows: int
     layout: Layout
@@ -201,10 +203,12 @@ def render_inspection(ins: Inspection, console, show_all: bool = False) -> None:
     """Print an ``Inspection`` with rich: the verdict, inputs, layout, groups, scores, masks, advantages, then
     the checklist (status, code, count, first rows) in the debugging order; passing checks in one line unless
     ``show_all``."""
+    from rich.markup import escape
     from rich.table import Table
 
     console.print(
         f"[bold]rladv inspect[/bold]  {ins.rows} rows ({ins.invalid_rows} invalid) from {len(ins.paths)} file(s)"
+        + escape(filter_line(ins.filter))
         + (f"  estimator [cyan]{ins.estimator}[/cyan]" if ins.estimator else "")
     )
     render_verdict(ins.verdict, console)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 
 from ..estimators.registry import Estimator
-from ..report.verdict import EPS_TIE
+from ..report.verdict import EPS_TIE, group_mean_std
 from .scan import Plan, RowScalars
 
 if TYPE_CHECKING:
@@ -125,13 +125,9 @@ def epsilon_std(checks: "_Checks", rows: RowScalars, view: GroupView, epsilon: O
     divides = epsilon is not None
     epsilon = checked if epsilon is None else epsilon
     r, gid, size = rows["reward_total"].astype(np.float64), view.gid, view.size
-    G = size.size
-    n = np.maximum(size, 1)
-    mean = np.bincount(gid, weights=r, minlength=G) / n
+    mean, std = group_mean_std(r, gid, size)
     dev = r - mean[gid]
-    var = np.bincount(gid, weights=dev * dev, minlength=G) / np.maximum(size - 1, 1)
-    std = np.sqrt(var)
-    lo, hi = _group_min_max(r, gid, G)
+    lo, hi = _group_min_max(r, gid, size.size)
     hit = view.present & (size > 1) & (hi > lo) & (std <= EPS_TIE * epsilon)
     if hit.any():
         amp = np.abs(dev) / (std[gid] + epsilon)

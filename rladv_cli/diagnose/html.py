@@ -3,11 +3,9 @@ machinery and charts), the verdict first. ``render_inspection_html(ins) -> str``
 ``Inspection``, the same object ``inspect --json`` prints, so the page holds no number the JSON does not."""
 from __future__ import annotations
 
-import os
-
 from ..report import plots
 from ..report.page import (Html, cards, charts, e, figure, kv, muted, num, page, pct, signal_card, stats_table, table,
-                           verdict_card, verdict_steps, write_page)
+                           verdict_card, verdict_steps)
 from .findings import STEP_TITLES, Inspection
 
 SECTIONS = (
@@ -147,8 +145,3 @@ def render_inspection_html(ins: Inspection) -> str:
     return page(f"rladv inspect: {ins.paths[0] if ins.paths else '?'}{more}", "rladv inspect", sub, headline,
                 [(sid, t, body[sid]) for sid, t in SECTIONS if body[sid]],
                 "Made by rladv inspect; this file is self-contained (no scripts, nothing loaded from the network).")
-
-
-def write_inspection_html(path: str | os.PathLike, ins: Inspection) -> None:
-    """Write ``render_inspection_html(ins)`` to ``path`` atomically (temporary file + rename)."""
-    write_page(path, render_inspection_html(ins))

@@ -26,7 +26,8 @@ from ..config.settings import Config
 from ..contract.labels import Labels
 from ..errors import ConfigError, InputError, RladvError
 from ..estimators.registry import DEFAULT_GROUP_ESTIMATOR, Estimator, get_estimator, with_check
-from ..io.read import Dataset, Origin, TableSource
+from ..io.frames import open_rows
+from ..io.read import Origin, RowSource, TableSource
 
 PathLike = str | os.PathLike
 
@@ -123,13 +124,13 @@ def scope_of(est: Estimator, settings: dict) -> str:
     return "group" if est.groups else "row"
 
 
-def read_all(ds: Dataset) -> pa.Table:
+def read_all(ds: RowSource) -> pa.Table:
     """The whole dataset as one table (for estimators and settings whose rows depend on every row)."""
     tables = [c.table for c in ds.chunks(None, 65536)]
     return pa.concat_tables(tables) if tables else ds.schema.empty_table()
 
 
-def read_rows(ds: Dataset, keep) -> tuple[pa.Table, np.ndarray]:
+def read_rows(ds: RowSource, keep) -> tuple[pa.Table, np.ndarray]:
     """Rows for which ``keep(chunk_table) -> (B,) bool`` holds, and their dataset-wide indices, in order."""
     parts, index = [], []
     for c in ds.chunks(None, 8192):
@@ -142,7 +143,7 @@ def read_rows(ds: Dataset, keep) -> tuple[pa.Table, np.ndarray]:
     return pa.concat_tables(parts), np.concatenate(index)
 
 
-def read_row(ds: Dataset, row: int) -> pa.Table:
+def read_row(ds: RowSource, row: int) -> pa.Table:
     """Dataset row ``row`` as a one-row table (reading stops at its chunk)."""
     for c in ds.chunks(None, 8192):
         if c.first_row <= row < c.first_row + c.table.num_rows:
@@ -156,7 +157,7 @@ def uid_equals(table: pa.Table, uid: str) -> np.ndarray:
     return pc.fill_null(pc.equal(as_str, pa.scalar(str(uid), pa.string())), False).to_numpy(zero_copy_only=False)
 
 
-def group_rows(ds: Dataset, uid: str) -> tuple[pa.Table, np.ndarray]:
+def group_rows(ds: RowSource, uid: str) -> tuple[pa.Table, np.ndarray]:
     """The rows of uid group ``uid`` and their dataset-wide indices; errors when there is no such group."""
     if "uid" not in ds.columns:
         raise InputError(ds.paths[0], "missing; --uid needs a uid column", column="uid")
@@ -166,14 +167,13 @@ def group_rows(ds: Dataset, uid: str) -> tuple[pa.Table, np.ndarray]:
     return table, index
 
 
-def origin_of(ds: Dataset, index: np.ndarray) -> Origin:
+def origin_of(ds: RowSource, index: np.ndarray) -> Origin:
     """Where the dataset rows ``index`` (dataset-wide, ``(K,)``) live: each one's file and row within it."""
-    starts = np.cumsum([0, *ds.file_rows])
-    file_index = np.searchsorted(starts, index, side="right") - 1
-    return Origin(tuple(ds.paths), file_index.astype(np.int64), (index - starts[file_index]).astype(np.int64))
+    file_index, file_row = ds.row_origins()
+    return Origin(tuple(ds.paths), file_index[index], file_row[index])
 
 
-def pad_widths(ds: Dataset, batch_key: Optional[str]) -> Optional[dict]:
+def pad_widths(ds: RowSource, batch_key: Optional[str]) -> Optional[dict]:
     """Each batch's longest response in the dataset (batch key value, None without one -> length), for
     ``compute(pad_widths=...)`` on rows taken out of it; None where the columns for it are missing (``compute``
     then says what is)."""
@@ -187,7 +187,7 @@ def pad_widths(ds: Dataset, batch_key: Optional[str]) -> Optional[dict]:
     return {value: int(widths[i]) for value, i in labels.batches.items()}
 
 
-def compute_rows(ds: Dataset, est: Estimator, target: np.ndarray, uid: Optional[str], settings: dict):
+def compute_rows(ds: RowSource, est: Estimator, target: np.ndarray, uid: Optional[str], settings: dict):
     """Run ``compute`` with ``settings`` (``Config`` fields) on the rows ``est`` needs for the dataset rows
     ``target`` (sorted indices); returns ``(output rows of target, report, scope)``. Group-local estimators run
     on the uid's rows only and row-local ones on ``target``, padded to their batches' longest responses in the
@@ -259,7 +259,7 @@ def row_view(inputs: Sequence[PathLike] | PathLike, row: int, *, estimator: Opti
     same (docs/semantics.md §7.2). A failing computation is reported in ``error``, not raised.
     """
     est = None if estimator is None else get_estimator(estimator)
-    ds = Dataset(inputs, columns=settings.get("columns"))
+    ds = open_rows(inputs, settings.get("columns"), settings.get("where"))
     if not 0 <= row < ds.num_rows:
         across = f" across its {len(ds.paths)} files" if len(ds.paths) > 1 else ""
         raise ConfigError(f"--row {row}: the dataset has {ds.num_rows} rows{across} (0-based)")
@@ -420,7 +420,7 @@ def group_view(inputs: Sequence[PathLike] | PathLike, uid: str, *, estimator: st
     singleton) is reported in ``error``, not raised.
     """
     est = get_estimator(estimator)
-    ds = Dataset(inputs, columns=settings.get("columns"))
+    ds = open_rows(inputs, settings.get("columns"), settings.get("where"))
     table, index = group_rows(ds, uid)
     for i in range(table.num_rows):
         path, file_row = ds.locate(int(index[i]))

@@ -167,6 +167,7 @@ class RowSource:
     file_rows: list[int]
     num_rows: int
     shards: list[Shard]
+    filter: "object | None" = None  # the --where that chose these rows (``frames.Filter``), if any
 
     @property
     def columns(self) -> list[str]:
@@ -184,6 +185,13 @@ class RowSource:
     def locate(self, row: int) -> tuple[str, int]:
         """(file path, 0-based row within that file) of dataset-wide row ``row``."""
         raise NotImplementedError
+
+    def row_origins(self) -> tuple[np.ndarray, np.ndarray]:
+        """``locate`` for every row at once: each row's file index and row within that file, ``(B,)`` int64 each."""
+        counts = np.asarray(self.file_rows, dtype=np.int64)
+        file_index = np.repeat(np.arange(counts.size), counts)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        return file_index, np.arange(int(counts.sum()), dtype=np.int64) - starts[file_index]
 
 
 class Dataset(RowSource):
@@ -491,6 +499,11 @@ class TableSource(RowSource):
     def locate(self, row: int) -> tuple[str, int]:
         index, at = self._where(row)
         return self.paths[index], at
+
+    def row_origins(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.origin is None:
+            return super().row_origins()
+        return self.origin.file_index.astype(np.int64), self.origin.file_row.astype(np.int64)
 
     def _where(self, row: int) -> tuple[int, int]:
         """(file index, row within that file) of table row ``row``."""

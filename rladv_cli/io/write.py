@@ -12,7 +12,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Callable, Iterator, Sequence
+from typing import IO, Callable, Iterator, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -347,6 +347,19 @@ def write_json_atomic(path: str, text: str) -> None:
     with SideFiles() as files:
         files.write(path, text)
         files.commit()
+
+
+def check_side_outputs(output: Optional[str], inputs: Sequence[str], side: "dict[str, object]") -> None:
+    """The files a run writes beside ``output`` (``side``: flag -> path or None) are writable, none is an input,
+    and all of them name different files."""
+    for flag, path in side.items():
+        if path is not None:
+            check_output_path(str(path), inputs, flag)
+    given = [os.path.abspath(p) for p in (output, *side.values()) if p is not None]
+    twice = next((p for p in given if given.count(p) > 1), None)
+    if twice is not None:
+        named = ", ".join((["-o"] if output is not None else []) + list(side))
+        raise OutputError(f"{named} must name different files; {twice} is given twice")
 
 
 class SideFiles:

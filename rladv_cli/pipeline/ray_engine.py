@@ -54,9 +54,11 @@ def prepare_worker() -> None:
 def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output_dir: Optional[PathLike] = None,
                 address: Optional[str] = None, workers: Optional[int] = None,
                 progress: Optional[Callable[[str, int, int], None]] = None, report_path: Optional[PathLike] = None,
-                html_path: Optional[PathLike] = None, config_source: Optional[dict] = None) -> Report:
+                html_path: Optional[PathLike] = None, config_source: Optional[dict] = None,
+                groups_path: Optional[PathLike] = None, rows_path: Optional[PathLike] = None) -> Report:
     """Compute a dataset on Ray: one ``<stem>.adv.parquet`` per input file in ``output_dir`` (default
-    ``<inputs' folder>.adv`` beside it) plus ``report.json`` there, the report the local engine would give.
+    ``<inputs' folder>.adv`` beside it) plus ``report.json`` there, the report the local engine would give (and
+    ``groups_path`` / ``rows_path``, the tables behind its verdict).
 
     Runs on the Ray instance this process already joined, else on the cluster at ``address``, else on a local
     one started for the run with ``workers`` CPUs (default: all); ``workers`` also caps the tasks in flight.
@@ -80,7 +82,8 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
     created = not out_dir.exists() and not out_dir.is_symlink()
     names = output_names(dataset, out_dir)
     try:
-        for flag, path in (("--report", report_path), ("--html", html_path)):
+        for flag, path in (("--report", report_path), ("--html", html_path), ("--groups-out", groups_path),
+                           ("--rows-out", rows_path)):
             if path is not None and Path(path).resolve().parent == out_dir.resolve() and Path(path).name in names:
                 raise OutputError(f"{flag} {path} is one of the output shards")
         with _cluster(ray, address, workers):
@@ -90,7 +93,8 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
                     staging = tempfile.mkdtemp(prefix=".rladv-", dir=out_dir)
                 with SideFiles() as side:
                     report = pipeline.run(None, RayShards(ray, staging, names, workers, progress))
-                    report = finish_report(report, str(out_dir), config_source, report_path, html_path, side)
+                    report = finish_report(report, str(out_dir), config_source, report_path, html_path, side,
+                                           (groups_path, rows_path))
                     side.write(out_dir / REPORT_NAME, report.to_json())
                     with signals_deferred():  # the shards, report.json, --report and --html: all or none
                         for name in names:

@@ -21,7 +21,8 @@ from ..report import replay
 from ..report.diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions, first_rows, group_flags,
                                   token_stats)
 from ..report.model import (KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens, example_command,
-                            row_stats)
+                            row_filter, row_stats)
+from ..report.tables import RowFacts, verdict_tables, write_tables
 from ..report.verdict import Context, RowsToJudge, Verdict, judge
 from .shard import Established, Plan
 
@@ -87,10 +88,12 @@ def build_report(run: Finished) -> Report:
         correction = next(iter(per.values())) if len(per) == 1 else {"batches": per}
     total_s = run.seconds.get("total", 0.0)
     has_uid = run.plan.has_uid
+    verdict, (group_table, row_table) = _verdict(run)
     return Report(
         rladv_version=__version__,
-        verdict=_verdict(run),
-        inputs=Inputs(paths=list(source.paths), files=_file_infos(run), rows=source.num_rows, tokens=tokens_total),
+        verdict=verdict,
+        inputs=Inputs(paths=list(source.paths), files=_file_infos(run), rows=source.num_rows, tokens=tokens_total,
+                      filter=row_filter(source)),
         output=None,
         config={**cfg.model_dump(), "score_column": "rm_scores" if "rm_scores" in source.columns else "score",
                 **({"score_column_ignored": "score"} if {"rm_scores", "score"} <= set(source.columns)
@@ -119,7 +122,7 @@ def build_report(run: Finished) -> Report:
             tokens_per_second=tokens_total / total_s if total_s > 0 else 0.0,
             device=str(device),
         ),
-    )
+    ).with_tables(group_table, row_table)
 
 
 def _row_warnings(run: Finished, warn: WarningBuilder) -> None:
@@ -185,9 +188,9 @@ def _conditioning_warnings(run: Finished, warn: WarningBuilder) -> None:
                  "advantages there differ from rladv's by about that much", ill_groups.numel(), first)
 
 
-def _verdict(run: Finished) -> Verdict:
-    """The verdict on the computed advantages: each row's actor, used and zero-advantage tokens, its group and
-    total reward R, its batch and KL."""
+def _verdict(run: Finished) -> tuple[Verdict, tuple]:
+    """The verdict on the computed advantages (each row's actor, used and zero-advantage tokens, its group and
+    total reward R, its batch and KL) and the tables behind it (``report.tables``: groups, rows)."""
     rows, cfg, est, labels = run.rows, run.plan.cfg, run.plan.est, run.labels
     has_groups = run.known.groups is not None
     uid_of = {g: uid for (_, uid), g in labels.groups.items()}
@@ -212,7 +215,15 @@ def _verdict(run: Finished) -> Verdict:
                   row_command=lambda r: example_command(paths, cfg, row=r),
                   group_command=lambda g: example_command(paths, cfg, uid=uid_of[g]),
                   step_names=step_names, epsilon=est.std_epsilon(cfg.epsilon, cfg.norm_adv_by_std))
-    return judge(judged, ctx)
+    file_index, file_row = run.source.row_origins()
+    padding = rows["padding"].numpy() if "padding" in rows else 0
+    facts = RowFacts(score_total=rows["score_total"].double().numpy(),
+                     observation=rows["length"].numpy() - rows["actor"].numpy() - padding,
+                     file_index=file_index, file_row=file_row, paths=paths,
+                     uids=[uid_of[g] for g in range(len(uid_of))] if has_groups else None,
+                     adv_sum=rows["adv_sum"].numpy(), adv_count=rows["adv_count"].numpy(),
+                     adv_min=rows["adv_min"].numpy(), adv_max=rows["adv_max"].numpy())
+    return judge(judged, ctx), verdict_tables(judged, ctx, facts)
 
 
 def _dead_signal_report(run: Finished) -> dict:
@@ -371,17 +382,19 @@ def _kl_report(run: Finished, warn: WarningBuilder) -> KL:
 
 
 def finish_report(report: Report, output: str, config_source: Optional[dict], report_path, html_path,
-                  side: Optional[SideFiles] = None) -> Report:
+                  side: Optional[SideFiles] = None, tables_out: tuple = (None, None)) -> Report:
     """``report`` with its output, the settings' notes (``Config.notes``) and what a verl YAML contributed,
-    written as JSON and HTML where asked: staged in ``side`` (renamed by its ``commit``), else at once."""
+    written as JSON and HTML where asked, and the tables behind its verdict (``tables_out``: the groups' and the
+    rows' Parquet paths): staged in ``side`` (renamed by its ``commit``), else at once."""
     notes = setting_notes(report.config)
     config = {**report.config, **({"notes": notes} if notes else {}),
               **({"verl_config": config_source} if config_source else {})}
     report = report.model_copy(update={"output": output, "config": config})
-    if report_path is None and html_path is None:
+    if report_path is None and html_path is None and tables_out == (None, None):
         return report
     with SideFiles() as own:
         files = side if side is not None else own
+        write_tables(files, report, tables_out)
         if report_path is not None:
             files.write(report_path, report.to_json())
         if html_path is not None:

@@ -8,6 +8,7 @@ from typing import Any, Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .tables import WithTables
 from .verdict import Verdict, render_verdict
 
 
@@ -21,11 +22,31 @@ class FileInfo(_Model):
     tokens: int
 
 
+class RowFilter(_Model):
+    """The ``--where`` predicate that chose the rows, and how many it kept of those read."""
+
+    where: str
+    rows_read: int
+    rows_kept: int
+
+
 class Inputs(_Model):
     paths: list[str]
     files: list[FileInfo]
-    rows: int
+    rows: int = Field(description="rows computed (those --where kept)")
     tokens: int
+    filter: Optional[RowFilter] = None
+
+
+def row_filter(source) -> Optional[RowFilter]:
+    """The ``RowFilter`` of a ``RowSource`` read with ``--where``, else None."""
+    f = source.filter
+    return None if f is None else RowFilter(where=f.where, rows_read=f.rows_read, rows_kept=f.rows_kept)
+
+
+def filter_line(f: Optional[RowFilter]) -> str:
+    """`` (--where '...' kept K of N rows)`` for a header line, or ``""``."""
+    return "" if f is None else f" (--where {f.where!r} kept {f.rows_kept} of {f.rows_read} rows)"
 
 
 class Tokens(_Model):
@@ -181,7 +202,7 @@ class Distributions(_Model):
     returns_vs_values: Optional[ReturnsVsValues] = Field(description="None for estimators without values")
 
 
-class Report(_Model):
+class Report(_Model, WithTables):
     """Everything rladv measured in one run; ``warnings`` carry stable codes (docs/contract.md §4)."""
 
     rladv_version: str
@@ -331,7 +352,7 @@ def render(report: Report, console) -> None:
     console.print(
         f"[bold]rladv {r.rladv_version}[/bold]  estimator [cyan]{r.config['estimator']}[/cyan]  "
         f"{r.inputs.rows} rows, {r.inputs.tokens} tokens from {len(r.inputs.paths)} file(s)"
-        + (f" -> {r.output}" if r.output else "")
+        + filter_line(r.inputs.filter) + (f" -> {r.output}" if r.output else "")
     )
     if r.config.get("score_column_ignored"):
         console.print(f"[dim]scores from {r.config['score_column']}; the dataset's {r.config['score_column_ignored']} "

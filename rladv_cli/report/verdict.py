@@ -170,14 +170,19 @@ class _Split:
 EPS_TIE = 9.0  # a group std at most this many epsilons: epsilon is a tenth or more of the denominator
 
 
+def group_mean_std(x: np.ndarray, g: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-group mean and unbiased std ``(G,)`` of the rows' ``x (B,)`` in float64 (std 0 for one row)."""
+    x = x.astype(np.float64)
+    mean = np.bincount(g, weights=x, minlength=size.size) / np.maximum(size, 1)
+    dev = x - mean[g]
+    return mean, np.sqrt(np.bincount(g, weights=dev * dev, minlength=size.size) / np.maximum(size - 1, 1))
+
+
 def _near_ties(rows: RowsToJudge, g: np.ndarray, size: np.ndarray, epsilon: Optional[float]) -> np.ndarray:
     """Groups ``(G,)`` of 2+ rows whose unbiased std of R (float64) is above 0 and at most ``EPS_TIE·epsilon``."""
     if epsilon is None or rows.reward is None:
         return np.zeros(size.size, dtype=bool)
-    r = rows.reward.astype(np.float64)
-    mean = np.bincount(g, weights=r, minlength=size.size) / np.maximum(size, 1)
-    dev = r - mean[g]
-    std = np.sqrt(np.bincount(g, weights=dev * dev, minlength=size.size) / np.maximum(size - 1, 1))
+    std = group_mean_std(rows.reward, g, size)[1]
     return (size > 1) & (std > 0) & (std <= EPS_TIE * epsilon)
 
 
@@ -354,6 +359,55 @@ def _steps(rows: RowsToJudge, ctx: Context, no_uid: bool) -> Optional[list[StepV
             rejected_share=int(split.causes["rejected"].sum()) / actor if actor else 0.0,
             kl_mean=None if rows.kl is None else float(np.mean(rows.kl[sel]))))
     return out
+
+
+ROW_CAUSES = ("ok", "no_actor_tokens", "rejected", "no_uid", "singleton", "all_0", "all_top", "tied", "kl_only",
+              "epsilon_tie", "zero_advantage")
+
+
+@dataclass(frozen=True)
+class Labels:
+    """What the tables behind the verdict say of each row ``(B,)`` and group ``(G,)``: tokens with signal, and
+    the cause (``ROW_CAUSES``; a group's: ``ok``, ``singleton``, ``all_0``, ``all_top``, ``tied``, ``kl_only``,
+    ``epsilon_tie``). ``group_*`` are None without groups."""
+
+    row_signal: np.ndarray
+    row_cause: np.ndarray
+    group_signal: Optional[np.ndarray]
+    group_cause: Optional[np.ndarray]
+
+
+def label(rows: RowsToJudge, ctx: Context, *, no_uid: bool = False) -> Labels:
+    """Each row's and group's signal tokens and cause, by ``judge``'s rules: a row carries signal when one of its
+    tokens does; otherwise its cause is its group's, or what it lacks (actor tokens, tokens left after
+    rejection, a uid), or ``zero_advantage``."""
+    split = _split(rows, ctx, no_uid)
+    group_cause = group_signal = None
+    B = rows.actor.size
+    from_group = np.full(B, "ok", dtype=object)
+    if split.present is not None:
+        G = split.present.size
+        group_cause = np.full(G, "ok", dtype=object)
+        if split.eps_tie is not None:
+            group_cause[split.eps_tie] = "epsilon_tie"
+        if split.kl_only is not None:
+            group_cause[split.kl_only] = "kl_only"
+        if split.all_equal is not None:
+            group_cause[split.all_equal] = "tied"
+            if split.value is not None:
+                group_cause[split.all_equal & (split.value == 0)] = "all_0"
+                group_cause[split.all_equal & (split.value == split.top) & (split.top > 0)] = "all_top"
+        group_cause[split.singleton] = "singleton"
+        g = rows.group.astype(np.int64)
+        group_signal = np.bincount(g, weights=split.signal, minlength=G).astype(np.int64)
+        from_group = group_cause[g]
+    used = np.minimum(rows.used.astype(np.int64), rows.actor.astype(np.int64))
+    cause = np.where(split.signal > 0, "ok", np.where(from_group != "ok", from_group, "zero_advantage")).astype(object)
+    if no_uid:
+        cause[split.signal == 0] = "no_uid"
+    cause[(split.signal == 0) & (used == 0)] = "rejected"
+    cause[rows.actor == 0] = "no_actor_tokens"
+    return Labels(split.signal, cause, group_signal, group_cause)
 
 
 def judge(rows: RowsToJudge, ctx: Context, *, no_uid: bool = False) -> Verdict:

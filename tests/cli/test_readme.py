@@ -89,3 +89,15 @@ def test_the_python_example_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     exec(compile(code, "docs/python-api.md", "exec"), {})
     assert all((tmp_path / path[len("/tmp/"):]).exists() for path in written)
+
+
+def test_the_polars_pipeline_runs_and_finds_the_always_solved_prompts(monkeypatch, capsys):
+    """The README's Python block, run from the repository root: a lazy scan in, the group query out."""
+    code = re.search(r"## In a polars pipeline\n.*?```python\n(.*?)```", README, re.S).group(1)
+    monkeypatch.chdir(ROOT)
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert type(scope["out"]).__name__ == "DataFrame" and scope["out"].height == 33
+    solved = scope["groups"].filter(scope["pl"].col("cause") == "all_top")
+    assert solved.height >= 1 and (solved["score_mean"] == 1.0).all()
+    assert scope["report"].verdict.headline in capsys.readouterr().out
