@@ -133,7 +133,7 @@ def epsilon_std(checks: "_Checks", rows: RowScalars, view: GroupView, epsilon: O
         amp = np.abs(dev) / (std[gid] + epsilon)
         worst = int(np.argmax(np.where(hit[gid], amp, -1)))
         detail = (f" (largest |R - mean| / (std + eps) {amp[worst]:.3g} in float64, which float32 rounding moves; "
-                  f"group std {std[gid[worst]]:.3g}, row {int(rows['drow'][worst])})")
+                  f"group std {std[gid[worst]]:.3g}, dataset row {int(rows['drow'][worst])})")
     else:
         detail = ""
     checks.add("epsilon_dominated_std", 5, int(hit.sum()), np.sort(view.first[hit]),

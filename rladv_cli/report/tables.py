@@ -22,7 +22,7 @@ import pyarrow as pa
 from pydantic import BaseModel, PrivateAttr
 
 from ..contract.columns import arrow_of
-from .verdict import Context, RowsToJudge, group_mean_std, label
+from .verdict import CAUSES, Context, RowsToJudge, group_mean_std, label
 
 if TYPE_CHECKING:
     import polars as pl
@@ -80,9 +80,9 @@ def _coded(codes: np.ndarray, values: Sequence[object]) -> pa.Array:
     return dictionary.take(indices)
 
 
-def _cause(causes: np.ndarray) -> pa.Array:
-    names, codes = np.unique(causes.astype(str), return_inverse=True)
-    return _coded(codes, names.tolist())
+def _cause(codes: np.ndarray) -> pa.Array:
+    """Causes (indices into ``CAUSES``) as a dictionary-encoded string column."""
+    return pa.DictionaryArray.from_arrays(arrow_of(codes, pa.int8()), _strings(CAUSES))
 
 
 def _group_moments(x: Optional[np.ndarray], g: np.ndarray, size: np.ndarray) -> tuple[pa.Array, pa.Array]:

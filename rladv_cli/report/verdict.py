@@ -361,15 +361,16 @@ def _steps(rows: RowsToJudge, ctx: Context, no_uid: bool) -> Optional[list[StepV
     return out
 
 
-ROW_CAUSES = ("ok", "no_actor_tokens", "rejected", "no_uid", "singleton", "all_0", "all_top", "tied", "kl_only",
-              "epsilon_tie", "zero_advantage")
+CAUSES = ("ok", "no_actor_tokens", "rejected", "no_uid", "singleton", "all_0", "all_top", "tied", "kl_only",
+          "epsilon_tie", "zero_advantage")
+_CODE = {name: np.int8(i) for i, name in enumerate(CAUSES)}
 
 
 @dataclass(frozen=True)
 class Labels:
     """What the tables behind the verdict say of each row ``(B,)`` and group ``(G,)``: tokens with signal, and
-    the cause (``ROW_CAUSES``; a group's: ``ok``, ``singleton``, ``all_0``, ``all_top``, ``tied``, ``kl_only``,
-    ``epsilon_tie``). ``group_*`` are None without groups."""
+    the cause as an index into ``CAUSES`` (int8; a group's is ``ok``, ``singleton``, ``all_0``, ``all_top``,
+    ``tied``, ``kl_only`` or ``epsilon_tie``). ``group_*`` are None without groups."""
 
     row_signal: np.ndarray
     row_cause: np.ndarray
@@ -384,30 +385,28 @@ def label(rows: RowsToJudge, ctx: Context, *, no_uid: bool = False) -> Labels:
     split = _split(rows, ctx, no_uid)
     group_cause = group_signal = None
     B = rows.actor.size
-    from_group = np.full(B, "ok", dtype=object)
+    from_group = np.full(B, _CODE["ok"])
     if split.present is not None:
         G = split.present.size
-        group_cause = np.full(G, "ok", dtype=object)
-        if split.eps_tie is not None:
-            group_cause[split.eps_tie] = "epsilon_tie"
-        if split.kl_only is not None:
-            group_cause[split.kl_only] = "kl_only"
-        if split.all_equal is not None:
-            group_cause[split.all_equal] = "tied"
-            if split.value is not None:
-                group_cause[split.all_equal & (split.value == 0)] = "all_0"
-                group_cause[split.all_equal & (split.value == split.top) & (split.top > 0)] = "all_top"
-        group_cause[split.singleton] = "singleton"
+        group_cause = np.full(G, _CODE["ok"])
+        for flags, name in ((split.eps_tie, "epsilon_tie"), (split.kl_only, "kl_only"), (split.all_equal, "tied")):
+            if flags is not None:
+                group_cause[flags] = _CODE[name]
+        if split.all_equal is not None and split.value is not None:
+            group_cause[split.all_equal & (split.value == 0)] = _CODE["all_0"]
+            group_cause[split.all_equal & (split.value == split.top) & (split.top > 0)] = _CODE["all_top"]
+        group_cause[split.singleton] = _CODE["singleton"]
         g = rows.group.astype(np.int64)
         group_signal = np.bincount(g, weights=split.signal, minlength=G).astype(np.int64)
         from_group = group_cause[g]
     used = np.minimum(rows.used.astype(np.int64), rows.actor.astype(np.int64))
-    cause = np.where(split.signal > 0, "ok", np.where(from_group != "ok", from_group, "zero_advantage")).astype(object)
+    none = split.signal == 0
+    cause = np.where(~none, _CODE["ok"], np.where(from_group != _CODE["ok"], from_group, _CODE["zero_advantage"]))
     if no_uid:
-        cause[split.signal == 0] = "no_uid"
-    cause[(split.signal == 0) & (used == 0)] = "rejected"
-    cause[rows.actor == 0] = "no_actor_tokens"
-    return Labels(split.signal, cause, group_signal, group_cause)
+        cause[none] = _CODE["no_uid"]
+    cause[none & (used == 0)] = _CODE["rejected"]
+    cause[rows.actor == 0] = _CODE["no_actor_tokens"]
+    return Labels(split.signal, cause.astype(np.int8), group_signal, group_cause)
 
 
 def judge(rows: RowsToJudge, ctx: Context, *, no_uid: bool = False) -> Verdict:

@@ -110,7 +110,7 @@ def test_epsilon_dominated_std(tmp_path):
     std = r.std(ddof=1)
     assert std <= 9e-6
     largest = np.abs(r - r.mean()).max() / (std + 1e-6)
-    assert f"largest |R - mean| / (std + eps) {largest:.3g} in float64" in c.message and "row 11" in c.message
+    assert f"largest |R - mean| / (std + eps) {largest:.3g} in float64" in c.message and "dataset row 11" in c.message
     # the verdict does not count a near tie as signal
     v = inspect(path, estimator="grpo").verdict
     tie = {c.code: c for c in v.causes}["epsilon_tie_group"]
