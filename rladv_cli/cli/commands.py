@@ -16,7 +16,7 @@ from ..errors import RladvError, one_line, shown
 from ..estimators.registry import DEFAULT_GROUP_ESTIMATOR, ESTIMATORS, get_estimator, names_where
 from .help import HelpCommand, HelpGroup
 from .options import (RUN_PANEL, SETTINGS_OPTIONS, Columns, Datasets, Device, Engine, Estimator, FailOn, FailOnOption,
-                      GroupsOut, RowsOut, VerlConfig, choices, path, takes_settings)
+                      GroupsOut, LogFormat, RowsOut, VerlConfig, choices, path, takes_settings)
 from .progress import progress
 
 
@@ -428,22 +428,38 @@ def offpolicy(
 
 @app.command(cls=HelpCommand, context_settings=HELP_OPTIONS)
 def convert(
-    saved: Annotated[Path, typer.Argument(parser=path, metavar="SAVED", help="A batch the trainer saved: verl's DataProto.save_to_disk pickle, or torch.save output (.pt).")],
-    out: Annotated[Optional[Path], typer.Option("-o", "--output", parser=path, metavar="PATH", help="Parquet file to write (default: SAVED with .parquet).")] = None,
+    saved: Annotated[list[Path], typer.Argument(parser=path, metavar="SRC...", help="A batch the trainer saved (verl's DataProto.save_to_disk pickle, or torch.save output .pt), or with --from the trainer's log files, folders or globs.")],
+    out: Annotated[Optional[Path], typer.Option("-o", "--output", parser=path, metavar="PATH", help="Parquet file to write (default: SRC with .parquet; required with --from).")] = None,
+    source_format: Annotated[Optional[LogFormat], typer.Option("--from", metavar=choices(LogFormat), help="Read a trainer's log in this format instead of a saved batch (docs/dumps.md).")] = None,
     step: Annotated[Optional[int], typer.Option(metavar="N", help="Add a step column with this value (for --batch-key step over a folder of dumps); default: the batch's meta_info global_steps, when it has one.")] = None,
-    trust_pickle: Annotated[bool, typer.Option("--trust-pickle", help="Unpickle SAVED fully, running code from it (needed for verl's DataProto pickles; only for files you trust). Without it only tensors, lists, dicts and numbers are read.")] = False,
+    trust_pickle: Annotated[bool, typer.Option("--trust-pickle", help="Unpickle SRC fully, running code from it (needed for verl's DataProto pickles; only for files you trust). Without it only tensors, lists, dicts and numbers are read.")] = False,
 ) -> None:
-    """Write a trainer's saved batch as a rollout dataset, for rladv compute to replay. A dump is data: without
-    --trust-pickle nothing in it runs.
+    """Write a trainer's saved batch, or its rollout log (--from), as a rollout dataset for rladv compute. A dump
+    is data: without --trust-pickle nothing in it runs.
 
     Examples:
       rladv convert step_120.pt -o step_120.parquet
       rladv convert step_120.pkl --trust-pickle -o step_120.parquet
+      rladv convert --from verl-jsonl rollout_data/ -o rollouts.parquet
       rladv compute step_120.parquet --config ppo_trainer.yaml --strict-replay
     """
     from ..io.dump import dump_batch, load_saved
     from ..io.write import check_output_path
 
+    if source_format is not None:
+        if out is None:
+            _fail("--from reads a trainer's log files; give -o OUT.parquet")
+        if step is not None or trust_pickle:
+            _fail(f"--{'step' if step is not None else 'trust-pickle'} is for a saved batch; a log has its own steps")
+        from ..io.importers import convert_log
+
+        done = _run(lambda: convert_log(source_format.value, saved, out))
+        typer.echo(f"{shown(done.path)}: {done.rows} rows from {done.files} file(s); columns {', '.join(done.columns)}")
+        typer.echo(one_line(f"  uid from {done.sources['uid']}; {done.absent}"))
+        return
+    if len(saved) != 1:
+        _fail(f"a saved batch is one file, got {len(saved)}; several files are a log: give --from FORMAT")
+    saved = saved[0]
     target = out or saved.with_suffix(".parquet")
     if out is None and target.resolve() == saved.resolve():
         _fail(f"the default output {target} is the input itself; give -o OUT.parquet")

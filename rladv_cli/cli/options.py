@@ -39,6 +39,10 @@ class ISLevel(str, Enum):
     sequence = "sequence"
 
 
+class LogFormat(str, Enum):  # io.importers.FORMATS
+    verl_jsonl = "verl-jsonl"
+
+
 class FailOn(str, Enum):
     never = "never"
     warn = "warn"

@@ -99,17 +99,18 @@ class LazySource(RowSource):
         except pl.exceptions.PolarsError as err:
             raise InputError(name, f"the LazyFrame's query failed: {str(err).splitlines()[0]}") from None
         self.names.check(name, empty.column_names)
+        self.names = self.names.seeing(self.names.read_schema(empty.schema).names)
         self.schema = as_lists(self.names.read(empty)).schema
         self.paths, self.file_rows = [name], [self.num_rows]
         self.shards = [Shard(0, name, 0, self.num_rows, self.names)]
 
     def chunks(self, columns: Sequence[str] | None, chunk_rows: int) -> Iterator[Chunk]:
         pl = _polars()
-        query = self._frame if columns is None else self._frame.select([self.names.in_file(c) for c in columns])
+        query = self._frame if columns is None else self._frame.select(self.names.file_columns(columns))
         start = 0
         try:
             for table in _cut(query.collect_batches(chunk_size=chunk_rows), chunk_rows):
-                yield Chunk(0, self.paths[0], start, start, as_lists(self.names.read(standard(table))))
+                yield Chunk(0, self.paths[0], start, start, as_lists(self.names.read(standard(table), columns)))
                 start += table.num_rows
         except pl.exceptions.PolarsError as err:
             raise InputError(self.paths[0], f"the LazyFrame's query failed past row {start}: "

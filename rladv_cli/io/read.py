@@ -44,20 +44,46 @@ class Chunk:
     checked: bool = False  # every contract column in it passed the row checks already (``ReadOnce``)
 
 
+# sequence-level data's mask: one actor position per row
+ONE_POSITION = pa.field("response_mask", pa.list_(pa.int8()))
+
+
+def _ones(rows: int) -> pa.Array:
+    """``rows`` lists ``[1]`` (built from buffers: ``pa.array`` would import pandas)."""
+    offsets = np.arange(rows + 1, dtype=np.int32)
+    values = pa.Array.from_buffers(pa.int8(), rows, [None, pa.py_buffer(np.ones(rows, dtype=np.int8))])
+    return pa.ListArray.from_arrays(pa.Array.from_buffers(pa.int32(), rows + 1, [None, pa.py_buffer(offsets)]), values)
+
+
 # the columns rladv writes: a mapping may name them for the output alone
 WRITTEN = ("token_level_rewards", "response_mask", "loss_mask", "advantages", "returns", "rollout_is_weights")
 
 
 @dataclass(frozen=True)
 class ColumnNames:
-    """The user's names of contract columns (``--column uid=prompt_id``): ``pairs`` of (contract name, the
-    column's name in the files). Read under the contract's names, written back under the user's."""
+    """How the files' columns are read as the contract's: ``pairs`` of (contract name, the column's name in
+    the files; ``--column uid=prompt_id``), read under the contract's names and written back under the user's;
+    and ``one_position``: sequence-level data (a ``score`` per row and no token lists, docs/contract.md §1), read
+    with a ``response_mask`` of one position per row."""
 
     pairs: tuple[tuple[str, str], ...] = ()
+    one_position: bool = False
 
     @classmethod
     def of(cls, mapping: "Mapping[str, str] | None") -> "ColumnNames":
         return cls(tuple(sorted((mapping or {}).items())))
+
+    def seeing(self, names: Sequence[str]) -> "ColumnNames":
+        """These names, reading files whose columns (contract names) are ``names``: one position per row when
+        they hold a ``score`` and no ``response_mask`` nor any other token list."""
+        token_lists = [n for n in names if n in CONTRACT_COLUMNS and CONTRACT_COLUMNS[n].token_aligned]
+        one = "response_mask" not in names and "score" in names and not token_lists
+        return dataclasses.replace(self, one_position=one)
+
+    def file_columns(self, columns: Sequence[str]) -> list[str]:
+        """The files' names of the contract's ``columns`` to read (the one-position mask is made, not read)."""
+        wanted = [self.in_file(c) for c in columns if not (self.one_position and c == "response_mask")]
+        return wanted or ([self.in_file("score")] if self.one_position else wanted)
 
     def in_file(self, name: str) -> str:
         """The files' name of contract column ``name``."""
@@ -67,18 +93,27 @@ class ColumnNames:
         """The names ``names`` (the contract's) are written under."""
         return [self.in_file(n) for n in names]
 
-    def read(self, table: pa.Table) -> pa.Table:
-        """``table`` as read from a file, its mapped columns under the contract's names."""
-        if not self.pairs:
-            return table
-        contract = {file: name for name, file in self.pairs}
-        return table.rename_columns([contract.get(n, n) for n in table.column_names])
+    def read(self, table: pa.Table, columns: Sequence[str] | None = None) -> pa.Table:
+        """``table`` as read from a file, its mapped columns under the contract's names; with ``one_position``
+        a ``response_mask`` of ``[1]`` per row (when ``columns``, the contract's names asked for, include it)."""
+        if self.pairs:
+            contract = {file: name for name, file in self.pairs}
+            table = table.rename_columns([contract.get(n, n) for n in table.column_names])
+        if self.one_position:
+            if columns is None or "response_mask" in columns:
+                table = table.append_column(ONE_POSITION, _ones(table.num_rows))
+            if columns is not None:  # the score read in place of a mask alone
+                table = table.select([n for n in table.column_names if n in columns])
+        return table
 
     def read_schema(self, schema: pa.Schema) -> pa.Schema:
         """A file's ``schema``, its mapped columns under the contract's names (no table built: pyarrow would
-        import pandas for an empty one)."""
+        import pandas for an empty one), and the one-position mask with ``one_position``."""
         contract = {file: name for name, file in self.pairs}
-        return pa.schema([f.with_name(contract.get(f.name, f.name)) for f in schema], metadata=schema.metadata)
+        fields = [f.with_name(contract.get(f.name, f.name)) for f in schema]
+        if self.one_position:
+            fields.append(ONE_POSITION)
+        return pa.schema(fields, metadata=schema.metadata)
 
     def check(self, path: str, names: Sequence[str]) -> None:
         """Every mapped column is in the file (``names``), but those rladv writes (``advantages=adv``), and no
@@ -108,11 +143,11 @@ class Shard:
         """Yield chunks of at most ``chunk_rows`` rows holding only ``columns`` (all when None; the contract's
         names)."""
         f = file if file is not None else open_parquet(self.path)
-        wanted = [self.names.in_file(c) for c in columns] if columns is not None else None
+        wanted = self.names.file_columns(columns) if columns is not None else None
         start = 0
         try:
             for rb in f.iter_batches(batch_size=chunk_rows, columns=wanted):
-                table = as_lists(self.names.read(pa.Table.from_batches([rb])))
+                table = as_lists(self.names.read(pa.Table.from_batches([rb]), columns))
                 yield Chunk(self.index, self.path, start, self.first_row + start, table)
                 start += rb.num_rows
         except (pa.ArrowException, OSError) as err:
@@ -167,6 +202,7 @@ class RowSource:
     file_rows: list[int]
     num_rows: int
     shards: list[Shard]
+    names: ColumnNames  # how the files' columns are read as the contract's
     filter: "object | None" = None  # the --where that chose these rows (``frames.Filter``), if any
 
     @property
@@ -235,6 +271,7 @@ class Dataset(RowSource):
         self._files = [open_parquet(p) for p in self.paths]
         self.names = ColumnNames.of(columns)
         self.names.check(self.paths[0], self._files[0].schema_arrow.names)
+        self.names = self.names.seeing(self.names.read_schema(self._files[0].schema_arrow).names)
         schemas = [self._as_read(f.schema_arrow) for f in self._files]
         self.schema = schemas[0]
         for path, schema in zip(self.paths[1:], schemas[1:]):
@@ -471,6 +508,7 @@ class TableSource(RowSource):
                  columns: "Mapping[str, str] | None" = None):
         self.names = ColumnNames.of(columns)
         self.names.check(name, table.column_names)
+        self.names = self.names.seeing(self.names.read_schema(table.schema).names)
         table = as_lists(self.names.read(table))
         self.table, self.origin = table, origin
         self.schema = table.schema

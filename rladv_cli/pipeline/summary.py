@@ -93,7 +93,7 @@ def build_report(run: Finished) -> Report:
         rladv_version=__version__,
         verdict=verdict,
         inputs=Inputs(paths=list(source.paths), files=_file_infos(run), rows=source.num_rows, tokens=tokens_total,
-                      filter=row_filter(source)),
+                      filter=row_filter(source), sequence_level=source.names.one_position),
         output=None,
         config={**cfg.model_dump(), "score_column": "rm_scores" if "rm_scores" in source.columns else "score",
                 **({"score_column_ignored": "score"} if {"rm_scores", "score"} <= set(source.columns)

@@ -36,6 +36,7 @@ class Inputs(_Model):
     rows: int = Field(description="rows computed (those --where kept)")
     tokens: int
     filter: Optional[RowFilter] = None
+    sequence_level: bool = Field(False, description="a score per row and no token lists: each row is one position")
 
 
 def row_filter(source) -> Optional[RowFilter]:
@@ -354,6 +355,9 @@ def render(report: Report, console) -> None:
         f"{r.inputs.rows} rows, {r.inputs.tokens} tokens from {len(r.inputs.paths)} file(s)"
         + filter_line(r.inputs.filter) + (f" -> {r.output}" if r.output else "")
     )
+    if r.inputs.sequence_level:
+        console.print("[dim]sequence-level data (a score per row, no response_mask): each row is one position "
+                      "holding its score[/dim]")
     if r.config.get("score_column_ignored"):
         console.print(f"[dim]scores from {r.config['score_column']}; the dataset's {r.config['score_column_ignored']} "
                       "column is not read (the contract takes one of the two)[/dim]")

@@ -489,5 +489,5 @@ def render_verdict(v: Verdict, console) -> None:
         console.print(t)
         worst = min(v.steps, key=lambda s: s.signal_share)
         failing = next((s for s in v.steps if s.level == "fail"), None)
-        console.print(f"lowest signal: step {escape(worst.step)} ({pct(worst.signal_share)})"
+        console.print(f"lowest signal: {escape(worst.step)} ({pct(worst.signal_share)})"
                       + (f"; first failing step: {escape(failing.step)}" if failing else ""))

@@ -265,9 +265,11 @@ def test_unreadable_dataset_raises(tmp_path):
     junk.write_text("not parquet")
     with pytest.raises(InputError, match="not a readable Parquet"):
         inspect(junk)
-    no_mask = write(tmp_path / "no_mask.parquet", {"score": [1.0]})
+    no_mask = write(tmp_path / "no_mask.parquet", {"rm_scores": [[1.0]]})
     with pytest.raises(InputError, match="response_mask"):
         inspect(no_mask)
+    # a score and no token list: sequence-level data, one position per row (docs/contract.md §1)
+    assert inspect(write(tmp_path / "seq.parquet", {"score": [1.0, 0.0]})).tokens.actor == 2
     wrong = write(tmp_path / "wrong.parquet", {"response_mask": [[1]], "uid": [[1.0]]}, types={"uid": F32})
     ins = inspect(wrong)   # a badly typed optional column is reported and ignored
     expect(ins, "invalid_columns", "fail", 1, [])

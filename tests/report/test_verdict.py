@@ -142,7 +142,7 @@ def test_the_terminal_shows_the_first_and_last_steps_and_names_the_worst():
     out = c.file.getvalue()
     assert f"first and last {TERMINAL_STEPS} of {n_steps}" in out
     assert "\n s9 " in out and "\n s12 " not in out and "\n s24 " in out
-    assert "lowest signal: step s12 (0%); first failing step: s12" in out
+    assert "lowest signal: s12 (0%); first failing step: s12" in out
     assert len(v.steps) == n_steps and v.steps[12].all_zero_share == 1.0
 
 
