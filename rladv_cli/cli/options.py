@@ -41,6 +41,7 @@ class ISLevel(str, Enum):
 
 class LogFormat(str, Enum):  # io.importers.FORMATS
     verl_jsonl = "verl-jsonl"
+    nemo_rl = "nemo-rl"
 
 
 class FailOn(str, Enum):

@@ -8,13 +8,27 @@ verl-jsonl  verl 0.9.1's ``trainer.rollout_data_dir``: one ``{step}.jsonl`` per 
             ``uid``: the line's ``uid`` when there is one, else its ``input`` (verl samples each prompt ``n`` times
             and decodes it the same way each time). No token lists: rladv computes it at sequence level, one
             position per row (docs/contract.md §1), so outcome estimators only.
+
+nemo-rl     NeMo-RL's per-step training dump ``train_data_step{N}.jsonl`` in the log dir (grpo.py "Log training
+            data"; ppo.py writes the same fields), written by ``Logger.log_batched_dict_as_jsonl``: one line per
+            sample, each field a batch of one (``[r]``, ``[[...]]`` padded to the step's longest sequence),
+            ``content``, ``rewards``, ``input_lengths``, ``token_ids``, ``token_loss_mask``, ``sample_loss_mask``,
+            ``advantages``, ``generation_logprobs``, ``prev_logprobs``, ``idx``; optionally ``agent_ref`` and
+            ``filtered_rewards``. A line is unpadded with ``input_lengths``; its response is the tokens from the
+            first ``token_loss_mask`` 1 to the input length (the tokens before it are the prompt: NeMo-RL groups
+            samples by equal prompt token ids; tool observations after it keep mask 0). ``responses``,
+            ``response_mask``, ``old_log_probs`` (prev_logprobs), ``rollout_log_probs`` (generation_logprobs),
+            ``advantages`` are that slice; ``score`` the reward; ``uid`` a digest of the prompt's token ids;
+            ``step`` the N of the file name. No values and no reference log-probs: not gae, not KL shaping.
 """
 from __future__ import annotations
 
 import glob
+import hashlib
 import itertools
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -25,8 +39,9 @@ from ..errors import InputError
 from .frames import standard
 from .write import AtomicParquetWriter, check_output_path, signals_deferred
 
-FORMATS = ("verl-jsonl",)
+FORMATS = ("verl-jsonl", "nemo-rl")
 CHUNK_ROWS = 65536
+TOKEN_CHUNK_ROWS = 1024  # nemo-rl: a row holds its padded token lists
 SEQUENCE_LEVEL = ("no token lists: rladv computes it at sequence level (one position per row holding its score), "
                   "so outcome estimators only (not gae, the optimal-token baselines, or KL shaping)")
 
@@ -43,20 +58,30 @@ class Imported:
     absent: str = ""
 
 
-def _files(sources: Sequence[str | os.PathLike], suffix: str) -> list[str]:
-    """Files, folders (their ``*suffix`` files) and globs, each folder's or glob's in step order (numeric stems
-    first, as ``12.jsonl`` after ``2.jsonl``)."""
-    def order(p: str):
-        stem = Path(p).stem
-        return (0, int(stem), "") if stem.isdigit() else (1, 0, stem)
+def _step_order(p: str):
+    """verl: numeric stems first, as ``12.jsonl`` after ``2.jsonl``."""
+    stem = Path(p).stem
+    return (0, int(stem), "") if stem.isdigit() else (1, 0, stem)
 
+
+NEMO_RL_NAME = re.compile(r"train_data_step(\d+)")
+
+
+def _nemo_rl_order(p: str):
+    """nemo-rl: by the N of ``train_data_step{N}``, as ``train_data_step10`` after ``train_data_step2``."""
+    found = NEMO_RL_NAME.fullmatch(Path(p).stem)
+    return (0, int(found.group(1)), "") if found else (1, 0, Path(p).stem)
+
+
+def _files(sources: Sequence[str | os.PathLike], pattern: str, order=_step_order) -> list[str]:
+    """Files, folders (their ``pattern`` files) and globs, each folder's or glob's in step order (``order``)."""
     found: list[str] = []
     for raw in sources:
         p = os.fspath(raw)
         if os.path.isdir(p):
-            hits = sorted((str(q) for q in Path(p).glob(f"*{suffix}") if q.is_file()), key=order)
+            hits = sorted((str(q) for q in Path(p).glob(pattern) if q.is_file()), key=order)
             if not hits:
-                raise InputError(p, f"folder holds no *{suffix} file")
+                raise InputError(p, f"folder holds no {pattern} file")
             found += hits
         elif os.path.isfile(p):
             found.append(p)
@@ -70,9 +95,10 @@ def _files(sources: Sequence[str | os.PathLike], suffix: str) -> list[str]:
     return found
 
 
-def _check_lines(path: str, required: Sequence[str]) -> None:
+def _check_lines(path: str, required: Sequence[str], writer: str = "verl", check=None) -> None:
     """One pass over a JSONL file in Python, for the first bad line (polars names none): not JSON, not an
-    object, or without a required field / with a null one."""
+    object, or without a required field / with a null one; then ``check(entry)``, the format's own rules (a
+    message, or None for a good line)."""
     with open(path, "rb") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -86,10 +112,57 @@ def _check_lines(path: str, required: Sequence[str]) -> None:
                 raise InputError(path, f"line {number}: not a JSON object")
             missing = [k for k in required if entry.get(k) is None]
             if missing:
-                raise InputError(path, f"line {number}: no {', '.join(missing)} (verl writes "
+                raise InputError(path, f"line {number}: no {', '.join(missing)} ({writer} writes "
                                  f"{', '.join(required)} on every line)")
-            if not isinstance(entry["score"], (int, float)) or isinstance(entry["score"], bool):
-                raise InputError(path, f"line {number}: score is {entry['score']!r}; a number is needed")
+            problem = check(entry) if check is not None else None
+            if problem:
+                raise InputError(path, f"line {number}: {problem}")
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _verl_line(entry: dict) -> str | None:
+    if not _number(entry["score"]):
+        return f"score is {entry['score']!r}; a number is needed"
+    return None
+
+
+NEMO_RL_REQUIRED = ("rewards", "input_lengths", "token_ids", "token_loss_mask", "sample_loss_mask", "advantages",
+                    "generation_logprobs", "prev_logprobs")
+NEMO_RL_SCALARS = ("rewards", "sample_loss_mask")
+NEMO_RL_TOKENS = ("token_ids", "token_loss_mask", "advantages", "generation_logprobs", "prev_logprobs")
+
+
+def _nemo_rl_line(entry: dict) -> str | None:
+    """NeMo-RL's batch-of-one shapes: ``[number]`` for the per-sample fields, ``[[numbers]]`` (at least
+    ``input_lengths`` long) for the per-token ones; a 0/1 ``token_loss_mask`` with a 1 within the length."""
+    def one(name):
+        v = entry[name]
+        return v[0] if isinstance(v, list) and len(v) == 1 else None
+
+    length = one("input_lengths")
+    if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+        return (f"input_lengths is {entry['input_lengths']!r}; NeMo-RL writes a list of one positive integer "
+                f"(a batch of one)")
+    for name in NEMO_RL_SCALARS:
+        if not _number(one(name)):
+            return f"{name} is {entry[name]!r}; NeMo-RL writes a list of one number (a batch of one)"
+    for name in NEMO_RL_TOKENS:
+        seq = one(name)
+        if not isinstance(seq, list):
+            return f"{name} is not a list of one list (NeMo-RL writes [[...]], a batch of one)"
+        if len(seq) < length:
+            return f"{name} has {len(seq)} positions, fewer than input_lengths {length} (truncated?)"
+        if not all(_number(x) for x in seq[:length]):
+            return f"{name} holds a value that is not a number within input_lengths {length}"
+    mask = one("token_loss_mask")[:length]
+    if any(x not in (0, 1) for x in mask):
+        return f"token_loss_mask holds {next(x for x in mask if x not in (0, 1))!r}; masks are 0 or 1"
+    if 1 not in mask:
+        return f"token_loss_mask has no 1 within input_lengths {length}: no generated token, so no response"
+    return None
 
 
 def _verl_jsonl(path: str) -> Iterator[tuple[pa.Table, bool]]:
@@ -113,6 +186,75 @@ def _verl_jsonl(path: str) -> Iterator[tuple[pa.Table, bool]]:
         raise InputError(path, f"cannot be read as verl's rollout JSONL: {str(err).splitlines()[0]}") from None
 
 
+def _json_text(values: list) -> list:
+    return [None if v is None else json.dumps(v) for v in values]
+
+
+def _uids(prompts: pa.Array) -> pa.Array:
+    """A stable key of each row's prompt token ids: the BLAKE2b-128 hex digest of them as little-endian int64
+    (``offsets`` index ``values`` as a whole, also for a slice)."""
+    prompts = prompts.combine_chunks() if isinstance(prompts, pa.ChunkedArray) else prompts
+    offsets = prompts.offsets.to_numpy()
+    values = prompts.values.to_numpy(zero_copy_only=False).astype("<i8")
+    return pa.array([hashlib.blake2b(values[a:b].tobytes(), digest_size=16).hexdigest()
+                     for a, b in zip(offsets[:-1], offsets[1:])], pa.string())
+
+
+def _nemo_rl(path: str) -> Iterator[tuple[pa.Table, bool]]:
+    """One NeMo-RL ``train_data_step{N}.jsonl`` as Arrow tables of contract rows (see the module docstring),
+    streamed ``TOKEN_CHUNK_ROWS`` lines at a time; lines already checked by ``_nemo_rl_line``."""
+    import polars as pl
+
+    step = int(NEMO_RL_NAME.fullmatch(Path(path).stem).group(1))  # convert_log checked the name
+    tokens = ("responses", "response_mask", "old_log_probs", "rollout_log_probs", "advantages")
+    try:
+        frame = pl.scan_ndjson(path, infer_schema_length=None)
+        schema = frame.collect_schema()
+        first = {c: pl.col(c).list.first() for c in schema.names() if isinstance(schema[c], pl.List)}
+        length = first["input_lengths"].cast(pl.Int64)
+        start = first["token_loss_mask"].list.eval(pl.element() == 1).list.arg_max().cast(pl.Int64)
+
+        def response(field: str, name: str, dtype) -> pl.Expr:
+            return first[field].list.slice(start, length - start).cast(pl.List(dtype)).alias(name)
+
+        known = {"idx", *NEMO_RL_REQUIRED}
+        query = frame.select(
+            first["token_ids"].list.head(start).alias("__prompt"),
+            pl.lit(step, pl.Int64).alias("step"),
+            *([pl.col("idx").cast(pl.Int64)] if "idx" in schema else []),
+            first["rewards"].cast(pl.Float32).alias("score"),
+            response("token_ids", "responses", pl.Int32),
+            response("token_loss_mask", "response_mask", pl.Int8),
+            response("prev_logprobs", "old_log_probs", pl.Float32),
+            response("generation_logprobs", "rollout_log_probs", pl.Float32),
+            response("advantages", "advantages", pl.Float32),
+            first["sample_loss_mask"].cast(pl.Float32).alias("sample_loss_mask"),
+            length.alias("input_lengths"),
+            # content and the other fields (filtered_rewards, agent_ref, ...): the sample's value out of its
+            # batch of one; nested values as JSON text below
+            *[first.get(c, pl.col(c)).alias(c) for c in schema.names() if c not in known],
+        )
+        for df in query.collect_batches(chunk_size=TOKEN_CHUNK_ROWS):
+            table = df.drop("__prompt").to_arrow()
+            table = table.add_column(0, "uid", _uids(df["__prompt"].to_arrow()))
+            for i, (name, t) in enumerate(zip(table.column_names, table.schema.types)):
+                if name not in tokens and pa.types.is_nested(t):
+                    table = table.set_column(i, name, pa.array(_json_text(table[name].to_pylist()), pa.string()))
+            yield standard(table), True
+    except pl.exceptions.PolarsError as err:
+        raise InputError(path, f"cannot be read as NeMo-RL's train_data JSONL: {str(err).splitlines()[0]}") from None
+
+
+NEMO_RL_SOURCES = {
+    "uid": "the prompt's token ids (token_ids before the first token_loss_mask 1; a BLAKE2b digest)",
+    "score": "rewards", "step": "the file name (train_data_step{N})", "responses": "token_ids",
+    "response_mask": "token_loss_mask", "old_log_probs": "prev_logprobs", "rollout_log_probs": "generation_logprobs",
+    "advantages": "advantages"}
+NEMO_RL_ABSENT = ("token lists from the first generated token to input_lengths; absent: values and the reference "
+                  "log-probs (ref_log_prob), so not gae and not KL shaping; NeMo-RL's advantages are replayed "
+                  "against rladv's (rladv's grpo is verl's, not NeMo-RL's leave-one-out)")
+
+
 def convert_log(fmt: str, sources: Sequence[str | os.PathLike], out: str | os.PathLike) -> Imported:
     """Convert a trainer's log (``fmt``, one of ``FORMATS``) to one Parquet file at ``out``, written atomically:
     files in step order, every line checked first (a bad or truncated line is a one-line error naming its file
@@ -120,11 +262,21 @@ def convert_log(fmt: str, sources: Sequence[str | os.PathLike], out: str | os.Pa
     if fmt not in FORMATS:
         raise InputError(fmt, f"not a format rladv reads; choose one of {', '.join(FORMATS)}")
     out = os.fspath(out)
-    files = _files(sources, ".jsonl")
+    if fmt == "nemo-rl":
+        files = _files(sources, "train_data_step*.jsonl", _nemo_rl_order)
+    else:
+        files = _files(sources, "*.jsonl")
     check_output_path(out, files)
     for path in files:
-        _check_lines(path, ("input", "score", "step"))
-    tables = ((path, table, own) for path in files for table, own in _verl_jsonl(path))
+        if fmt == "nemo-rl":
+            if NEMO_RL_NAME.fullmatch(Path(path).stem) is None:
+                raise InputError(path, "not named train_data_step{N}.jsonl (NeMo-RL's name): the step comes from "
+                                 "the name")
+            _check_lines(path, NEMO_RL_REQUIRED, "NeMo-RL's GRPO", _nemo_rl_line)
+        else:
+            _check_lines(path, ("input", "score", "step"), "verl", _verl_line)
+    read = _nemo_rl if fmt == "nemo-rl" else _verl_jsonl
+    tables = ((path, table, own) for path in files for table, own in read(path))
     first = next(tables, None)
     if first is None:
         raise InputError(files[0], "holds no line")
@@ -138,6 +290,8 @@ def convert_log(fmt: str, sources: Sequence[str | os.PathLike], out: str | os.Pa
         sink.finish()
         with signals_deferred():
             sink.commit()
+    if fmt == "nemo-rl":
+        return Imported(out, rows, len(files), list(schema.names), dict(NEMO_RL_SOURCES), NEMO_RL_ABSENT)
     uid = "uid" if owns == {True} else "input (the prompt text)" if owns == {False} else "uid, else input"
     return Imported(out, rows, len(files), list(schema.names), {"uid": uid, "score": "score", "step": "step"},
                     SEQUENCE_LEVEL)

@@ -91,3 +91,176 @@ def test_the_fixtures_are_what_verl_writes(tmp_path):
     subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
     for name in ("1.jsonl", "2.jsonl"):
         assert (tmp_path / name).read_bytes() == (ROLLOUTS / name).read_bytes(), name
+
+
+# ------------------------------------------------------------------------------------------------ nemo-rl
+NEMO = DATA / "nemo_rl_rollouts"  # written by NeMo-RL's own Logger.log_batched_dict_as_jsonl
+NEMO_COLUMNS = ("uid, step, idx, score, responses, response_mask, old_log_probs, rollout_log_probs, advantages, "
+                "sample_loss_mask, input_lengths, content")
+
+
+def nemo_lines(step: int) -> list[dict]:
+    return [json.loads(line) for line in (NEMO / f"train_data_step{step}.jsonl").read_text().splitlines()]
+
+
+def test_a_nemo_rl_dump_folder_converts_in_the_step_order_of_the_file_names(tmp_path):
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    shutil.copy(NEMO / "train_data_step1.jsonl", folder / "train_data_step10.jsonl")
+    shutil.copy(NEMO / "train_data_step2.jsonl", folder / "train_data_step2.jsonl")
+    (folder / "val_data_step1.jsonl").write_text("not NeMo-RL's train data\n")  # not a train_data_step file
+    out = tmp_path / "r.parquet"
+    res = rladv("convert", "--from", "nemo-rl", folder, "-o", out)
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0] == f"{out}: 24 rows from 2 file(s); columns {NEMO_COLUMNS}"
+    assert lines[1].startswith("  uid from the prompt's token ids (token_ids before the first token_loss_mask 1")
+    assert "absent: values and the reference log-probs" in lines[1]
+    t = pq.read_table(out)
+    assert t["step"].to_pylist() == [2] * 12 + [10] * 12 and t["idx"].to_pylist() == list(range(12)) * 2
+    # and a glob orders the same way
+    res = rladv("convert", "--from", "nemo-rl", str(folder / "train_data_step*.jsonl"), "-o", tmp_path / "g.parquet")
+    assert res.exit_code == 0 and pq.read_table(tmp_path / "g.parquet")["step"].to_pylist()[::12] == [2, 10]
+
+
+def test_a_nemo_rl_row_is_its_line_unpadded_from_the_first_generated_token(tmp_path):
+    out = tmp_path / "r.parquet"
+    assert rladv("convert", "--from", "nemo-rl", NEMO, "-o", out).exit_code == 0
+    t = pq.read_table(out)
+    schema = {f.name: str(f.type) for f in t.schema}
+    assert schema == {"uid": "string", "step": "int64", "idx": "int64", "score": "float", "responses": "list<element: int32>",
+                      "response_mask": "list<element: int8>", "old_log_probs": "list<element: float>",
+                      "rollout_log_probs": "list<element: float>", "advantages": "list<element: float>",
+                      "sample_loss_mask": "float", "input_lengths": "int64", "content": "string"}
+    rows = t.to_pylist()
+    # the multi-turn line: step 1, idx 11, padded to 16; prompt 4 tokens, a tool observation (mask 0) inside
+    line = nemo_lines(1)[11]
+    assert line["input_lengths"] == [13] and len(line["token_ids"][0]) == 16
+    assert line["token_loss_mask"][0] == [0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0]
+    row = rows[11]
+    assert row["step"] == 1 and row["idx"] == 11 and row["score"] == 0.5 and row["input_lengths"] == 13
+    assert row["responses"] == line["token_ids"][0][4:13]
+    assert row["response_mask"] == [1, 1, 1, 1, 0, 0, 0, 1, 1]
+    assert row["old_log_probs"] == line["prev_logprobs"][0][4:13]
+    assert row["rollout_log_probs"] == line["generation_logprobs"][0][4:13]
+    assert row["advantages"] == pytest.approx(line["advantages"][0][4:13], abs=1e-7)
+    assert row["sample_loss_mask"] == 1.0 and json.loads(row["content"]) == line["content"][0]
+    # every row: the token lists have one length, input_lengths - the prompt; uid equal within a prompt group
+    for step in (1, 2):
+        for entry, row in zip(nemo_lines(step), rows[12 * (step - 1):]):
+            start = entry["token_loss_mask"][0].index(1)
+            n = entry["input_lengths"][0] - start
+            assert {len(row[c]) for c in ("responses", "response_mask", "old_log_probs", "rollout_log_probs",
+                                          "advantages")} == {n}
+            assert row["score"] == entry["rewards"][0] and row["sample_loss_mask"] == entry["sample_loss_mask"][0]
+    uids = [r["uid"] for r in rows]
+    assert [len(set(uids[g:g + 4])) for g in range(0, 24, 4)] == [1] * 6
+    assert len(set(uids[0:12:4])) == 3 and uids[:12] == uids[12:]  # three prompts, the same ones in both steps
+    assert [r["sample_loss_mask"] for r in rows].count(0.0) == 1
+
+
+def test_rladv_replays_nemo_rl_advantages_and_inspects_the_conversion(tmp_path):
+    out, computed, report = tmp_path / "r.parquet", tmp_path / "c.parquet", tmp_path / "report.json"
+    assert rladv("convert", "--from", "nemo-rl", NEMO, "-o", out).exit_code == 0
+    res = rladv("compute", out, "--estimator", "grpo", "--batch-key", "step", "-o", computed, "-q", "--report", report)
+    assert res.exit_code == 0, res.output
+    r = json.loads(report.read_text())
+    assert r["inputs"]["sequence_level"] is False
+    replay = r["replay"]
+    assert replay["compared"] == ["advantages"] and replay["agree"] is False
+    adv = replay["columns"]["advantages"]
+    # the 4 groups with different rewards differ (NeMo-RL's leave-one-out baseline and std against verl's grpo);
+    # the 2 groups with equal rewards agree (0 both ways)
+    assert adv["rows_compared"] == 24 and adv["differing_rows"] == 16 and adv["length_mismatch_rows"] == 0
+    assert replay["hint"].startswith("the estimator or its settings differ")
+    # step 1, prompt 0, rewards 1, 0, 1, 0: NeMo-RL's (1 - 1/3) / sqrt((1/3 - 1/9) * 3/2); rladv's 0.5 / std
+    nemo = pq.read_table(out)["advantages"].to_pylist()[0][0]
+    ours = pq.read_table(computed)["advantages"].to_pylist()[0][0]
+    assert nemo == pytest.approx((2 / 3) / ((1 / 3 - 1 / 9) * 1.5) ** 0.5, abs=1e-5)
+    assert ours == pytest.approx(0.5 / ((1 / 3) ** 0.5 + 1e-6), abs=1e-5)
+    res = rladv("inspect", out, "--json", "--estimator", "grpo", "--batch-key", "step")
+    assert res.exit_code == 0, res.output
+    seen = json.loads(res.output)
+    assert seen["rows"] == 24 and seen["invalid_rows"] == 0 and seen["verdict"]["groups"] == 6
+    assert seen["verdict"]["actor_tokens"] == sum(sum(m) for m in pq.read_table(out)["response_mask"].to_pylist())
+
+
+def _nemo_line(**change) -> str:
+    entry = nemo_lines(1)[0]
+    for k, v in change.items():
+        if v is None:
+            entry.pop(k)
+        else:
+            entry[k] = v
+    return json.dumps(entry) + "\n"
+
+
+@pytest.mark.parametrize("text, message", [
+    (_nemo_line() + _nemo_line()[:300], "line 2: not JSON (the file ends inside it: truncated?)"),
+    (_nemo_line() + _nemo_line(token_loss_mask=None), "line 2: no token_loss_mask (NeMo-RL's GRPO writes rewards, "
+                                                      "input_lengths, token_ids, token_loss_mask"),
+    (_nemo_line(token_ids=[list(range(11))]), "line 1: token_ids has 11 positions, fewer than input_lengths 12"),
+    (_nemo_line() * 2 + _nemo_line(token_loss_mask=[[0] * 12 + [1] * 4]),
+     "line 3: token_loss_mask has no 1 within input_lengths 12: no generated token, so no response"),
+    (_nemo_line(token_loss_mask=[[0] * 8 + [2] * 8]), "line 1: token_loss_mask holds 2; masks are 0 or 1"),
+    (_nemo_line(rewards=1.0), "line 1: rewards is 1.0; NeMo-RL writes a list of one number (a batch of one)"),
+    (_nemo_line(input_lengths=[12, 13]), "line 1: input_lengths is [12, 13]; NeMo-RL writes a list of one"),
+])
+def test_bad_nemo_rl_lines_are_one_line_errors_and_nothing_is_written(tmp_path, text, message):
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    shutil.copy(NEMO / "train_data_step1.jsonl", folder / "train_data_step1.jsonl")
+    (folder / "train_data_step2.jsonl").write_text(text)
+    out = tmp_path / "r.parquet"
+    res = rladv("convert", "--from", "nemo-rl", folder, "-o", out)
+    bad = folder / "train_data_step2.jsonl"
+    assert res.exit_code == 2 and res.output.startswith(f"Error: {bad}: {message}"), res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["logs"]
+
+
+def test_a_nemo_rl_file_needs_its_name_for_the_step(tmp_path):
+    other = tmp_path / "dump.jsonl"
+    shutil.copy(NEMO / "train_data_step1.jsonl", other)
+    res = rladv("convert", "--from", "nemo-rl", other, "-o", tmp_path / "r.parquet")
+    assert res.exit_code == 2 and "not named train_data_step{N}.jsonl" in res.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = rladv("convert", "--from", "nemo-rl", empty, "-o", tmp_path / "r.parquet")
+    assert res.exit_code == 2 and "folder holds no train_data_step*.jsonl file" in res.output
+
+
+@pytest.mark.slow
+def test_the_nemo_rl_fixtures_are_what_nemo_rl_writes(tmp_path):
+    """tests/data/make_nemo_rl_rollouts.py, run with NeMo-RL's source (NEMO_RL_SRC, see the script), writes
+    exactly the committed files."""
+    import os
+    from pathlib import Path
+
+    src = os.environ.get("NEMO_RL_SRC")
+    if not src or not (Path(src) / "nemo_rl" / "utils" / "logger.py").is_file():
+        pytest.skip("NEMO_RL_SRC is not NeMo-RL's source (tests/data/make_nemo_rl_rollouts.py says how)")
+    script = (DATA / "make_nemo_rl_rollouts.py").read_text().replace(
+        'Path(__file__).resolve().parent / "nemo_rl_rollouts"', repr(str(tmp_path)))
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, env={**os.environ})
+    for name in ("train_data_step1.jsonl", "train_data_step2.jsonl"):
+        assert (tmp_path / name).read_bytes() == (NEMO / name).read_bytes(), name
+
+
+def test_nemo_rl_optional_fields_are_carried_and_batches_stream(tmp_path, monkeypatch):
+    from rladv_cli.io import importers
+
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    for step in (1, 2):  # dynamic sampling's filtered_rewards and an agent_ref, as grpo.py logs them
+        lines = [{"agent_ref": [{"name": f"agent{e['idx'] % 2}"}], **e, "filtered_rewards": e["rewards"]}
+                 for e in nemo_lines(step)]
+        (folder / f"train_data_step{step}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    whole = importers.convert_log("nemo-rl", [NEMO], tmp_path / "whole.parquet")
+    monkeypatch.setattr(importers, "TOKEN_CHUNK_ROWS", 5)  # 5-row batches: the uids of later slices too
+    done = importers.convert_log("nemo-rl", [folder], tmp_path / "r.parquet")
+    assert done.rows == 24 and done.columns == whole.columns[:-1] + ["agent_ref", "content", "filtered_rewards"]
+    t, w = pq.read_table(tmp_path / "r.parquet"), pq.read_table(tmp_path / "whole.parquet")
+    assert t.select(w.column_names).equals(w)
+    assert t["agent_ref"].to_pylist()[:2] == ['{"name": "agent0"}', '{"name": "agent1"}']
+    assert t["filtered_rewards"].to_pylist() == t["score"].to_pylist()
