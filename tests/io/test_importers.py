@@ -63,13 +63,18 @@ def test_sequence_level_rows_compute_with_every_outcome_estimator(tmp_path):
     ('{"input": "p", "score": "high", "step": 1}\n', "line 1: score is 'high'; a number is needed"),
 ])
 def test_bad_lines_are_one_line_errors_and_nothing_is_written(tmp_path, text, message):
+    assert_refused(tmp_path, "verl-jsonl", ROLLOUTS / "1.jsonl", "2.jsonl", text, message)
+
+
+def assert_refused(tmp_path, fmt, good, bad_name, text, message):
+    """A folder of a good file and a bad one: one error line naming the bad file and ``message``, nothing written."""
     folder = tmp_path / "logs"
     folder.mkdir()
-    shutil.copy(ROLLOUTS / "1.jsonl", folder / "1.jsonl")
-    (folder / "2.jsonl").write_text(text)
+    shutil.copy(good, folder / good.name)
+    (folder / bad_name).write_text(text)
     out = tmp_path / "r.parquet"
-    res = rladv("convert", "--from", "verl-jsonl", folder, "-o", out)
-    assert res.exit_code == 2 and res.output.startswith(f"Error: {folder / '2.jsonl'}: {message}"), res.output
+    res = rladv("convert", "--from", fmt, folder, "-o", out)
+    assert res.exit_code == 2 and res.output.startswith(f"Error: {folder / bad_name}: {message}"), res.output
     assert len(res.output.strip().splitlines()) == 1
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["logs"]
 
@@ -207,16 +212,7 @@ def _nemo_line(**change) -> str:
     (_nemo_line(input_lengths=[12, 13]), "line 1: input_lengths is [12, 13]; NeMo-RL writes a list of one"),
 ])
 def test_bad_nemo_rl_lines_are_one_line_errors_and_nothing_is_written(tmp_path, text, message):
-    folder = tmp_path / "logs"
-    folder.mkdir()
-    shutil.copy(NEMO / "train_data_step1.jsonl", folder / "train_data_step1.jsonl")
-    (folder / "train_data_step2.jsonl").write_text(text)
-    out = tmp_path / "r.parquet"
-    res = rladv("convert", "--from", "nemo-rl", folder, "-o", out)
-    bad = folder / "train_data_step2.jsonl"
-    assert res.exit_code == 2 and res.output.startswith(f"Error: {bad}: {message}"), res.output
-    assert len(res.output.strip().splitlines()) == 1
-    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["logs"]
+    assert_refused(tmp_path, "nemo-rl", NEMO / "train_data_step1.jsonl", "train_data_step2.jsonl", text, message)
 
 
 def test_a_nemo_rl_file_needs_its_name_for_the_step(tmp_path):
