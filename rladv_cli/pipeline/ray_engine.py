@@ -68,6 +68,8 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
     from .driver import Pipeline
     from .summary import finish_report
 
+    if config.where is not None:  # its kept rows are held in memory, which the workers do not share
+        raise ConfigError("--where needs --engine local (the rows it keeps are held in this process)")
     ray = _import_ray()
     if workers is not None and workers < 1:
         raise ConfigError(f"--ray-workers must be at least 1, got {workers}")

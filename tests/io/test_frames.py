@@ -190,6 +190,12 @@ def test_where_errors_are_one_line(tmp_path):
     assert not (tmp_path / "o.parquet").exists()
 
 
+def test_where_is_refused_with_the_ray_engine(tmp_path):
+    res = rladv("compute", GROUPS, "--estimator", "grpo", "--where", "step = 101", "--engine", "ray",
+                "-o", tmp_path / "out")
+    assert res.exit_code == 2 and res.output == "Error: --where needs --engine local (the rows it keeps are held in this process)\n"
+
+
 def test_where_names_the_file_row_of_a_bad_row(tmp_path):
     t = pq.read_table(GROUPS)
     scores = t["score"].to_pylist()
