@@ -57,8 +57,9 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
                            "session_id", "output_index") if c in ds.columns}
     parquet = pa.BufferOutputStream()
     pq.write_table(table.select([c for c in ds.columns if c in needed]), parquet, compression="zstd")
-    # group.parquet holds the contract's column names, so its command maps none (--column)
-    changed = {k: v for k, v in run.changed().items() if k != "columns"}
+    # group.parquet holds the contract's column names, so its command maps none (--column), and only the rows
+    # --where kept, so its command filters nothing (the predicate's columns may not be in it)
+    changed = {k: v for k, v in run.changed().items() if k not in ("columns", "where")}
     command = ["rladv", "compute", "group.parquet", "--estimator", estimator, *command_flags(changed), "-o",
                "group.adv.parquet"]
     text = " ".join(shlex.quote(part) for part in command) + "\n"

@@ -190,6 +190,17 @@ def test_where_errors_are_one_line(tmp_path):
     assert not (tmp_path / "o.parquet").exists()
 
 
+def test_where_and_the_reproducer(tmp_path):
+    """--export writes the group's kept rows, and a command that filters nothing more."""
+    uid = pl.read_parquet(GROUPS).filter(pl.col("step") == 101)["uid"][0]
+    res = rladv("inspect", GROUPS, "--where", "step = 101", "--uid", uid, "--export", tmp_path / "x")
+    assert res.exit_code == 0, res.output
+    command = (tmp_path / "x" / "command.txt").read_text().splitlines()[0]
+    assert "--where" not in command
+    group = pq.read_table(tmp_path / "x" / "group.parquet")
+    assert group.num_rows == pl.read_parquet(GROUPS).filter((pl.col("step") == 101) & (pl.col("uid") == uid)).height
+
+
 def test_where_is_refused_with_the_ray_engine(tmp_path):
     res = rladv("compute", GROUPS, "--estimator", "grpo", "--where", "step = 101", "--engine", "ray",
                 "-o", tmp_path / "out")
