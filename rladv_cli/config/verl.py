@@ -1,6 +1,6 @@
 """``--config``: read a verl 0.9.1 trainer YAML (or only its ``algorithm:`` section) into rladv settings.
 
-What is read (CONTRACT §2, SEMANTICS §3-§6):
+What is read (docs/contract.md §2, docs/semantics.md §3-§6):
 
 - ``algorithm.*``: estimator, ``gamma``, ``lam``, the GRPO std flag, KL reward shaping (``use_kl_in_reward``,
   ``kl_penalty``, ``kl_ctrl.*``), ``rollout_correction.*`` and the GDPO reward keys/weights;

@@ -1,6 +1,6 @@
 """A YAML file read as OmegaConf reads it where it matters to a verl config: ``1e-3`` is a float, ``_`` in a
 number is a digit separator, duplicate keys are refused; plain ``${a.b.c}`` (and relative ``${.x}``)
-interpolations are resolved, and values are typed as OmegaConf types a dataclass field (CONTRACT §2).
+interpolations are resolved, and values are typed as OmegaConf types a dataclass field (docs/contract.md §2).
 
 ``load`` reads the file into a tree; ``Document`` looks values of that tree up by dotted key and types them.
 Every problem is a one-line ``ConfigError`` that names the file (and the dotted key).
