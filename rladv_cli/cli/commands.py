@@ -294,6 +294,7 @@ def inspect(
     """
     from rich.console import Console
 
+    from ..config.settings import RUN_ONLY, Config
     from ..diagnose import checklist
     from ..diagnose.findings import render_inspection
 
@@ -323,7 +324,8 @@ def inspect(
         result = _run(lambda: checklist.inspect(paths, expected_n=expected_n, kl_coef=kl_coef, kl_penalty=kl_penalty,
                                                 estimator=name, chunk_rows=chunk_rows, html_path=html, columns=columns,
                                                 groups_path=groups_out, rows_path=rows_out, where=merged.get("where"),
-                                                batch_key=merged.get("batch_key"), epsilon=merged.get("epsilon", 1e-6),
+                                                batch_key=merged.get("batch_key"),
+                                                epsilon=merged.get("epsilon", Config.model_fields["epsilon"].default),
                                                 norm_adv_by_std=merged.get("norm_adv_by_std", True)))
         typer.echo(result.to_json(), nl=False) if as_json else render_inspection(result, console, show_all)
         _exit_on_verdict(result.verdict, fail_on)
@@ -337,7 +339,6 @@ def inspect(
                     "need --estimator")
         options = {"columns": merged["columns"]} if merged.get("columns") else {}
     else:
-        from ..config.settings import RUN_ONLY, Config
 
         name = name or DEFAULT_GROUP_ESTIMATOR
         cfg = _run(lambda: Config(estimator=name, **merged))

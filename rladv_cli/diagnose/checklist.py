@@ -90,6 +90,7 @@ from ..io.write import SideFiles, check_side_outputs, signals_deferred
 from ..report.tables import write_tables
 from ..report.distributions import histogram
 from ..report.model import row_filter, row_stats
+from ..report.verdict import group_min_max
 from .findings import (CAUSES, Advantages, Cause, Check, DeadSignal, Dist, Groups, Inspection, KLSummary, Layout,
                        LossVsResponse, Masks, RowDistributions, Scores, Status, TokenCounts)
 from .scan import Plan, RowScalars, invalid_rows, plan_of, scan_chunk
@@ -456,9 +457,7 @@ def _group_checks(checks: _Checks, plan: Plan, est: Optional[Estimator], rows: R
     all_equal = np.zeros(G, dtype=bool)
     if plan.score is not None:
         def equal(total: np.ndarray) -> np.ndarray:
-            lo, hi = np.full(G, np.inf), np.full(G, -np.inf)
-            np.minimum.at(lo, gid, total)
-            np.maximum.at(hi, gid, total)
+            lo, hi = group_min_max(total, gid, G)
             return (size > 1) & (lo == hi)
 
         eq_scores = equal(rows["score_total"])
@@ -470,8 +469,7 @@ def _group_checks(checks: _Checks, plan: Plan, est: Optional[Estimator], rows: R
         multi, ratios = int((present & (size > 1)).sum()), ""
         if all_equal.any():
             r = rows["reward_total"]
-            lo = np.full(G, np.inf)
-            np.minimum.at(lo, gid, r)
+            lo = group_min_max(r, gid, G)[0]
             top = float(r.max())
             shares = [int((all_equal & (lo == 0)).sum()), int((all_equal & (lo == top) & (top > 0)).sum())]
             ratios = (f"; of the {multi} groups of 2+ rows, {shares[0] / multi:.1%} are all 0 (too hard?) and "

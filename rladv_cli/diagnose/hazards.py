@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 
 from ..estimators.registry import Estimator
-from ..report.verdict import EPS_TIE, group_mean_std
+from ..report.verdict import EPS_TIE, group_mean_std, group_min_max
 from .scan import Plan, RowScalars
 
 if TYPE_CHECKING:
@@ -46,13 +46,6 @@ class GroupView:
     @property
     def irrelevant(self) -> str:
         return f"{self.est.name if self.est else ''} does not use groups"
-
-
-def _group_min_max(values: np.ndarray, gid: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
-    lo, hi = np.full(G, np.inf), np.full(G, -np.inf)
-    np.minimum.at(lo, gid, values)
-    np.maximum.at(hi, gid, values)
-    return lo, hi
 
 
 def empty_response_score(checks: "_Checks", rows: RowScalars, est: Optional[Estimator]) -> None:
@@ -127,7 +120,7 @@ def epsilon_std(checks: "_Checks", rows: RowScalars, view: GroupView, epsilon: O
     r, gid, size = rows["reward_total"].astype(np.float64), view.gid, view.size
     mean, std = group_mean_std(r, gid, size)
     dev = r - mean[gid]
-    lo, hi = _group_min_max(r, gid, size.size)
+    lo, hi = group_min_max(r, gid, size.size)
     hit = view.present & (size > 1) & (hi > lo) & (std <= EPS_TIE * epsilon)
     if hit.any():
         amp = np.abs(dev) / (std[gid] + epsilon)

@@ -170,6 +170,14 @@ class _Split:
 EPS_TIE = 9.0  # a group std at most this many epsilons: epsilon is a tenth or more of the denominator
 
 
+def group_min_max(x: np.ndarray, g: np.ndarray, G: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-group minimum and maximum ``(G,)`` of the rows' ``x (B,)`` in float64 (±inf for a group without rows)."""
+    lo, hi = np.full(G, np.inf), np.full(G, -np.inf)
+    np.minimum.at(lo, g, x.astype(np.float64))
+    np.maximum.at(hi, g, x.astype(np.float64))
+    return lo, hi
+
+
 def group_mean_std(x: np.ndarray, g: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-group mean and unbiased std ``(G,)`` of the rows' ``x (B,)`` in float64 (std 0 for one row)."""
     x = x.astype(np.float64)
@@ -202,10 +210,7 @@ def _split(rows: RowsToJudge, ctx: Context, no_uid: bool) -> _Split:
         present = size > 0
         singleton = size == 1
         if rows.reward is not None:
-            r = rows.reward.astype(np.float64)
-            lo, hi = np.full(G, np.inf), np.full(G, -np.inf)
-            np.minimum.at(lo, g, r)
-            np.maximum.at(hi, g, r)
+            lo, hi = group_min_max(rows.reward, g, G)
             all_equal, value = (size > 1) & (lo == hi), lo
         else:
             all_equal = np.zeros(G, dtype=bool)
