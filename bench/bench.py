@@ -100,14 +100,18 @@ def token_count(path: Path) -> int:
 
 def end_to_end(path: Path, estimator: str, out: Path, device: str = "cpu") -> tuple[float, float]:
     """`rladv compute` as a fresh process, as the executable runs it: wall seconds and peak RSS (MiB)."""
+    return fresh_process(["compute", str(path), "--estimator", estimator, "-o", str(out), "-q", "--device", device])
+
+
+def fresh_process(argv: list[str]) -> tuple[float, float]:
+    """``rladv ARGV`` in a fresh process, as the executable runs it: wall seconds and peak RSS (MiB)."""
     code = (
         "import atexit, sys\n"
         # VmHWM belongs to this process image; ru_maxrss would also count the parent's pages before exec.
         # cli.main runs the exit handlers, then leaves without the interpreter's teardown, as `rladv` does.
         "atexit.register(lambda: print(next(int(l.split()[1]) for l in open('/proc/self/status') "
         "if l.startswith('VmHWM')), flush=True))\n"
-        f"sys.argv = ['rladv', 'compute', {str(path)!r}, '--estimator', {estimator!r}, '-o', {str(out)!r}, '-q', "
-        f"'--device', {device!r}]\n"
+        f"sys.argv = ['rladv', *{argv!r}]\n"
         "from rladv_cli.cli import main\n"
         "main()\n"
     )

@@ -6,6 +6,8 @@ Public API (torch is imported only when tensors are needed)::
     cfg = rladv_cli.Config(estimator="grpo")
     out_table, report = rladv_cli.compute(table, cfg)            # in memory, an Arrow table
     report = rladv_cli.compute_file(["rollouts.parquet"], cfg, output="out.parquet")
+    runs = {"grpo": cfg, "rloo": rladv_cli.Config(estimator="rloo")}
+    comparison = rladv_cli.compare_runs(["rollouts.parquet"], runs)  # rladv compare (docs/compare.md)
     report = rladv_cli.compute_ray(["shards/"], cfg, output_dir="shards.adv")   # on Ray: pip install -e ".[ray]"
     rladv_cli.validate(["rollouts.parquet"], estimator="gae")   # raises InputError on bad data
     rladv_cli.inspect(["rollouts.parquet"]).checks               # the debugger's checklist, no torch
@@ -20,6 +22,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "compute": "api",
     "compute_file": "api",
+    "compare_runs": "compare.engine",
     "compute_ray": "pipeline.ray_engine",
     "validate": "api",
     "inspect": "diagnose.checklist",

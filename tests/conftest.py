@@ -69,6 +69,16 @@ def write(path: Path, columns: Optional[Mapping[str, list]] = None, types: Optio
     return path
 
 
+def binary_scores(t: pa.Table) -> pa.Table:
+    """``t`` with one 0/1 outcome per row, for estimators of binary rewards: 1 where the row's ``rm_scores`` (or
+    ``score``) total is positive, placed at the row's last position, 0 everywhere else."""
+    if "score" in t.column_names and "rm_scores" not in t.column_names:
+        score = np.asarray(t["score"].to_pylist(), dtype=np.float64)
+        return t.set_column(t.column_names.index("score"), "score", pa.array((score > 0).astype(np.float32)))
+    rows = [[0.0] * (len(r) - 1) + [float(sum(r) > 0)] for r in t["rm_scores"].to_pylist()]
+    return t.set_column(t.column_names.index("rm_scores"), "rm_scores", pa.array(rows, F32))
+
+
 def read(path: Path) -> pa.Table:
     return pq.read_table(path)
 

@@ -524,11 +524,162 @@ def gdpo(rewards, masks, uids, components=None, weights=None, epsilon=1e-6):
     return out, [x.copy() for x in out]
 
 
+# --------------------------------------------------------------------------- §7.16–7.19 other trainers' estimators
+
+
+def _level_stats(R, labels):
+    """{label: (float32 mean, Bessel std)} of the totals sharing a label; (0, 1) for a label of one row."""
+    return {u: (F32(0.0), F32(1.0)) if len(idx) == 1 else _mean_std([R[i] for i in idx])
+            for u, idx in _groups(labels).items()}
+
+
+def grpo_norm(rewards, masks, uids, batches=None, mean_level="group", std_level="group", epsilon=1e-6):
+    """a_i = (R_i − μ)/(σ + ε) with μ and σ the float32 mean and Bessel std of R over the row's group or batch
+    (``batches``: one label per row, None = one batch), μ = 0 for ``none``, no division for ``none``; a level of
+    one row has μ = 0, σ = 1 (docs/semantics.md §7.16)."""
+    R = _outcome(rewards)
+    batches = [0] * len(R) if batches is None else list(batches)
+    keys = {"group": [(b, u) for b, u in zip(batches, uids)], "batch": batches}
+    stats = {level: _level_stats(R, keys[level]) for level in keys}
+    a = []
+    for i, R_i in enumerate(R):
+        x = R_i if mean_level == "none" else F32(R_i - stats[mean_level][keys[mean_level][i]][0])
+        if std_level != "none":
+            x = F32(x / F32(stats[std_level][keys[std_level][i]][1] + _f(epsilon)))
+        a.append(x)
+    return _broadcast(a, masks)
+
+
+def pkpo(rewards, masks, uids, k=2):
+    """By enumeration: a_i = mean over the k-subsets I of the group of [i ∈ I]·(max_I R − max_{I∖i} R) (the max
+    of an empty set is 0), float64 over the float32 totals, rounded once; groups need k rows
+    (docs/semantics.md §7.17)."""
+    from itertools import combinations
+
+    R = _outcome(rewards)
+    a = [F32(0.0)] * len(R)
+    for uid, idx in _groups(uids).items():
+        if len(idx) < k:
+            raise ValueError(f"pkpo requires at least {k} samples per group. Got {len(idx)} for group {uid}")
+        subsets = list(combinations(idx, k))
+        for i in idx:
+            gain = sum(max(float(R[j]) for j in I) - max((float(R[j]) for j in I if j != i), default=0.0)
+                       for I in subsets if i in I)
+            a[i] = F32(gain / len(subsets))
+    return _broadcast(a, masks)
+
+
+def passk_analytic(rewards, masks, uids, k=2, epsilon=1e-6):
+    """Rewards 0/1 only (ValueError otherwise). By enumeration: ρ = the share of the group's k-subsets holding a
+    correct row, σ = sqrt(ρ(1 − ρ)); a correct row gets (1 − ρ)/(σ + ε), an incorrect one
+    (1 − ρ − q)/(σ + ε) with q the share of (k−1)-subsets of the other rows holding no correct row; float64,
+    rounded once (docs/semantics.md §7.18)."""
+    from itertools import combinations
+
+    R = _outcome(rewards)
+    if any(x not in (0.0, 1.0) for x in R):
+        raise ValueError("passk_analytic reads binary rewards")
+    a = [F32(0.0)] * len(R)
+    for uid, idx in _groups(uids).items():
+        if len(idx) < k:
+            raise ValueError(f"passk_analytic requires at least {k} samples per group. Got {len(idx)} for group {uid}")
+        subsets = list(combinations(idx, k))
+        rho = sum(any(R[j] == 1 for j in I) for I in subsets) / len(subsets)
+        sigma = float(np.sqrt(rho * (1 - rho)))
+        for i in idx:
+            if R[i] == 1:
+                a[i] = F32((1 - rho) / (sigma + epsilon))
+                continue
+            others = list(combinations([j for j in idx if j != i], k - 1))
+            q = sum(not any(R[j] == 1 for j in J) for J in others) / len(others)
+            a[i] = F32((1 - rho - q) / (sigma + epsilon))
+    return _broadcast(a, masks)
+
+
+def vapo(rewards, values, masks, gamma, alpha=0.05, value_lam=1.0):
+    """``gae``'s recurrence with λ_i = clamp(1 − 1/(α·l_i), 0, 1) per row (l_i = Σ m, float64; γ·λ_i rounded to
+    float32 once) for the advantages, whitened; returns = ``gae``'s returns with λ = ``value_lam``
+    (docs/semantics.md §7.19)."""
+    a_raw = []
+    for r, V, m in zip(_rows(rewards), _rows(values), _rows(masks)):
+        length = float(np.sum(m, dtype=np.float64))
+        lam = min(max(1 - 1 / (alpha * length), 0.0), 1.0) if length else 0.0
+        g, c = _f(gamma), _f(gamma * lam)
+        nextvalues, lastgaelam = F32(0.0), F32(0.0)
+        A = np.zeros(len(r), dtype=F32)
+        for t in reversed(range(len(r))):
+            delta = F32(F32(r[t] + F32(g * nextvalues)) - V[t])
+            if m[t]:
+                lastgaelam = F32(delta + F32(c * lastgaelam))
+                nextvalues = V[t]
+            A[t] = lastgaelam
+        a_raw.append(A)
+    return masked_whiten(a_raw, masks), gae(rewards, values, masks, gamma, value_lam)[1]
+
+
+def shape_scores(scores, score_positions, truncated=None, stop_coef=None, scale=1.0, bias=0.0, clip=None):
+    """The score shaping after DAPO's (docs/semantics.md §3.1), per row in float32: the stop-properly penalty
+    (rows with ``truncated``: scores × coef for coef ≥ 0, else 0 with coef at the score position), then bias at
+    the score position and every score × scale, then a row total beyond ±clip moved back to ±clip at the score
+    position (total summed sequentially here)."""
+    out = []
+    for i, (row, p) in enumerate(zip(_rows(scores), score_positions)):
+        row = row.copy()
+        if stop_coef is not None and truncated[i]:
+            if stop_coef >= 0:
+                row = (row * _f(stop_coef)).astype(F32)
+            else:
+                row[:] = 0.0
+                row[p] = _f(stop_coef)
+        shaped = (row * _f(scale)).astype(F32)
+        shaped[p] = F32(F32(row[p] + _f(bias)) * _f(scale))
+        if clip is not None:
+            total = _fsum(shaped)
+            bounded = F32(min(max(total, -_f(clip)), _f(clip)))
+            if bounded != total:
+                shaped[p] = F32(bounded - F32(total - shaped[p]))
+        out.append(shaped)
+    return out
+
+
 # each estimator's oracle by verl's name: (rewards, masks, rollout, settings) -> (advantages, returns), verl's raw
 # rows; ``rollout`` holds the other columns as attributes (``uids``, ``values``, ``reward_baselines``,
 # ``old_log_probs``, ``sum_pi_squared``: tests/strategies.py's ``Rollout``), ``settings`` the estimator's own
 # (``gamma``, ``lam``, ``norm_adv_by_std``, ``rpp_mask_mode``). Every registered estimator has one
 # (tests/estimators/test_registry.py).
+def grpo_loo(rewards, masks, uids, norm_adv_by_std=True, leave_one_out=True):
+    """NeMo-RL's GRPO (docs/semantics.md §7.14): per row, over the other k = n − 1 rows of its group (all n rows
+    without leave-one-out), b = Σ R_j / k and σ = sqrt((Σ R_j² / k − b²) · k/(k − 1)) (NaN -> 0), summed in
+    float32 in row order; a = R − b, divided by σ + 1e-6 where σ > 0; a group of one row gets 0."""
+    R = _outcome(rewards)
+    groups = _groups(uids)
+    a = []
+    for i, uid in enumerate(uids):
+        idx = groups[uid]
+        if len(idx) < 2:
+            a.append(F32(0.0))
+            continue
+        others = [R[j] for j in idx if j != i or not leave_one_out]
+        k = F32(len(others))
+        b = F32(_fsum(others) / k)
+        square = F32(_fsum(F32(x * x) for x in others) / k)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sigma = np.nan_to_num(F32(np.sqrt(F32(F32(square - F32(b * b)) * F32(k / F32(k - 1))))), nan=0.0)
+        centred = F32(R[i] - b)
+        a.append(F32(centred / F32(sigma + _f(1e-6))) if norm_adv_by_std and sigma > 0 else centred)
+    return _broadcast(a, masks)
+
+
+def maxrl(rewards, masks, uids, epsilon=1e-6):
+    """a_i = (R_i − μ_g)/(μ_g + ε) for groups of 2+ rows, R_i for a singleton (docs/semantics.md §7.15)."""
+    R = _outcome(rewards)
+    groups = _groups(uids)
+    mean = {u: F32(_fsum(R[i] for i in idx) / F32(len(idx))) for u, idx in groups.items()}
+    a = [F32(F32(R_i - mean[u]) / F32(mean[u] + _f(epsilon))) if len(groups[u]) > 1 else R_i
+         for R_i, u in zip(R, uids)]
+    return _broadcast(a, masks)
+
+
 ORACLE = {
     "gae": lambda r, m, ro, s: gae(r, ro.values, m, s["gamma"], s["lam"]),
     "grpo": lambda r, m, ro, s: grpo(r, m, ro.uids, norm_adv_by_std=s["norm_adv_by_std"]),
@@ -546,4 +697,12 @@ ORACLE = {
     "tir_optimal_token_baseline": lambda r, m, ro, s: tir_optimal_token_baseline(r, m, ro.uids, ro.old_log_probs,
                                                                                  ro.sum_pi_squared),
     "gdpo": lambda r, m, ro, s: gdpo(r, m, ro.uids),
+    "grpo_loo": lambda r, m, ro, s: grpo_loo(r, m, ro.uids, norm_adv_by_std=s["norm_adv_by_std"],
+                                             leave_one_out=s.get("leave_one_out", True)),
+    "maxrl": lambda r, m, ro, s: maxrl(r, m, ro.uids),
+    "grpo_norm": lambda r, m, ro, s: grpo_norm(r, m, ro.uids, None, s.get("mean_level", "group"),
+                                               s.get("std_level", "group")),
+    "pkpo": lambda r, m, ro, s: pkpo(r, m, ro.uids, s.get("k", 2)),
+    "passk_analytic": lambda r, m, ro, s: passk_analytic(r, m, ro.uids, s.get("k", 2)),
+    "vapo": lambda r, m, ro, s: vapo(r, ro.values, m, s["gamma"], s.get("vapo_alpha", 0.05), s.get("value_lam", 1.0)),
 }

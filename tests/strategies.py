@@ -165,7 +165,8 @@ def group_sizes(draw, max_rows: int, min_group: int = 1, min_rows: int = 1) -> l
 @st.composite
 def rollouts(draw, *, max_rows: int = 24, max_len: int = 40, values: bool = True, log_probs: bool = True,
              score_kind: Optional[str] = None, steps: Optional[int] = None, min_valid: int = 0,
-             min_group: int = 1, min_rows: int = 1, baselines: bool = False, pi_squared: bool = False) -> Rollout:
+             min_group: int = 1, min_rows: int = 1, baselines: bool = False, pi_squared: bool = False,
+             binary: bool = False) -> Rollout:
     """A random ragged rollout batch (see the module docstring).
 
     values / log_probs: add ``values`` / ``old_log_probs`` + ``ref_log_prob`` columns.
@@ -177,6 +178,7 @@ def rollouts(draw, *, max_rows: int = 24, max_len: int = 40, values: bool = True
     min_group: smallest uid group (2 for estimators that refuse singletons, e.g. grpo_passk).
     min_rows: fewest rows.
     baselines / pi_squared: add ``reward_baselines`` (remax) / ``sum_pi_squared`` (optimal token baselines).
+    binary: every row's score is 0 or 1 (one outcome per row: estimators of binary rewards).
     """
     sizes = draw(group_sizes(max_rows, min_group, min_rows))
     if steps is None:
@@ -207,7 +209,13 @@ def rollouts(draw, *, max_rows: int = 24, max_len: int = 40, values: bool = True
             row_masks[0] = [1] * lengths[0]
     kind = score_kind or draw(st.sampled_from(["rm_scores", "rm_scores", "score"]))
     r = Rollout(uids=uids, masks=row_masks)
-    if kind == "rm_scores":
+    if binary:
+        outcome = [float(draw(st.integers(0, 1))) for _ in range(n)]
+        if kind == "rm_scores":
+            r.rm_scores = [[0.0] * (L - 1) + [x] for L, x in zip(lengths, outcome)]
+        else:
+            r.score = outcome
+    elif kind == "rm_scores":
         r.rm_scores = [draw(token_scores(L)) for L in lengths]
     else:
         r.score = [draw(dyadic) for _ in range(n)]
@@ -272,16 +280,17 @@ def examples(n: int) -> settings:
 
 def needs(name: str) -> dict:
     """``rollouts`` arguments giving the columns (and group sizes) the estimator ``name`` declares it needs
-    (the registry's ``columns`` and ``min_group_size``); skips estimators that need columns these strategies
-    do not draw."""
-    from rladv_cli.estimators.registry import ESTIMATORS
+    (the registry's ``columns``, its smallest group with the default settings, and 0/1 scores for an estimator of
+    binary rewards); skips estimators that need columns these strategies do not draw."""
+    from rladv_cli.estimators.registry import ESTIMATORS, Params
 
     est = ESTIMATORS[name]
     extra = set(est.columns) - DRAWABLE
     if extra:
         pytest.skip(f"{name} needs {sorted(extra)}, which these strategies do not draw")
     return dict(values="values" in est.columns, baselines="reward_baselines" in est.columns,
-                pi_squared="sum_pi_squared" in est.columns, min_group=getattr(est, "min_group_size", 1) or 1)
+                pi_squared="sum_pi_squared" in est.columns, min_group=est.min_group(Params()) or 1,
+                binary=est.binary_rewards)
 
 
 def attempt(fn, *args, **kw):

@@ -2,10 +2,12 @@
 ``Error: ...`` line and exit code 2."""
 from __future__ import annotations
 
+import io
 import json
 import math
 import sys
 import textwrap
+from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
 from typing import Annotated, Callable, Optional
 
@@ -13,7 +15,7 @@ import typer
 
 from .. import __version__
 from ..errors import RladvError, one_line, shown
-from ..estimators.registry import DEFAULT_GROUP_ESTIMATOR, ESTIMATORS, get_estimator, names_where
+from ..estimators.registry import DEFAULT_GROUP_ESTIMATOR, names_where
 from .help import HelpCommand, HelpGroup
 from .options import (RUN_PANEL, SETTINGS_OPTIONS, Columns, Datasets, Device, Engine, Estimator, FailOn, FailOnOption,
                       GroupsOut, LogFormat, RowsOut, VerlConfig, choices, path, takes_settings)
@@ -310,7 +312,9 @@ def inspect(
         typer.echo(one_line(f"--config: {note}"), err=True)
     name = merged.pop("estimator", None)
     if name is not None:
-        _run(lambda: get_estimator(name))
+        from ..estimators.conventions import get_convention
+
+        _run(lambda: get_convention(merged.get("convention", "verl")).estimator(name))
     console = Console()
     if row is None and uid is None:
         _only_typed(ctx, ("config", "kl_coef", "kl_penalty", "columns", "batch_key", "epsilon", "norm_adv_by_std",
@@ -392,6 +396,69 @@ def explain(
 
 
 @app.command(cls=HelpCommand, context_settings=HELP_OPTIONS)
+def compare(
+    ctx: typer.Context,
+    dataset: Datasets,
+    run: Annotated[list[str], typer.Option("--run", metavar='"NAME: OPTIONS"', help="One run: its name, a colon, then compute's settings for it (--estimator, --config, --gamma, ...), as one quoted argument. Give it once per run, at least twice.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as one JSON object instead of tables.")] = False,
+    html: Annotated[Optional[Path], typer.Option(parser=path, metavar="PATH", help="Also write a self-contained HTML page here: per pair, the scatter of the token advantages and the groups that differ most.")] = None,
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", parser=path, metavar="PATH", help="Also write the input rows with one advantages__NAME column per run as Parquet here.")] = None,
+    chunk_rows: Annotated[int, typer.Option(metavar="N", help="Rows held in memory at once, for every run (results do not depend on it).", rich_help_panel=RUN_PANEL)] = 512,
+    cache_mib: Annotated[int, typer.Option(metavar="MIB", help="Keep the decoded dataset in memory for every run when it fits this many MiB (0: each pass re-reads it).", rich_help_panel=RUN_PANEL)] = 512,
+    device: Annotated[Device, typer.Option(metavar=choices(Device), help="Torch device of every run; auto = cuda when available.", rich_help_panel=RUN_PANEL)] = Device.auto,
+    threads: Annotated[int, typer.Option(metavar="N", help="Torch CPU threads (default 1: the kernels are memory-bound).", rich_help_panel=RUN_PANEL)] = 1,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables.", rich_help_panel=RUN_PANEL)] = False,
+) -> None:
+    """Compare several runs' advantages over one batch, side by side: each pair's correlation, rows whose sign
+    flips, tokens whose weight changes more than 2x, the groups that differ most, and each run's signal.
+
+    Examples:
+      rladv compare runs/ --run "a: --estimator grpo" --run "b: --estimator rloo"
+      rladv compare r/ --run "a: --config c.yaml" --run "b: --estimator rloo" --json
+    """
+    from rich.console import Console
+
+    from ..compare.engine import compare_runs
+    from ..compare.model import render
+    from ..compare.runs import parse_specs, run_context
+
+    specs = _run(lambda: parse_specs(run))
+    parser = ctx.parent.command.get_command(ctx.parent, "compute")
+    settings = {"estimator", "config", *(name for name, _, _ in SETTINGS_OPTIONS)}
+    runs, notes = [], []
+    for spec in specs:
+        run_ctx = _run(lambda: run_context(spec, parser, settings, ctx))
+        with _in_run(spec.name):
+            cfg, source = _resolve_config(run_ctx, run_ctx.params.get("config"))
+        runs.append((spec.name, cfg))
+        notes += [f"run {spec.name!r}: --config: {note}" for note in (source or {}).get("notes", ())]
+        notes += [f"run {spec.name!r}: {note}" for note in cfg.notes]
+    err = Console(stderr=True)
+    with progress(err, enabled=not (quiet or as_json) and err.is_terminal) as show:
+        result = _run(lambda: compare_runs([str(p) for p in dataset], runs, output=output, html_path=html,
+                                           chunk_rows=chunk_rows, cache_mib=cache_mib, device=device.value,
+                                           threads=threads, progress=show))
+    for note in notes:  # after the runs: an error stays the only line a failed comparison prints
+        err.print(f"Note: {one_line(note)}", markup=False, highlight=False, soft_wrap=True)
+    if as_json:
+        typer.echo(result.to_json(), nl=False)
+    elif not quiet:
+        render(result, Console())
+
+
+@contextmanager
+def _in_run(name: str):
+    """The one-line error the block stops on (``_fail``) names run ``name``: ``Error: run 'NAME': ...``."""
+    caught = io.StringIO()
+    try:
+        with redirect_stderr(caught):
+            yield
+    except typer.Exit:
+        _fail(f"run {name!r}: " + caught.getvalue().strip().removeprefix("Error: "))
+    sys.stderr.write(caught.getvalue())
+
+
+@app.command(cls=HelpCommand, context_settings=HELP_OPTIONS)
 def offpolicy(
     dataset: Datasets,
     rollout_rs: Annotated[list[str], typer.Option(metavar="OPTIONS", help="Rejection option(s) to sweep, verl's names (repeat the flag; token_k1,seq_max_k2 combines).")],
@@ -456,7 +523,9 @@ def convert(
 
         done = _run(lambda: convert_log(source_format.value, saved, out))
         typer.echo(f"{shown(done.path)}: {done.rows} rows from {done.files} file(s); columns {', '.join(done.columns)}")
-        typer.echo(one_line(f"  uid from {done.sources['uid']}; {done.absent}"))
+        score = done.sources.get("score", "score")
+        typer.echo(one_line(f"  uid from {done.sources['uid']}; " + (f"score from {score}; " if score != "score" else "")
+                            + done.absent))
         return
     if len(saved) != 1:
         _fail(f"a saved batch is one file, got {len(saved)}; several files are a log: give --from FORMAT")
@@ -479,6 +548,8 @@ def convert(
 @app.command(cls=HelpCommand, context_settings=HELP_OPTIONS)
 def estimators(
     name: Annotated[Optional[str], typer.Argument(metavar="NAME", help="One estimator: everything about it.")] = None,
+    convention: Annotated[str, typer.Option(metavar="NAME", help="The estimators of this trainer convention "
+                                            "(docs/conventions.md).")] = "verl",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """List the estimators. Their family and the columns each needs beyond response_mask and the score; with
@@ -487,10 +558,14 @@ def estimators(
     Examples:
       rladv estimators
       rladv estimators gae
+      rladv estimators --convention trl
       rladv estimators --json
     """
-    chosen = [ESTIMATORS.values()] if name is None else [[_run(lambda: get_estimator(name))]]
-    rows = [e.describe() for e in chosen[0]]
+    from ..estimators.conventions import get_convention
+
+    conv = _run(lambda: get_convention(convention))
+    chosen = list(conv.estimators.values()) if name is None else [_run(lambda: conv.estimator(name))]
+    rows = [{**e.describe(), "needs": ["response_mask", "rm_scores|score", *conv.reads(e, ())]} for e in chosen]
     if as_json:
         typer.echo(json.dumps(rows if name is None else rows[0], indent=2))
         return
@@ -500,12 +575,14 @@ def estimators(
                   ("singleton group", r["singleton"] or "-"), ("tool observations", r["observation_credit"]),
                   ("needs", ", ".join(r["needs"])), ("settings it reads", ", ".join(r["settings"]) or "-"),
                   ("whitened", "yes" if r["whitened"] else "no")]
+        if conv.name != "verl":
+            detail.insert(0, ("convention", f"{conv.name}: {conv.trainer} {conv.version}, {conv.source}"))
         for label, text in detail:
             typer.echo(textwrap.fill(text, 80, initial_indent=f"{label + ':':19}", subsequent_indent=" " * 19))
         return
-    width = max(len(n) for n in ESTIMATORS)
-    family = max(len(e.family) for e in ESTIMATORS.values())
+    width = max(len(e.name) for e in chosen)
+    family = max(len(e.family) for e in chosen)
     typer.echo(f"{'estimator':{width}}  {'family':{family}}  needs")
-    for e in ESTIMATORS.values():
-        typer.echo(f"{e.name:{width}}  {e.family:{family}}  {', '.join(e.input_columns) or '-'}")
+    for e, r in zip(chosen, rows):
+        typer.echo(f"{e.name:{width}}  {e.family:{family}}  {', '.join(r['needs'][2:]) or '-'}")
     typer.echo("\nneeds: beyond response_mask and a score. rladv estimators NAME describes one.")

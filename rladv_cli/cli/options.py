@@ -10,7 +10,14 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
+from ..estimators.conventions import CONVENTIONS
 from ..estimators.registry import ESTIMATORS
+
+
+class ScaleRewards(str, Enum):
+    group = "group"
+    batch = "batch"
+    none = "none"
 
 
 class Device(str, Enum):
@@ -42,6 +49,7 @@ class ISLevel(str, Enum):
 class LogFormat(str, Enum):  # io.importers.FORMATS
     verl_jsonl = "verl-jsonl"
     nemo_rl = "nemo-rl"
+    trl = "trl"
 
 
 class FailOn(str, Enum):
@@ -84,11 +92,23 @@ RowsOut = Annotated[Optional[Path], typer.Option(
     "advantage mean/min/max, cause) as Parquet here.")]
 
 Estimator = Annotated[Optional[str], typer.Option(
-    metavar="NAME", help=f"Advantage estimator, by verl's name: {', '.join(ESTIMATORS)} (rladv estimators "
-    "describes them; or from --config, whose default is gae).")]
+    metavar="NAME", help=f"Advantage estimator, by its trainer's name; verl's and rladv's: {', '.join(ESTIMATORS)} "
+    "(rladv estimators [--convention NAME] describes them; or from --config, whose default is gae).")]
 VerlConfig = Annotated[Optional[Path], typer.Option(
     "--config", parser=path, metavar="YAML", help="A verl trainer YAML (or its algorithm: section); flags given "
     "here win.")]
+Convention = Annotated[str, typer.Option(
+    metavar="NAME", help=f"Follow this trainer's rules: {', '.join(CONVENTIONS)} (grouping, estimators, epsilons, "
+    "KL placement; docs/conventions.md).", rich_help_panel=ESTIMATOR_PANEL)]
+GroupSize = Annotated[Optional[int], typer.Option(
+    metavar="N", help="trl, openrlhf: rows per group, cut as consecutive blocks in file order (default: the uid "
+    "groups' common size).", rich_help_panel=ESTIMATOR_PANEL)]
+ScaleRewardsOption = Annotated[ScaleRewards, typer.Option(
+    metavar=choices(ScaleRewards), help="trl grpo: divide by the group's std, the batch's, or not (TRL's "
+    "scale_rewards).", rich_help_panel=ESTIMATOR_PANEL)]
+LeaveOneOut = Annotated[bool, typer.Option(
+    "--leave-one-out/--no-leave-one-out", help="nemo_rl grpo, grpo_loo: baseline and std over the other samples "
+    "of the prompt.", rich_help_panel=ESTIMATOR_PANEL)]
 Gamma = Annotated[float, typer.Option(metavar="FLOAT", help="Discount factor.", rich_help_panel=ESTIMATOR_PANEL)]
 Lam = Annotated[float, typer.Option(metavar="FLOAT", help="GAE lambda.", rich_help_panel=ESTIMATOR_PANEL)]
 NormAdvByStd = Annotated[bool, typer.Option(
@@ -134,6 +154,41 @@ RewardComponents = Annotated[Optional[str], typer.Option(
     metavar="COLUMNS", help="gdpo: comma-separated float columns of reward components.", rich_help_panel=ESTIMATOR_PANEL)]
 RewardWeights = Annotated[Optional[str], typer.Option(
     metavar="WEIGHTS", help="gdpo: comma-separated weights, one per component.", rich_help_panel=ESTIMATOR_PANEL)]
+class NormLevel(str, Enum):
+    group = "group"
+    batch = "batch"
+    none = "none"
+
+
+MeanLevel = Annotated[NormLevel, typer.Option(
+    metavar=choices(NormLevel), help="grpo_norm: subtract the mean of the row's group, of its batch, or nothing.",
+    rich_help_panel=ESTIMATOR_PANEL)]
+StdLevel = Annotated[NormLevel, typer.Option(
+    metavar=choices(NormLevel), help="grpo_norm: divide by the std of the row's group, of its batch (+ --epsilon), "
+    "or not.", rich_help_panel=ESTIMATOR_PANEL)]
+PassK = Annotated[int, typer.Option(
+    "--k", metavar="N", help="pkpo, passk_analytic: the k of pass@k; every group needs at least N rows.",
+    rich_help_panel=ESTIMATOR_PANEL)]
+VapoAlpha = Annotated[float, typer.Option(
+    metavar="FLOAT", help="vapo: policy lambda 1 - 1/(FLOAT * valid tokens) per row (VAPO's 0.05).",
+    rich_help_panel=ESTIMATOR_PANEL)]
+ValueLam = Annotated[float, typer.Option(
+    metavar="FLOAT", help="vapo: the GAE lambda of the returns (the critic's target).", rich_help_panel=ESTIMATOR_PANEL)]
+RewardScale = Annotated[float, typer.Option(
+    metavar="FLOAT", help="Each row's score becomes (score + --reward-bias) * FLOAT (AReaL's reward_scaling).",
+    rich_help_panel=SHAPING_PANEL)]
+RewardBias = Annotated[float, typer.Option(
+    metavar="FLOAT", help="Added to each row's score before --reward-scale (AReaL's reward_bias).",
+    rich_help_panel=SHAPING_PANEL)]
+RewardClip = Annotated[Optional[float], typer.Option(
+    metavar="C", help="Clamp each row's total score to [-C, C], after scale and bias (AReaL's reward_clip).",
+    rich_help_panel=SHAPING_PANEL)]
+AdvClip = Annotated[Optional[float], typer.Option(
+    metavar="C", help="Clamp the final advantages to [-C, C] (ROLL's advantage_clip); returns are left as they are.",
+    rich_help_panel=SHAPING_PANEL)]
+StopProperlyPenaltyCoef = Annotated[Optional[float], typer.Option(
+    metavar="C", help="Rows whose truncated column is true: score times C for C in [0, 1], replaced by a negative C "
+    "(OpenRLHF's ProRL stop-properly penalty).", rich_help_panel=SHAPING_PANEL)]
 BatchKey = Annotated[Optional[str], typer.Option(
     metavar="COLUMN", help="Column whose values split the dataset into independent batches.",
     rich_help_panel=ESTIMATOR_PANEL)]
@@ -149,6 +204,8 @@ Columns = Annotated[Optional[list[str]], typer.Option(
     "COLUMN, e.g. --column uid=prompt_id (repeatable).", rich_help_panel=RUN_PANEL)]
 
 SETTINGS_OPTIONS = (  # (Config field, option, default) after --config, in this order, on every command that computes
+    ("convention", Convention, "verl"), ("group_size", GroupSize, None),
+    ("scale_rewards", ScaleRewardsOption, ScaleRewards.group), ("leave_one_out", LeaveOneOut, True),
     ("gamma", Gamma, 1.0), ("lam", Lam, 1.0), ("norm_adv_by_std", NormAdvByStd, True), ("epsilon", Epsilon, 1e-6),
     ("rpp_mask_mode", RppMaskMode, MaskMode.carry), ("kl_coef", KLCoef, 0.0), ("kl_penalty", KLPenalty, "kl"),
     ("kl_ctrl", KLCtrlOption, KLCtrl.fixed), ("kl_target", KLTarget, 0.1), ("kl_horizon", KLHorizon, 10000),
@@ -157,7 +214,11 @@ SETTINGS_OPTIONS = (  # (Config field, option, default) after --config, in this 
     ("rollout_is_batch_normalize", RolloutISBatchNormalize, False), ("overlong_buffer_len", OverlongBufferLen, None),
     ("overlong_penalty_factor", OverlongPenaltyFactor, 1.0), ("max_resp_len", MaxRespLen, None),
     ("tool_reward_coef", ToolRewardCoef, None), ("reward_components", RewardComponents, None),
-    ("reward_weights", RewardWeights, None), ("batch_key", BatchKey, None), ("pad_width", PadWidth, None),
+    ("reward_weights", RewardWeights, None),
+    ("mean_level", MeanLevel, NormLevel.group), ("std_level", StdLevel, NormLevel.group), ("k", PassK, 2),
+    ("vapo_alpha", VapoAlpha, 0.05), ("value_lam", ValueLam, 1.0), ("reward_scale", RewardScale, 1.0),
+    ("reward_bias", RewardBias, 0.0), ("reward_clip", RewardClip, None), ("adv_clip", AdvClip, None),
+    ("stop_properly_penalty_coef", StopProperlyPenaltyCoef, None), ("batch_key", BatchKey, None), ("pad_width", PadWidth, None),
     ("where", Where, None), ("columns", Columns, None),
 )
 

@@ -12,7 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..contract.schema import COLUMNS, OUTPUT_COLUMNS
 from ..errors import ConfigError
-from ..estimators.registry import ESTIMATOR_SETTINGS, ESTIMATORS, Params, names_where, unknown_estimator
+from ..errors import RladvError
+from ..estimators.conventions import CONVENTIONS, DEFAULT, Convention, get_convention
+from ..estimators.registry import ESTIMATOR_SETTINGS, Estimator, Params, names_where
 from .correction import parse_rollout_is, parse_rollout_rs
 
 INT_MAX = 2**31 - 1
@@ -28,7 +30,18 @@ class Config(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, title="rladv compute config", allow_inf_nan=False)
 
-    estimator: str = Field(description="advantage estimator, by verl's name (rladv estimators lists them)")
+    estimator: str = Field(description="advantage estimator, by its trainer's name (rladv estimators lists them)")
+    convention: str = Field(
+        DEFAULT, description="the trainer whose rules the numbers follow: verl (0.9.1), trl, openrlhf, nemo_rl or "
+        "skyrl: its grouping, estimators, epsilons and KL placement (docs/conventions.md)")
+    group_size: Optional[int] = Field(
+        None, gt=0, le=INT_MAX, description="trl, openrlhf: rows per group, cut as consecutive blocks in file order "
+        "(TRL's num_generations, OpenRLHF's n_samples_per_prompt); default: the uid groups' common size")
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="trl grpo: divide by the group's std, the batch's, or not at all (TRL's scale_rewards)")
+    leave_one_out: bool = Field(
+        True, description="nemo_rl grpo, grpo_loo: baseline and std over the row's other samples (NeMo-RL's "
+        "use_leave_one_out_baseline); off: over all of them")
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="discount factor (gae, reinforce_plus_plus)")
     lam: float = Field(1.0, ge=0.0, le=1.0, description="GAE lambda")
     norm_adv_by_std: bool = Field(True, description="grpo: divide by the group std (false = Dr.GRPO)")
@@ -60,6 +73,24 @@ class Config(BaseModel):
         None, description="gdpo: float columns holding per-row reward components"
     )
     reward_weights: Optional[tuple[float, ...]] = Field(None, description="gdpo: weight of each component")
+    mean_level: Literal["group", "batch", "none"] = Field(
+        "group", description="grpo_norm: subtract the mean of the row's group, of its batch, or nothing")
+    std_level: Literal["group", "batch", "none"] = Field(
+        "group", description="grpo_norm: divide by the std of the row's group, of its batch (+ epsilon), or not")
+    k: int = Field(2, ge=1, le=INT_MAX, description="pkpo, passk_analytic: the k of pass@k (groups need k rows)")
+    vapo_alpha: float = Field(0.05, gt=0.0, description="vapo: policy lambda 1 - 1/(alpha * valid tokens) per row")
+    value_lam: float = Field(1.0, ge=0.0, le=1.0, description="vapo: the GAE lambda of the returns (value target)")
+    reward_scale: float = Field(1.0, description="each row's score becomes (score + reward_bias) * reward_scale "
+                                "(AReaL's reward_scaling), after overlong shaping")
+    reward_bias: float = Field(0.0, description="added to each row's score before --reward-scale (AReaL's reward_bias)")
+    reward_clip: Optional[float] = Field(
+        None, gt=0.0, description="the row's total score is clamped to [-C, C] after scale and bias (AReaL's "
+        "reward_clip)")
+    adv_clip: Optional[float] = Field(
+        None, gt=0.0, description="the final advantages are clamped to [-C, C] (ROLL's advantage_clip); returns are not")
+    stop_properly_penalty_coef: Optional[float] = Field(
+        None, description="rows with truncated true: score times C for C in [0, 1], or replaced by C for C < 0 "
+        "(OpenRLHF's ProRL stop-properly penalty; reads the truncated column)")
     batch_key: Optional[str] = Field(None, description="column whose values split the dataset into independent batches")
     where: Optional[str] = Field(
         None, description="a SQL predicate over the input's columns (polars' SQL); only the rows it keeps are read, "
@@ -86,13 +117,6 @@ class Config(BaseModel):
         description="torch CPU threads for the run (the kernels are memory-bound; on small CPUs the thread pool's "
         "wake-up cost exceeds the gain)",
     )
-
-    @field_validator("estimator")
-    @classmethod
-    def _known_estimator(cls, v: str) -> str:
-        if v not in ESTIMATORS:
-            raise ValueError(unknown_estimator(v))
-        return v
 
     @field_validator("batch_key")
     @classmethod
@@ -139,6 +163,45 @@ class Config(BaseModel):
             )
         return v
 
+    @field_validator("convention")
+    @classmethod
+    def _known_convention(cls, v: str) -> str:
+        if v not in CONVENTIONS:
+            raise ValueError(str(_message(lambda: get_convention(v))).removeprefix("--convention: "))
+        return v
+
+    @model_validator(mode="after")
+    def _known_estimator(self) -> "Config":
+        conv = self.conv
+        if self.estimator not in conv.estimators:
+            raise ValueError(_message(lambda: conv.estimator(self.estimator)))
+        return self
+
+    @model_validator(mode="after")
+    def _within_convention(self) -> "Config":
+        """Settings the convention's trainer has no counterpart for are refused (they could not change its numbers
+        as that trainer would)."""
+        conv = self.conv
+        if conv.name == DEFAULT:
+            return self
+        what = f"--convention {conv.name} ({conv.trainer} {conv.version})"
+        for name in ("rollout_rs", "rollout_is", "overlong_buffer_len", "reward_components"):
+            if getattr(self, name, None) is not None:
+                raise ValueError(f"{_flag(name)} is a stage of verl's pipeline, which {what} does not run; use "
+                                 "--convention verl")
+        if self.use_kl and conv.kl == "loss":
+            raise ValueError(f"--kl-coef: {conv.trainer} puts KL in the loss, never in the advantage, so it has no "
+                             f"counterpart under {what}")
+        if self.use_kl and conv.kl == "token":
+            if self.kl_coef < 0:
+                raise ValueError(f"--kl-coef {self.kl_coef:g}: {conv.trainer} treats a coefficient <= 0 as 0")
+            if self.kl_ctrl != "fixed":
+                raise ValueError(f"--kl-ctrl adaptive: rladv follows {conv.trainer}'s KL only with a fixed coefficient")
+            if self.kl_penalty not in conv.kl_modes:
+                raise ValueError(f"--kl-penalty {self.kl_penalty}: {conv.trainer}'s KL estimates are "
+                                 f"{', '.join(conv.kl_modes)}")
+        return self
+
     @model_validator(mode="after")
     def _consistent(self) -> "Config":
         if self.kl_ctrl == "adaptive" and self.use_kl:  # a negative coefficient shapes (and steps) too
@@ -164,9 +227,12 @@ class Config(BaseModel):
             if len(self.reward_weights) != len(self.reward_components):
                 raise ValueError(f"--reward-weights has {len(self.reward_weights)} values for "
                                  f"{len(self.reward_components)} --reward-components")
-        if self.reward_components is not None and not ESTIMATORS[self.estimator].components:
+        if self.reward_components is not None and not self.spec.components:
             readers = names_where(lambda e: e.components)
             raise ValueError(f"--reward-components is read by {', '.join(readers)} only; use --estimator {readers[0]}")
+        if self.stop_properly_penalty_coef is not None and self.stop_properly_penalty_coef > 1:
+            raise ValueError(f"--stop-properly-penalty-coef must be in [0, 1] (a scale) or negative (a replacement "
+                             f"score), got {self.stop_properly_penalty_coef:g} (OpenRLHF asserts it)")
         if self.reward_components is not None and self.tool_reward_coef is not None:
             raise ValueError("--tool-reward-coef adds to the score, and gdpo with --reward-components reads its "
                              "rewards from those columns instead; add the tool rewards to a component column")
@@ -176,21 +242,48 @@ class Config(BaseModel):
     def use_kl(self) -> bool:
         return self.kl_coef != 0.0
 
+    @property
+    def kl_in_reward(self) -> bool:
+        """KL reward shaping runs as a stage before the estimator (verl's placement)."""
+        return self.use_kl and self.conv.kl == "reward"
+
+    @property
+    def conv(self) -> Convention:
+        """The trainer convention these settings follow."""
+        return CONVENTIONS[self.convention]
+
+    @property
+    def spec(self) -> Estimator:
+        """The estimator's declaration under the convention."""
+        return self.conv.estimators[self.estimator]
+
     def params(self) -> Params:
         """The settings an estimator reads."""
         return Params(gamma=self.gamma, lam=self.lam, norm_adv_by_std=self.norm_adv_by_std, epsilon=self.epsilon,
-                      rpp_mask_mode=self.rpp_mask_mode, reward_weights=self.reward_weights)
+                      rpp_mask_mode=self.rpp_mask_mode, reward_weights=self.reward_weights,
+                      scale_rewards=self.scale_rewards, leave_one_out=self.leave_one_out, kl_coef=self.kl_coef,
+                      kl_penalty=self.kl_penalty, group_size=self.group_size,
+                      mean_level=self.mean_level, std_level=self.std_level, k=self.k, vapo_alpha=self.vapo_alpha,
+                      value_lam=self.value_lam)
 
     def inert(self) -> dict[str, str]:
         """The settings whose value cannot change this run's numbers, given the others, each with why (the
         end of "--flag has no effect ..."): rladv refuses them typed on the command line, and leaves them out
         of the command lines it prints."""
         out = {}
-        reads = ESTIMATORS[self.estimator].settings
+        reads = self.spec.settings
+        named = f"--estimator {self.estimator}" + ("" if self.convention == DEFAULT else f" --convention {self.convention}")
         for name in ESTIMATOR_SETTINGS:
             if name not in reads:
-                read = ", ".join(_flag(r) for r in reads) or "none of --gamma, --lam, --norm-adv-by-std, --epsilon, --rpp-mask-mode"
-                out[name] = f"with --estimator {self.estimator}, which reads {read}"
+                read = ", ".join(_flag(r) for r in reads) or "no estimator setting"
+                out[name] = f"with {named}, which reads {read}"
+        if not self.conv.blocks:
+            out["group_size"] = f"with --convention {self.convention}, which groups by {self.conv.grouping}"
+        if "std_level" in reads and self.std_level == "none":
+            out["epsilon"] = "with --std-level none (nothing is divided)"
+        if self.reward_components is not None:
+            out.update(dict.fromkeys(("reward_scale", "reward_bias", "reward_clip", "stop_properly_penalty_coef"),
+                                     "with --reward-components (the estimator reads those columns, not the score)"))
         if not self.use_kl:
             out.update(dict.fromkeys(("kl_penalty", "kl_ctrl", "kl_target", "kl_horizon"),
                                      "without --kl-coef (KL reward shaping is off)"))
@@ -205,7 +298,8 @@ class Config(BaseModel):
     def changed(self) -> dict[str, Any]:
         """The settings that differ from their defaults and have an effect (not ``inert``), estimator and
         ``RUN_ONLY`` left out: what a printed command line needs to give this run's numbers."""
-        defaults, skip = Config(estimator=self.estimator).model_dump(), {"estimator", *RUN_ONLY, *self.inert()}
+        defaults = {**Config(estimator=self.estimator, convention=self.convention).model_dump(), "convention": DEFAULT}
+        skip = {"estimator", *RUN_ONLY, *self.inert()}
         return {k: v for k, v in self.model_dump().items() if k not in skip and v != defaults[k]}
 
     @property
@@ -229,6 +323,15 @@ class Config(BaseModel):
                 raise ConfigError(f"{name}: not a setting" + (f"; did you mean {close[0]}?" if close else
                                                              " (rladv_cli.Config's fields are the settings)")) from None
             raise ConfigError(f"{_flag(name)}: {msg}") from None
+
+
+def _message(action) -> str:
+    """The message of the ``RladvError`` ``action`` raises."""
+    try:
+        action()
+    except RladvError as err:
+        return str(err)
+    return ""
 
 
 def setting_notes(settings: Mapping[str, Any]) -> list[str]:

@@ -1,6 +1,8 @@
 """Arrow list columns as flat numpy arrays, and score assembly on them. No torch: ``inspect`` uses it too."""
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -90,3 +92,13 @@ def list_sums(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
     values = numpy_of(arr.flatten()).astype(np.float64)
     sums = np.bincount(parents, weights=values, minlength=len(arr)).astype(np.float64)  # int64 when no values
     return sums, np.bincount(parents, minlength=len(arr)).astype(np.int64)
+
+
+def prompt_keys(prompts: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A stable key of each row's prompt token ids (a list column): the BLAKE2b-128 hex digest of them as
+    little-endian int64, so rows with equal token ids, and only those, share a key."""
+    prompts = prompts.combine_chunks() if isinstance(prompts, pa.ChunkedArray) else prompts
+    offsets = prompts.offsets.to_numpy()  # they index ``values`` as a whole, also for a slice
+    values = prompts.values.to_numpy(zero_copy_only=False).astype("<i8")
+    return pa.array([hashlib.blake2b(values[a:b].tobytes(), digest_size=16).hexdigest()
+                     for a, b in zip(offsets[:-1], offsets[1:])], pa.string())

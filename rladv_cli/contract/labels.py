@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InputError
-from .columns import numpy_of
+from .columns import numpy_of, prompt_keys
 
 
 def _encode(column: pa.ChunkedArray) -> tuple[np.ndarray, list]:
@@ -62,10 +62,18 @@ class Labels:
         ids = np.array([self.batches.setdefault(v, len(self.batches)) for v in values], dtype=np.int64)
         return ids[codes] if n else np.zeros(0, dtype=np.int64)
 
-    def group_ids(self, table: pa.Table, batch_ids: np.ndarray, path: str, start: int) -> np.ndarray:
-        """Dense id ``(B,) int64`` of each row's ``(batch, uid)`` group, new groups numbered by first appearance."""
-        self._check_not_null(table, "uid", path, start, "every row needs a group id")
-        return self._pair_ids(batch_ids, table["uid"], self.groups)
+    def group_ids(self, table: pa.Table, batch_ids: np.ndarray, path: str, start: int, key: str = "uid") -> np.ndarray:
+        """Dense id ``(B,) int64`` of each row's ``(batch, key)`` group, new groups numbered by first appearance;
+        ``key`` is ``uid`` or ``prompts`` (rows with equal prompt token ids, keyed by ``prompt_keys``)."""
+        column = table[key]
+        if key == "prompts" and (pa.types.is_list(column.type) or pa.types.is_large_list(column.type)):
+            if column.null_count:
+                bad = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+                raise InputError(path, "is null; rows are grouped by their prompt token ids", row=start + bad,
+                                 column=key)
+            return self._pair_ids(batch_ids, pa.chunked_array([prompt_keys(column)]), self.groups)
+        self._check_not_null(table, key, path, start, "every row needs a group id")
+        return self._pair_ids(batch_ids, table[key], self.groups)
 
     def _pair_ids(self, parent: np.ndarray, column: pa.ChunkedArray, ids: dict) -> np.ndarray:
         """Dense ids of ``(parent id, value of column)`` pairs, registered in ``ids`` by first appearance."""

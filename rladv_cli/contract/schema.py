@@ -10,13 +10,14 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-Kind = Literal["mask", "float_list", "int_list", "float", "label", "call_list"]
+Kind = Literal["mask", "float_list", "int_list", "float", "label", "call_list", "flag"]
 
 
 @dataclass(frozen=True)
 class Column:
     """One contract column: ``kind`` fixes the accepted Arrow types; ``token_aligned`` lists share row lengths
-    (a ``call_list`` holds one number per tool call: any length, null for none)."""
+    (a ``call_list`` holds one number per tool call: any length, null for none; a ``flag`` is one bool, or 0/1, per
+    row)."""
 
     name: str
     kind: Kind
@@ -45,6 +46,8 @@ COLUMNS: dict[str, Column] = {
         Column("sum_pi_squared", "float_list", "sum over the vocabulary of pi(v)^2 at each position"),
         Column("tool_rewards", "call_list", "rewards the row's tool calls returned, one per call (null: none); "
                "added to the score only with --tool-reward-coef"),
+        Column("truncated", "flag", "the generation was cut at the length limit (finish_reason length); read by "
+               "--stop-properly-penalty-coef"),
     )
 }
 
@@ -64,6 +67,7 @@ _PY_TYPES = {
     "int_list": Optional[list[int]],
     "float": Optional[float],
     "label": Optional[str | int],
+    "flag": Optional[bool],
 }
 
 RolloutRow = create_model(

@@ -38,6 +38,9 @@ def _type_problem(col: Column, t: pa.DataType) -> str | None:
         return None if ok else f"has type {t}; expected string or integer group ids"
     if col.kind == "float":
         return None if _is_number(t) else f"has type {t}; expected a number per row"
+    if col.kind == "flag":
+        ok = pa.types.is_boolean(t) or pa.types.is_integer(t)
+        return None if ok else f"has type {t}; expected a bool (or 0/1) per row"
     if not _is_list(t):
         return f"has type {t}; expected a list per row"
     v = t.value_type
@@ -56,10 +59,12 @@ _SCORE_NEEDED = "a dataset needs rm_scores (token-level) or score (one per row)"
 
 def required_columns(columns: Iterable[str], reads: Mapping[str, str] = {}, *, kl: bool = False,
                      rollout_correction: bool = False, batch_key: str | None = None,
-                     reward_components: Iterable[str] = (), tool_rewards: bool = False) -> dict[str, str]:
+                     reward_components: Iterable[str] = (), tool_rewards: bool = False,
+                     truncated: bool = False) -> dict[str, str]:
     """The columns the chosen stages read, each with why (the first reason when several stages read it): the
     mask, a score column (optional when an estimator reads reward components), what the estimator reads
-    (``reads``: ``Estimator.reads``) and what the stages declare (``tool_rewards``: added to the score)."""
+    (``reads``: ``Estimator.reads``) and what the stages declare (``tool_rewards``: added to the score;
+    ``truncated``: the stop-properly penalty's flag)."""
     names = set(columns)
     need = {"response_mask": "every row needs one (1 = a token the actor sampled)"}
     if "rm_scores" in names or "score" in names or not reward_components:
@@ -76,6 +81,9 @@ def required_columns(columns: Iterable[str], reads: Mapping[str, str] = {}, *, k
             need.setdefault(name, "rollout correction needs the old and the rollout policy's log-probs")
     if tool_rewards:
         need.setdefault("tool_rewards", "--tool-reward-coef adds each row's tool_rewards to its score")
+    if truncated:
+        need.setdefault("truncated", "--stop-properly-penalty-coef penalises the rows it marks true (cut at the "
+                        "length limit)")
     if batch_key:
         need.setdefault(batch_key, "--batch-key names it")
     return need
@@ -159,6 +167,12 @@ def check_rows(table: pa.Table, path: str, start: int, validated: frozenset[str]
         if not col.token_aligned:
             if col.kind == "float":
                 _check_finite(arr, name, path, start)
+            elif col.kind == "flag":
+                values = numpy_of(arr)
+                bad = _first_not_0_or_1(values)
+                if bad is not None:
+                    raise InputError(path, f"has value {values[bad]}; a flag is true or false (1 or 0)",
+                                     row=start + bad, column=name, kind="flag value other than 0 or 1")
             continue
         row_len = numpy_of(pc.list_value_length(arr))
         if lengths is None:

@@ -17,7 +17,6 @@ from pydantic import BaseModel, Field
 from ..config.settings import Config
 from ..contract.validation import is_number_list
 from ..errors import ConfigError
-from ..estimators.registry import ESTIMATORS
 from ..io.frames import open_rows
 from .views import GroupView, compute_rows, group_view, read_row, render_group
 
@@ -52,7 +51,7 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
     ds = open_rows(inputs, settings.get("columns"), settings.get("where"))
     if not 0 <= row < ds.num_rows:
         raise ConfigError(f"--row {row}: the dataset has {ds.num_rows} rows (0-based)")
-    est = ESTIMATORS[estimator]
+    est = cfg.spec
     one = read_row(ds, row)
     uid = str(one["uid"][0].as_py()) if "uid" in one.column_names else None
     mine, report, _ = compute_rows(ds, est, np.array([row]), uid, settings)
@@ -65,8 +64,9 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
             x for x in report.whitening if cfg.batch_key and x["batch"] == f"{cfg.batch_key}={one[cfg.batch_key][0].as_py()}")
         whitening = {"whitening mean": w["mean"], "whitening std": float(np.sqrt(w["var"] + 1e-8)), "batch tokens": w["tokens"]}
     derived = est.derivation()(est, _row_values(mine), cfg.params(), whitening)
-    if derived.by_group:  # one advantage per row: explained by its group
-        view = group_view(ds.paths, uid, estimator=estimator, **settings)
+    if derived.by_group:  # one advantage per row: explained by its group (a uid group, unless the convention's
+        # trainer groups otherwise: then the formula and the row's advantage, computed over the whole dataset)
+        view = group_view(ds.paths, uid, estimator=estimator, **settings) if cfg.conv.grouping == "uid" else None
         return Explanation(**base, formula=derived.formula, constants=derived.constants, columns=[], tokens=[],
                            group=view)
     columns, tokens = list(derived.columns), [list(values) for values in derived.tokens]
@@ -105,8 +105,9 @@ def render_explanation(e: Explanation, console) -> None:
     if e.constants:
         console.print("  " + ", ".join(f"{k} = {v:.6g}" if isinstance(v, float) else f"{k} = {v}"
                                        for k, v in e.constants.items()))
-    if e.group is not None:
-        render_group(e.group, console)
+    if e.group is not None or not e.columns:
+        if e.group is not None:
+            render_group(e.group, console)
         console.print(f"row {e.row}: advantage {next((a for a in e.advantages if a), 0.0):.7g} on its actor tokens")
         if e.input_advantages is not None:
             given = [v for v, m in zip(e.input_advantages, e.response_mask) if m]

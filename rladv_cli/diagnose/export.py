@@ -52,7 +52,8 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
         ds.columns, ESTIMATORS[estimator].reads, kl=bool(settings.get("kl_coef")),
         rollout_correction=bool(settings.get("rollout_rs") or settings.get("rollout_is")),
         batch_key=settings.get("batch_key"), reward_components=settings.get("reward_components") or (),
-        tool_rewards=settings.get("tool_reward_coef") is not None))
+        tool_rewards=settings.get("tool_reward_coef") is not None,
+        truncated=settings.get("stop_properly_penalty_coef") is not None))
     needed |= {c for c in ("uid", "attention_mask", "loss_mask", "responses", "old_log_probs", "rollout_log_probs",
                            "session_id", "output_index") if c in ds.columns}
     parquet = pa.BufferOutputStream()

@@ -25,7 +25,8 @@ from ..contract.columns import array_of, assemble_scores, flat_values, list_offs
 from ..config.settings import Config
 from ..contract.labels import Labels
 from ..errors import ConfigError, InputError, RladvError
-from ..estimators.registry import DEFAULT_GROUP_ESTIMATOR, Estimator, get_estimator, with_check
+from ..estimators.conventions import DEFAULT
+from ..estimators.registry import DEFAULT_GROUP_ESTIMATOR, Estimator, with_check
 from ..io.frames import open_rows
 from ..io.read import Origin, RowSource, TableSource
 
@@ -120,6 +121,8 @@ def scope_of(est: Estimator, settings: dict) -> str:
     stepped batch by batch; rollout correction, whose batch statistics and checks take every row)."""
     adaptive_kl = settings.get("kl_coef") and settings.get("kl_ctrl") == "adaptive" and settings.get("batch_key")
     if est.whiten or est.batch_wide or adaptive_kl or settings.get("rollout_rs") or settings.get("rollout_is"):
+        return "dataset"
+    if est.row_advantage or settings.get("convention", DEFAULT) != DEFAULT:  # a trainer's own groups and matrices
         return "dataset"
     return "group" if est.groups else "row"
 
@@ -258,7 +261,7 @@ def row_view(inputs: Sequence[PathLike] | PathLike, row: int, *, estimator: Opti
     longest response in the dataset, as the whole run pads them (``pad_widths``), so their totals round the
     same (docs/semantics.md §7.2). A failing computation is reported in ``error``, not raised.
     """
-    est = None if estimator is None else get_estimator(estimator)
+    est = None if estimator is None else Config(estimator=estimator, **settings).spec
     ds = open_rows(inputs, settings.get("columns"), settings.get("where"))
     if not 0 <= row < ds.num_rows:
         across = f" across its {len(ds.paths)} files" if len(ds.paths) > 1 else ""
@@ -419,7 +422,7 @@ def group_view(inputs: Sequence[PathLike] | PathLike, uid: str, *, estimator: st
     different groups: ``groups`` has one entry per batch. A failing computation (e.g. ``grpo_passk`` on a
     singleton) is reported in ``error``, not raised.
     """
-    est = get_estimator(estimator)
+    est = Config(estimator=estimator, **settings).spec
     ds = open_rows(inputs, settings.get("columns"), settings.get("where"))
     table, index = group_rows(ds, uid)
     for i in range(table.num_rows):

@@ -30,14 +30,21 @@ def gae(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
     native = native_gae(m, r, values, batch.row_offsets, params.gamma, gamma_lam)
     if native is not None:
         return native
+    advantages = scanned_gae(batch, params.gamma, gamma_lam)
+    return advantages, advantages + values
+
+
+def scanned_gae(batch: Batch, gamma: float, gamma_lam: float | Tensor) -> Tensor:
+    """The recurrence above as two segmented scans: raw advantages ``(N,)`` float32. ``gamma_lam`` is one
+    float32 value or one per token ``(N,)`` (``vapo``'s per-row λ); it is read at mask-1 positions only."""
+    m, r, values = batch.response_mask, batch.token_level_rewards, batch.values
     kept = m > 0
     # V at the first kept position at or after t: pass through unkept positions.
     value_here_or_next = reverse_linear_scan((~kept).float(), values * m, batch.row_offsets)
     nextvalues = shift_left_in_row(value_here_or_next, batch.row_offsets)
-    delta = (r + params.gamma * nextvalues) - values
+    delta = (r + gamma * nextvalues) - values
     a = kept.float() * gamma_lam + (~kept).float()
-    advantages = reverse_linear_scan(a, delta * m, batch.row_offsets)
-    return advantages, advantages + values
+    return reverse_linear_scan(a, delta * m, batch.row_offsets)
 
 
 def explain(est: Estimator, row: Row, params: Params, whitening: dict) -> Derivation:

@@ -21,7 +21,10 @@ class Inputs:
     multi-output sessions folded (docs/semantics.md §8), ``R`` of the row's session's final output and whether that
     output has an actor token ``(B,)``; batch_rows, batch_nonzero_rows: the rows of each row's batch and those
     with ``R ≠ 0`` ``(B,)``; components, component_groups: per-row reward components ``(K, B)`` and their
-    group statistics; position_sums: per-(group, position) sums an estimator's ``accumulate`` gathered.
+    group statistics; position_sums: per-(group, position) sums an estimator's ``accumulate`` gathered;
+    row_advantage: the row's scalar advantage, computed over the whole dataset by ``Estimator.row_advantage``;
+    batch_mean, batch_std: the float32 mean and Bessel std of the row totals of each row's batch ``(B,)``, as
+    ``groups``' mean and std of a group holding the batch's rows (0 and 1 for a batch of one row).
     """
 
     reward_total: Optional[Tensor] = None
@@ -34,3 +37,6 @@ class Inputs:
     components: Optional[Tensor] = None
     component_groups: Optional[tuple[GroupStats, ...]] = None
     position_sums: Optional[PositionSums] = None
+    row_advantage: Optional[Tensor] = None
+    batch_mean: Optional[Tensor] = None
+    batch_std: Optional[Tensor] = None

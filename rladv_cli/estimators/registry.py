@@ -21,13 +21,16 @@ REFERENCE_NAMES = (
 )
 REFERENCE_DEFAULT = "gae"  # verl 0.9.1's AlgoConfig.adv_estimator: what a trainer config without one runs
 # the settings of one estimator or another (gamma: discount, lam: GAE, the rest: std scaling and REINFORCE++)
-ESTIMATOR_SETTINGS = ("gamma", "lam", "norm_adv_by_std", "epsilon", "rpp_mask_mode")
+ESTIMATOR_SETTINGS = ("gamma", "lam", "norm_adv_by_std", "epsilon", "rpp_mask_mode", "scale_rewards", "leave_one_out")
+# grpo_norm's levels, the k of pkpo and passk_analytic, vapo's alpha and critic lambda
+ESTIMATOR_SETTINGS += ("mean_level", "std_level", "k", "vapo_alpha", "value_lam")
 # what an estimator may ask for in ``needs`` (the fields of ``inputs.Inputs``)
 INPUTS = ("reward_total", "group_index", "groups", "session_total", "session_active", "batch_rows",
-          "batch_nonzero_rows", "components", "component_groups", "position_sums")
+          "batch_nonzero_rows", "components", "component_groups", "position_sums", "row_advantage")
+INPUTS += ("batch_mean", "batch_std")
 # the group statistics an estimator may ask for (``tensors.groups.GroupStats``; ``size`` is always there)
 GROUP_STATISTICS = ("mean", "std", "seq_sum", "seq_std", "length_weighted_mean", "top_gap", "top_row",
-                    "longest_row", "second_longest", "nonempty_size")
+                    "longest_row", "second_longest", "nonempty_size", "sorted_totals")
 
 
 # what an estimator reads a column for, in its error message when the column is missing
@@ -48,6 +51,16 @@ class Params:
     epsilon: float = 1e-6
     rpp_mask_mode: str = "carry"
     reward_weights: Optional[tuple[float, ...]] = None
+    scale_rewards: str = "group"
+    leave_one_out: bool = True
+    kl_coef: float = 0.0
+    kl_penalty: str = "kl"
+    group_size: Optional[int] = None
+    mean_level: str = "group"
+    std_level: str = "group"
+    k: int = 2
+    vapo_alpha: float = 0.05
+    value_lam: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -77,6 +90,12 @@ class Estimator:
     components: it reads per-row reward components (``--reward-components``) instead of the score
     row_checks: warning code -> ``module:function`` flagging the rows where one of its quirks bit
     explain:   ``module:function`` giving ``rladv explain``'s derivation of one row (``derivation.Derivation``)
+    row_advantage: ``fn(total, group, batch, params) -> (B,)``: each row's scalar advantage computed over the whole
+               dataset at once (``(B,)`` row totals, dense group and batch ids, in dataset order, on the CPU), as a
+               trainer computes it on its batch's matrix of rewards; it reaches the estimator as
+               ``inputs.row_advantage``
+    min_group_setting: the setting whose value is a minimum group size too (``--k``: ``min_group``)
+    binary_rewards: it reads row totals of 0 or 1 only; any other total is an error naming its row
     """
 
     name: str
@@ -101,6 +120,9 @@ class Estimator:
     settings: tuple[str, ...] = ()
     components: bool = False
     row_checks: tuple[tuple[str, str], ...] = ()
+    row_advantage: str | None = None
+    min_group_setting: str | None = None
+    binary_rewards: bool = False
 
     def __post_init__(self) -> None:
         unknown = (set(self.needs) - set(INPUTS)) | (set(self.group_statistics) - set(GROUP_STATISTICS))
@@ -145,6 +167,15 @@ class Estimator:
 
     def derivation(self) -> Callable:
         return _load(self.explain)
+
+    def min_group(self, params: Params) -> int:
+        """The smallest group it computes with these settings: ``min_group_size``, or the value of its
+        ``min_group_setting`` when that is larger."""
+        setting = getattr(params, self.min_group_setting) if self.min_group_setting else 0
+        return max(self.min_group_size, setting)
+
+    def row_advantages(self) -> Callable | None:
+        return _load(self.row_advantage) if self.row_advantage else None
 
     def describe(self) -> dict:
         """What ``rladv estimators`` prints for it."""
@@ -296,6 +327,52 @@ ESTIMATORS: dict[str, Estimator] = {
             singleton="each component keeps c/(1+eps) before whitening",
             summary="grpo per reward component (--reward-components), weighted, whitened",
             returns_are_advantages=True,
+        ),
+        _group(
+            "grpo_loo", "scalar:from_rows", family="leave-one-out",
+            needs=("group_index", "groups", "row_advantage"), settings=("norm_adv_by_std", "leave_one_out"),
+            baseline="mean of the other rows of the group; divided by their std where it is > 0 (NeMo-RL's GRPO)",
+            singleton="advantage 0",
+            summary="(R_i - mean_-i) / (std_-i + 1e-6) where std_-i > 0",
+            row_advantage="nemo_rl:grpo_rows",
+        ),
+        _group(
+            "maxrl", "skyrl:maxrl", family="mean-scaled", group_statistics=("mean",), settings=("epsilon",),
+            baseline="group mean, dividing by the group mean + eps (SkyRL, prime-rl)",
+            singleton="advantage R: the raw score is kept",
+            summary="(R_i - mean_g) / (mean_g + eps)",
+        ),
+        _group(
+            "grpo_norm", "norm:grpo_norm", family="group", needs=(*_OUTCOME, "batch_mean", "batch_std"),
+            group_statistics=("mean", "std"), settings=("mean_level", "std_level", "epsilon"),
+            baseline="mean of the group or of the batch (--mean-level), divided by the std of either (--std-level)",
+            singleton="a level of one row has mean 0 and std 1 (as grpo): a singleton group keeps R/(1+eps)",
+            summary="(R_i - mean) / (std + eps) at the levels of AReaL's NormConfig and ROLL's reward_norm",
+            batch_wide=True,
+        ),
+        _group(
+            "pkpo", "pkpo:pkpo", family="best of k", group_statistics=("sorted_totals",), settings=("k",),
+            baseline="the best of the other k-1 rows of each k-subset holding the row (leave-one-out of PKPO)",
+            singleton="error unless --k 1: groups need at least --k rows",
+            summary="mean over k-subsets of the gain in their best total the row brings",
+            min_group_setting="k",
+        ),
+        _group(
+            "passk_analytic", "passk_analytic:passk_analytic", family="pass@k", group_statistics=("seq_sum",),
+            settings=("k", "epsilon"),
+            baseline="the group's pass@k 1 - C(n-c,k)/C(n,k) over its std sqrt(p(1-p)); rewards must be 0 or 1",
+            singleton="error unless --k 1: groups need at least --k rows",
+            summary="Pass@k Training's analytic advantage of correct and incorrect rows",
+            min_group_setting="k", binary_rewards=True,
+        ),
+        Estimator(
+            "vapo", "vapo:vapo", ("values",), family="critic", needs=(), whiten=True,
+            settings=("gamma", "vapo_alpha", "value_lam"),
+            baseline="critic values V_t; policy lambda 1 - 1/(alpha * valid tokens) per row",
+            observation_credit="skipped: state carried across mask-0 spans (bootstraps from the next actor token)",
+            singleton=None,
+            summary="GAE with a length-adaptive policy lambda; returns from --value-lam; whitened",
+            explain="vapo:explain",
         ),
     )
 }

@@ -20,6 +20,15 @@ nemo-rl     NeMo-RL's per-step training dump ``train_data_step{N}.jsonl`` in the
             ``response_mask``, ``old_log_probs`` (prev_logprobs), ``rollout_log_probs`` (generation_logprobs),
             ``advantages`` are that slice; ``score`` the reward; ``uid`` a digest of the prompt's token ids;
             ``step`` the N of the file name. No values and no reference log-probs: not gae, not KL shaping.
+
+trl         TRL 1.16.0's GRPO completion log (``log_completions``): ``completions/completions_{step:05d}.parquet``
+            written by ``GRPOTrainer.log`` from its ``_logs`` (the last generation batch, in the trainer's order:
+            consecutive blocks of ``num_generations``): ``step``, ``prompt``, ``completion`` (text, or chat messages),
+            one column per reward function, the reward functions' extra columns, ``advantage``. ``uid``: a digest
+            of the prompt (TRL repeats a prompt for its ``num_generations`` completions); ``score``: the NaN-ignoring
+            sum of the number columns between ``completion`` and ``advantage`` (TRL's reward with weights 1);
+            ``advantages``: ``[advantage]``. No token lists: sequence level, as verl-jsonl. A row whose rewards
+            are all missing (TRL's unscorable completion) has no score rladv can use: an error naming it.
 """
 from __future__ import annotations
 
@@ -35,11 +44,12 @@ from typing import Iterator, Sequence
 
 import pyarrow as pa
 
+from ..contract.columns import prompt_keys
 from ..errors import InputError
 from .frames import standard
 from .write import AtomicParquetWriter, check_output_path, signals_deferred
 
-FORMATS = ("verl-jsonl", "nemo-rl")
+FORMATS = ("verl-jsonl", "nemo-rl", "trl")
 CHUNK_ROWS = 65536
 TOKEN_CHUNK_ROWS = 1024  # nemo-rl: a row holds its padded token lists
 SEQUENCE_LEVEL = ("no token lists: rladv computes it at sequence level (one position per row holding its score), "
@@ -70,6 +80,15 @@ NEMO_RL_NAME = re.compile(r"train_data_step(\d+)")
 def _nemo_rl_order(p: str):
     """nemo-rl: by the N of ``train_data_step{N}``, as ``train_data_step10`` after ``train_data_step2``."""
     found = NEMO_RL_NAME.fullmatch(Path(p).stem)
+    return (0, int(found.group(1)), "") if found else (1, 0, Path(p).stem)
+
+
+TRL_NAME = re.compile(r"completions_(\d+)")
+
+
+def _trl_order(p: str):
+    """trl: by the step of ``completions_{step:05d}``."""
+    found = TRL_NAME.fullmatch(Path(p).stem)
     return (0, int(found.group(1)), "") if found else (1, 0, Path(p).stem)
 
 
@@ -190,16 +209,6 @@ def _json_text(values: list) -> list:
     return [None if v is None else json.dumps(v) for v in values]
 
 
-def _uids(prompts: pa.Array) -> pa.Array:
-    """A stable key of each row's prompt token ids: the BLAKE2b-128 hex digest of them as little-endian int64
-    (``offsets`` index ``values`` as a whole, also for a slice)."""
-    prompts = prompts.combine_chunks() if isinstance(prompts, pa.ChunkedArray) else prompts
-    offsets = prompts.offsets.to_numpy()
-    values = prompts.values.to_numpy(zero_copy_only=False).astype("<i8")
-    return pa.array([hashlib.blake2b(values[a:b].tobytes(), digest_size=16).hexdigest()
-                     for a, b in zip(offsets[:-1], offsets[1:])], pa.string())
-
-
 def _nemo_rl(path: str) -> Iterator[tuple[pa.Table, bool]]:
     """One NeMo-RL ``train_data_step{N}.jsonl`` as Arrow tables of contract rows (see the module docstring),
     streamed ``TOKEN_CHUNK_ROWS`` lines at a time; lines already checked by ``_nemo_rl_line``."""
@@ -236,13 +245,55 @@ def _nemo_rl(path: str) -> Iterator[tuple[pa.Table, bool]]:
         )
         for df in query.collect_batches(chunk_size=TOKEN_CHUNK_ROWS):
             table = df.drop("__prompt").to_arrow()
-            table = table.add_column(0, "uid", _uids(df["__prompt"].to_arrow()))
+            table = table.add_column(0, "uid", prompt_keys(df["__prompt"].to_arrow()))
             for i, (name, t) in enumerate(zip(table.column_names, table.schema.types)):
                 if name not in tokens and pa.types.is_nested(t):
                     table = table.set_column(i, name, pa.array(_json_text(table[name].to_pylist()), pa.string()))
             yield standard(table), True
     except pl.exceptions.PolarsError as err:
         raise InputError(path, f"cannot be read as NeMo-RL's train_data JSONL: {str(err).splitlines()[0]}") from None
+
+
+def _trl(path: str) -> Iterator[tuple[pa.Table, bool]]:
+    """One TRL ``completions_{step}.parquet`` as an Arrow table of sequence-level contract rows (see the module
+    docstring), the file's other columns carried (prompt and completion as text, chat messages as JSON)."""
+    import polars as pl
+
+    try:
+        frame = pl.read_parquet(path)
+    except (pl.exceptions.PolarsError, OSError) as err:
+        raise InputError(path, f"cannot be read as TRL's completions Parquet: {str(err).splitlines()[0]}") from None
+    names = frame.columns
+    missing = [c for c in ("step", "prompt", "completion", "advantage") if c not in names]
+    if missing:
+        raise InputError(path, f"has no {', '.join(missing)} (TRL's GRPOTrainer.log writes step, prompt, completion, "
+                         "its reward columns and advantage)")
+    rewards = trl_rewards(frame.schema, names)
+    if not rewards:
+        raise InputError(path, "has no number column between completion and advantage: no reward function's")
+    score = pl.sum_horizontal([pl.col(c).cast(pl.Float64).fill_nan(None) for c in rewards])
+    scorable = pl.any_horizontal([pl.col(c).cast(pl.Float64).fill_nan(None).is_not_null() for c in rewards])
+    bad = frame.select(scorable.not_().arg_true()).to_series()
+    if bad.len():
+        raise InputError(path, f"every reward ({', '.join(rewards)}) is missing: TRL leaves such a completion out "
+                         "of its group statistics, which rladv cannot", row=int(bad[0]), column=rewards[0])
+    text = {c: (pl.col(c).map_elements(json.dumps, return_dtype=pl.String) if frame.schema[c].is_nested()
+                else pl.col(c).cast(pl.String)) for c in ("prompt", "completion")}
+    out = frame.select(
+        text["prompt"].alias("__prompt"), pl.col("step").cast(pl.Int64), score.cast(pl.Float32).alias("score"),
+        pl.concat_list(pl.col("advantage").cast(pl.Float32)).alias("advantages"),
+        text["prompt"].alias("prompt"), text["completion"].alias("completion"),
+        *[pl.col(c) for c in names if c not in ("step", "prompt", "completion", "advantage")])
+    table = out.drop("__prompt").to_arrow()
+    keys = pa.array([hashlib.blake2b(p.encode(), digest_size=16).hexdigest() for p in out["__prompt"].to_list()],
+                    pa.string())
+    yield standard(table.add_column(0, "uid", keys)), True
+
+
+def trl_rewards(schema, names: list[str]) -> list[str]:
+    """TRL's reward columns: the number columns its table puts between ``completion`` and ``advantage``."""
+    between = names[names.index("completion") + 1:names.index("advantage")]
+    return [c for c in between if schema[c].is_numeric()]
 
 
 NEMO_RL_SOURCES = {
@@ -252,7 +303,7 @@ NEMO_RL_SOURCES = {
     "advantages": "advantages"}
 NEMO_RL_ABSENT = ("token lists from the first generated token to input_lengths; absent: values and the reference "
                   "log-probs (ref_log_prob), so not gae and not KL shaping; NeMo-RL's advantages are replayed "
-                  "against rladv's (rladv's grpo is verl's, not NeMo-RL's leave-one-out)")
+                  "against rladv's: compute --convention nemo_rl --estimator grpo --batch-key step")
 
 
 def convert_log(fmt: str, sources: Sequence[str | os.PathLike], out: str | os.PathLike) -> Imported:
@@ -264,6 +315,8 @@ def convert_log(fmt: str, sources: Sequence[str | os.PathLike], out: str | os.Pa
     out = os.fspath(out)
     if fmt == "nemo-rl":
         files = _files(sources, "train_data_step*.jsonl", _nemo_rl_order)
+    elif fmt == "trl":
+        files = _files(sources, "completions_*.parquet", _trl_order)
     else:
         files = _files(sources, "*.jsonl")
     check_output_path(out, files)
@@ -273,9 +326,11 @@ def convert_log(fmt: str, sources: Sequence[str | os.PathLike], out: str | os.Pa
                 raise InputError(path, "not named train_data_step{N}.jsonl (NeMo-RL's name): the step comes from "
                                  "the name")
             _check_lines(path, NEMO_RL_REQUIRED, "NeMo-RL's GRPO", _nemo_rl_line)
+        elif fmt == "trl":
+            continue  # a Parquet file: read and checked whole by _trl
         else:
             _check_lines(path, ("input", "score", "step"), "verl", _verl_line)
-    read = _nemo_rl if fmt == "nemo-rl" else _verl_jsonl
+    read = {"nemo-rl": _nemo_rl, "trl": _trl}.get(fmt, _verl_jsonl)
     tables = ((path, table, own) for path in files for table, own in read(path))
     first = next(tables, None)
     if first is None:
@@ -292,6 +347,15 @@ def convert_log(fmt: str, sources: Sequence[str | os.PathLike], out: str | os.Pa
             sink.commit()
     if fmt == "nemo-rl":
         return Imported(out, rows, len(files), list(schema.names), dict(NEMO_RL_SOURCES), NEMO_RL_ABSENT)
+    if fmt == "trl":
+        import polars as pl
+
+        rewards = trl_rewards(pl.read_parquet_schema(files[0]), list(pl.read_parquet_schema(files[0])))
+        return Imported(out, rows, len(files), list(schema.names), {
+            "uid": "prompt (a BLAKE2b digest of its text)", "step": "step", "advantages": "[advantage]",
+            "score": f"the sum of {', '.join(rewards)} (NaN left out; TRL's reward with weights 1)"},
+            SEQUENCE_LEVEL + "; TRL's advantages are replayed against rladv's: compute --convention trl "
+            "--estimator grpo --group-size N --batch-key step")
     uid = "uid" if owns == {True} else "input (the prompt text)" if owns == {False} else "uid, else input"
     return Imported(out, rows, len(files), list(schema.names), {"uid": uid, "score": "score", "step": "step"},
                     SEQUENCE_LEVEL)

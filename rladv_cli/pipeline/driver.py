@@ -27,8 +27,7 @@ from ..config.correction import parse_rollout_is, parse_rollout_rs
 from ..config.settings import Config
 from ..contract import validation
 from ..contract.labels import Labels
-from ..errors import ComputeError, InputError
-from ..estimators import ESTIMATORS
+from ..errors import ComputeError, InputError, shown
 from ..io.read import RowSource
 from ..io.write import computed_columns, output_schema
 from ..report import replay
@@ -54,16 +53,17 @@ class Pipeline:
     def __init__(self, source: RowSource, cfg: Config, progress: Optional[Progress] = None,
                  pad_widths: Optional[Mapping[object, int]] = None):
         self.source, self.cfg, self.pad_widths = source, cfg, pad_widths
-        self.est = est = ESTIMATORS[cfg.estimator]
+        self.est = est = cfg.spec
         self.device = resolve_device(cfg.device)
         names = set(source.columns)
+        group_key = cfg.conv.group_key(names)
         rules = parse_rollout_rs(cfg.rollout_rs, cfg.rollout_rs_threshold) if cfg.rollout_rs else ()
         is_cfg = (parse_rollout_is(cfg.rollout_is, cfg.rollout_is_threshold, cfg.rollout_is_batch_normalize)
                   if cfg.rollout_is else None)
         self.required = validation.required_columns(
-            source.columns, est.reads, kl=cfg.use_kl, rollout_correction=bool(rules or is_cfg),
+            source.columns, cfg.conv.reads(est, names), kl=cfg.use_kl, rollout_correction=bool(rules or is_cfg),
             batch_key=cfg.batch_key, reward_components=cfg.reward_components or (),
-            tool_rewards=cfg.tool_reward_coef is not None,
+            tool_rewards=cfg.tool_reward_coef is not None, truncated=cfg.stop_properly_penalty_coef is not None,
         )
         validation.check_schema(source.paths[0], source.schema, self.required)
         if source.num_rows == 0:
@@ -74,19 +74,22 @@ class Pipeline:
         self.plan = Plan(
             cfg=cfg, est=est, chain=Chain(cfg, rules, is_cfg, self.device),
             # verl runs rollout correction (at least its metrics) whenever rollout log-probs are present
-            correct={"old_log_probs", "rollout_log_probs"} <= names, has_uid="uid" in names, fold=fold,
-            scan_columns=tuple(self._scan_columns(fold)), schema=output_schema(source.schema, is_cfg is not None),
+            correct={"old_log_probs", "rollout_log_probs"} <= names, group_key=group_key,
+            grouped=group_key is not None or cfg.conv.blocks, fold=fold,
+            scan_columns=tuple(self._scan_columns(fold, group_key)), schema=output_schema(source.schema, is_cfg is not None),
             replay_columns=tuple(replay_columns),
         )
         self.work = ShardWork(self.plan, source, progress)
         self.labels = Labels(cfg.batch_key)
         self.rows = RowTable()
+        self.group_size = cfg.group_size
         self.seconds: dict[str, float] = defaultdict(float)
 
-    def _scan_columns(self, fold: bool) -> list[str]:
+    def _scan_columns(self, fold: bool, group_key: Optional[str]) -> list[str]:
         names = self.source.columns
         optional = ("attention_mask", "loss_mask", "uid", "old_log_probs", "rollout_log_probs", "tool_rewards")
-        wanted = set(self.required) | {c for c in optional if c in names}
+        order = self.cfg.conv.order_column
+        wanted = set(self.required) | {c for c in optional if c in names} | {group_key, order}
         if fold:
             wanted |= {"session_id", "output_index"}
         return [c for c in names if c in wanted]
@@ -111,11 +114,13 @@ class Pipeline:
         if self.plan.adaptive_kl:
             known = self._step_kl_controller(self._map(map_shards, "kl", ("batch_id",), known), known)
         correction, known = self._merge_scan(self._map(map_shards, "scan", ("batch_id",), known), known)
-        uid_merges = self._merge_int_uids() if est.int_uids and self.plan.has_uid else ([], torch.zeros(0, dtype=torch.long))
+        uid_merges = self._merge_int_uids() if est.int_uids and self.plan.group_key else ([], torch.zeros(0, dtype=torch.long))
+        blocks = self._cut_blocks() if self.cfg.conv.blocks else None
         if self.plan.correct:
             check_correction_batches(self.rows, self.labels)
         known, grouped = self._group_pass(known)
-        given = ("batch_id", "group_id", "reward_total", *(("session_total", "session_active") if fold else ()))
+        given = ("batch_id", "group_id", "reward_total", *(("session_total", "session_active") if fold else ()),
+                 *(("row_advantage",) if est.row_advantage else ()))
         ill = (0.0, torch.zeros(0, dtype=torch.long))
         if (est.whiten and est.groups) or est.accumulate:
             known, ill = self._merge_group_statistics(self._map(map_shards, "group_statistics", given, known), known)
@@ -137,7 +142,8 @@ class Pipeline:
             source=self.source, plan=self.plan, has_sessions=self.has_sessions, replay_skipped=self.replay_skipped,
             rows=self.rows, labels=self.labels, known=known, flags=grouped["flags"], fold_source=grouped["fold"],
             whitening=entries, uid_merges=uid_merges, baseline_ill_conditioned=ill, correction_stats=correction,
-            sketches=sketches, outcome_basis=outcome_basis, seconds=dict(self.seconds),
+            sketches=sketches, outcome_basis=outcome_basis, seconds=dict(self.seconds), mixed_blocks=blocks,
+            group_size=self.group_size if self.cfg.conv.blocks else None,
         ))
 
     def _map(self, map_shards: MapShards, stage: str, names: tuple[str, ...],
@@ -210,6 +216,62 @@ class Pipeline:
             known = replace(known, shaping=replace(known.shaping, is_norm_factor=factor))
         return correction, known
 
+    def _cut_blocks(self) -> Tensor:
+        """Groups as a trainer that reshapes its batch into ``[G, n]`` forms them (docs/conventions.md): blocks of
+        ``n`` consecutive rows of each batch in row order (in the order of ``Convention.order_column`` when the
+        file has it), ``n`` = ``--group-size`` or the uid groups' common size. Returns the first row of each block whose rows carry more than one uid (the file is then not in the
+        order the trainer grouped it)."""
+        conv, batch_of_row = self.cfg.conv, self.rows["batch_id"]
+        uid_group = self.rows["group_id"] if self.plan.group_key else None
+        n = self.group_size = self.cfg.group_size or self._common_group_size(uid_group)
+        counts = torch.bincount(batch_of_row, minlength=len(self.labels.batches))
+        uneven = torch.nonzero(counts % n).flatten()
+        if uneven.numel():
+            where = self.labels.batch_name(int(uneven[0]))
+            raise ComputeError(
+                f"--convention {conv.name}: {conv.trainer} cuts each batch into blocks of {n} rows (--group-size), "
+                f"and {'batch ' + where if where else 'the dataset'} has {int(counts[uneven[0]])} rows")
+        if "order_key" in self.rows:  # the trainer's sample index: rows within a batch in its order
+            order = torch.from_numpy(np.lexsort((self.rows["order_key"].numpy(), batch_of_row.numpy())))
+        else:
+            order = torch.sort(batch_of_row, stable=True).indices
+        ordinal = torch.empty_like(order)
+        ordinal[order] = torch.arange(order.numel()) - (torch.cumsum(counts, 0) - counts)[batch_of_row[order]]
+        width = int(counts.max()) // n
+        key = batch_of_row * width + ordinal // n
+        _, dense = Labels._first_appearance(key.numpy())
+        group = torch.from_numpy(dense)
+        first = first_rows(group, int(group.max()) + 1)
+        old = {g: uid for (_, uid), g in self.labels.groups.items()}
+        seen: dict[tuple, int] = defaultdict(int)
+        names = {}
+        for g, row in enumerate(first.tolist()):
+            b = int(batch_of_row[row])
+            base = old[int(uid_group[row])] if uid_group is not None else f"block {int(ordinal[row]) // n}"
+            seen[b, base] += 1
+            names[b, base if seen[b, base] == 1 else f"{base} #{seen[b, base]}"] = g
+        self.labels.groups = names
+        self.rows.replace("group_id", group)
+        if uid_group is None:
+            return torch.zeros(0, dtype=torch.long)
+        groups = int(group.max()) + 1
+        lo = torch.full((groups,), 1 << 62).scatter_reduce(0, group, uid_group, "amin")
+        hi = torch.full((groups,), -1).scatter_reduce(0, group, uid_group, "amax")
+        return torch.sort(first[lo != hi]).values
+
+    def _common_group_size(self, uid_group: Optional[Tensor]) -> int:
+        """The size every uid group shares: what ``--group-size`` defaults to under a blocks convention."""
+        conv = self.cfg.conv
+        if uid_group is None:
+            raise ComputeError(f"--convention {conv.name}: {conv.trainer} groups blocks of rows in file order; give "
+                               "--group-size N (the file has no uid column to take the group size from)")
+        sizes = torch.unique(torch.bincount(uid_group)).tolist()
+        if len(sizes) != 1:
+            raise ComputeError(f"--convention {conv.name}: the uid groups have {len(sizes)} sizes "
+                               f"({', '.join(map(str, sizes[:4]))}); {conv.trainer} cuts blocks of one size: give "
+                               "--group-size N")
+        return int(sizes[0])
+
     def _merge_int_uids(self) -> tuple[list[tuple], Tensor]:
         """Groups whose uids verl's ``as_torch_index`` converts to one integer become one group, as in verl
         (``Estimator.int_uids``); returns the sets of uids merged and the first row of each merged uid."""
@@ -234,8 +296,13 @@ class Pipeline:
         known = replace(known, batch_rows=torch.bincount(batch_of_row, minlength=n_batches),
                         batch_nonzero_rows=torch.bincount(batch_of_row, weights=(self.rows["reward_total"] != 0).double(),
                                                           minlength=n_batches).long())
+        if est.binary_rewards:
+            self._check_binary(self.rows["reward_total"])
+        if {"batch_mean", "batch_std"} & set(est.needs):  # each batch's rows as one group
+            levels = group_stats(self.rows["reward_total"], batch_of_row, n_batches, self.rows["used"], ("mean", "std"))
+            known = replace(known, batch_mean=levels.mean, batch_std=levels.std)
         grouped = {"flags": {}, "basis": None, "fold": None}
-        if not self.plan.has_uid:
+        if not self.plan.grouped:
             return known, grouped
         n_groups, gid, used = self.labels.group_count, self.rows["group_id"], self.rows["used"]
         reward, wanted = self.rows["reward_total"], est.group_statistics
@@ -256,18 +323,32 @@ class Pipeline:
             grouped["basis"] = sum(w * c.double() for w, c in zip(weights, components))
             per_component = [group_flags(c, gid, groups.size)["all_equal_group"] for c in components]
             flags["all_equal_group"] = torch.stack(per_component).all(0)
-        small = torch.nonzero(groups.size < est.min_group_size).flatten()
+        minimum = est.min_group(self.cfg.params())
+        small = torch.nonzero(groups.size < minimum).flatten()
         if est.groups and small.numel():
             batch, uid = next(key for key, g in self.labels.groups.items() if g == int(small[0]))
             where = self.labels.batch_name(batch)
+            setting = f" (--{est.min_group_setting.replace('_', '-')} {minimum})" if minimum > est.min_group_size else ""
             raise ComputeError(
-                f"{self.cfg.estimator} requires at least {est.min_group_size} samples per group. Got "
+                f"{self.cfg.estimator} requires at least {minimum} samples per group{setting}. Got "
                 f"{int(groups.size[small[0]])} for group {uid}{' in batch ' + where if where else ''} "
                 f"({small.numel()} such group(s))"
             )
         if self.plan.fold:
             self.rows.add(session_total=reward[grouped["fold"]], session_active=(used[grouped["fold"]] > 0).float())
+        if est.row_advantage:
+            params = replace(self.cfg.params(), group_size=self.group_size)
+            self.rows.add(row_advantage=est.row_advantages()(reward, gid, batch_of_row, params))
         return replace(known, groups=groups.to(self.device)), grouped
+
+    def _check_binary(self, reward: Tensor) -> None:
+        """An estimator of 0/1 rewards stops at the first row whose total is neither, naming its file and row."""
+        bad = torch.nonzero((reward != 0) & (reward != 1)).flatten()
+        if bad.numel():
+            path, row = self.source.locate(int(bad[0]))
+            raise ComputeError(f"{shown(path)}: row {row}: total reward {float(reward[bad[0]]):.9g} is neither 0 nor 1; "
+                               f"{self.cfg.estimator} reads binary rewards (shaping such as --kl-coef or --reward-scale "
+                               f"changes the totals) ({bad.numel()} such row(s))")
 
     def _merge_group_statistics(self, results: list[ShardResult],
                                 known: Established) -> tuple[Established, tuple[float, Tensor]]:

@@ -49,7 +49,8 @@ class Plan:
     est: Estimator
     chain: Chain
     correct: bool  # rollout-correction statistics (whenever old and rollout log-probs are present, as verl)
-    has_uid: bool
+    group_key: Optional[str]  # the column labelling rows' groups as they are read (``Convention.group_key``)
+    grouped: bool  # rows have group ids (from ``group_key``, or blocks the driver cuts)
     fold: bool  # multi-output sessions folded to their final output (docs/semantics.md §8)
     scan_columns: tuple[str, ...]
     schema: pa.Schema  # the output's
@@ -74,7 +75,8 @@ class Established:
     """What the earlier passes established, for the next one: ``shaping`` (each batch's pad width from the layout
     pass, KL coefficient from the kl pass, IS normalisation from the scan pass), ``positions`` (the longest
     response: the stride of per-(group, position) sums), and after the scan pass each batch's row counts
-    (``batch_rows``, ``batch_nonzero_rows``: rows with ``R ≠ 0``) and the group statistics (``groups``, and
+    (``batch_rows``, ``batch_nonzero_rows``: rows with ``R ≠ 0``; ``batch_mean``, ``batch_std`` of ``R`` for an
+    estimator that reads them) and the group statistics (``groups``, and
     ``component_groups`` of reward components); after the group statistics pass ``position_sums`` and the
     batches' whitening moments ``whiten_mean``, ``whiten_var`` ``(n_batches,)``."""
 
@@ -82,6 +84,8 @@ class Established:
     positions: int
     batch_rows: Optional[Tensor] = None
     batch_nonzero_rows: Optional[Tensor] = None
+    batch_mean: Optional[Tensor] = None
+    batch_std: Optional[Tensor] = None
     groups: Optional[GroupStats] = None
     component_groups: Optional[tuple[GroupStats, ...]] = None
     position_sums: Optional[PositionSums] = None
@@ -184,6 +188,9 @@ class ShardWork:
             "components": lambda: p.components,
             "component_groups": lambda: known.component_groups,
             "position_sums": lambda: known.position_sums,
+            "batch_mean": lambda: known.batch_mean[batch_ids].to(device),
+            "batch_std": lambda: known.batch_std[batch_ids].to(device),
+            "row_advantage": lambda: at["row_advantage"].to(device),
         }
         return Inputs(**{name: provide[name]() for name in self.plan.est.needs})
 
@@ -221,8 +228,9 @@ class ShardWork:
         labels, rows, correction = Labels(plan.cfg.batch_key), RowTable(), {}
         for chunk in self._chunks(shard, list(plan.scan_columns), "scan", timer):
             at = self._given(chunk, shard, given)
-            if plan.has_uid:
-                group_ids = labels.group_ids(chunk.table, at["batch_id"].numpy(), chunk.path, chunk.start)
+            if plan.group_key:
+                group_ids = labels.group_ids(chunk.table, at["batch_id"].numpy(), chunk.path, chunk.start,
+                                             plan.group_key)
                 rows.add(group_id=torch.from_numpy(group_ids))
                 if plan.fold:
                     validation.check_numbers(chunk.table, ["output_index"], chunk.path, chunk.start)
@@ -232,6 +240,10 @@ class ShardWork:
                     )
             p = prepare(plan.chain, chunk, at["batch_id"], shaping, timer, validated=self._validated("scan"))
             rows.add(**scan_rows(p, plan.cfg, shaping.beta is None))
+            order = plan.cfg.conv.order_column
+            if order in chunk.table.column_names:
+                validation.check_numbers(chunk.table, [order], chunk.path, chunk.start)
+                rows.add(order_key=torch.from_numpy(scalar_values(chunk.table, order, np.float64)))
             if "tool_rewards" in chunk.table.column_names:
                 sums, calls = list_sums(chunk.table, "tool_rewards")
                 rows.add(tool_reward_sum=torch.from_numpy(sums), tool_calls=torch.from_numpy(calls))
@@ -294,6 +306,8 @@ class ShardWork:
                     advantages = kernels.masked_whiten(advantages, mean, var)
                     if est.returns_are_advantages:
                         returns = advantages
+                if plan.cfg.adv_clip is not None:  # the advantages only; returns keep their values (ROLL)
+                    advantages = advantages.clamp(-plan.cfg.adv_clip, plan.cfg.adv_clip)
                 # selection, not multiplication: verl's NaN (opo's 0/0) must not survive at mask-0 positions
                 valid = b.response_mask > 0
                 # returns that are the advantages stay one tensor: summarised and sketched once

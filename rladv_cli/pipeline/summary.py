@@ -37,7 +37,8 @@ class Finished:
     (``fold_source``, folded sessions only), the whitening entries per batch, the uids merged as verl's
     ``grpo_vectorized`` merges them (sets, first rows), the optimal-token baselines' worst rounding effect and
     the groups over ``ILL_CONDITIONED_SHIFT``, the rollout-correction statistics per batch, the write pass's
-    value sketches, the basis of the outcome split, and the seconds per stage."""
+    value sketches, the basis of the outcome split, the seconds per stage, and under a convention that cuts blocks
+    the first rows of the blocks that mix uids."""
 
     source: RowSource
     plan: Plan
@@ -55,6 +56,8 @@ class Finished:
     sketches: TokenSketches
     outcome_basis: str
     seconds: dict[str, float]
+    mixed_blocks: Optional[Tensor] = None  # first rows of blocks (a blocks convention) holding several uids
+    group_size: Optional[int] = None  # the blocks' size, under a convention that cuts blocks
 
     @property
     def groups(self):
@@ -87,7 +90,7 @@ def build_report(run: Finished) -> Report:
         per = {run.labels.batch_name(b) or "all": s.metrics() for b, s in sorted(run.correction_stats.items())}
         correction = next(iter(per.values())) if len(per) == 1 else {"batches": per}
     total_s = run.seconds.get("total", 0.0)
-    has_uid = run.plan.has_uid
+    has_uid = run.plan.grouped
     verdict, (group_table, row_table) = _verdict(run)
     return Report(
         rladv_version=__version__,
@@ -210,10 +213,11 @@ def _verdict(run: Finished) -> tuple[Verdict, tuple]:
         score_equal=group_flags(rows["score_total"], rows["group_id"], run.groups.size)["all_equal_group"].numpy()
         if has_groups and not cfg.reward_components else None,
         dataset_row=np.arange(run.source.num_rows), step=step,
-        kl=rows["kl_row"].double().numpy() if cfg.use_kl else None)
+        kl=rows["kl_row"].double().numpy() if cfg.kl_in_reward else None)
     ctx = Context(estimator=cfg.estimator, uses_groups=est.groups, singleton_rule=est.singleton,
                   row_command=lambda r: example_command(paths, cfg, row=r),
-                  group_command=lambda g: example_command(paths, cfg, uid=uid_of[g]),
+                  group_command=lambda g: example_command(paths, cfg, uid=uid_of[g]) if cfg.conv.grouping == "uid"
+                  else example_command(paths, cfg, row=int(first_rows(rows["group_id"], len(uid_of))[g])),
                   step_names=step_names, epsilon=est.std_epsilon(cfg.epsilon, cfg.norm_adv_by_std))
     file_index, file_row = run.source.row_origins()
     padding = rows["padding"].numpy() if "padding" in rows else 0
@@ -311,7 +315,7 @@ def _groups_report(run: Finished, warn: WarningBuilder) -> Groups:
     n_batches = len(run.labels.batches)
     groups = run.groups
     if groups is None:
-        return Groups(count=0, sizes={}, singletons=0, all_equal=0, batches=n_batches)
+        return Groups(count=0, sizes={}, singletons=0, all_equal=0, batches=n_batches, formed_by="none")
     gid, size, flags = rows["group_id"], groups.size, run.flags
     first_row = first_rows(gid, size.numel())
     group_batch = torch.zeros(size.numel(), dtype=torch.long).scatter_(0, gid, rows["batch_id"])
@@ -332,10 +336,18 @@ def _groups_report(run: Finished, warn: WarningBuilder) -> Groups:
         warn.add("uid_merge_grpo_vectorized",
                  f"{len(merges)} set(s) of distinct uids that verl's {merging} converts to one integer and "
                  f"merges into one group ({shown}); rladv merges them too, as verl does", len(merges), merged_rows)
+    mixed = run.mixed_blocks
+    if mixed is not None and mixed.numel():
+        conv = run.plan.cfg.conv
+        warn.add("block_mixes_uids",
+                 f"{mixed.numel()} block(s) of {conv.trainer}'s consecutive --group-size rows hold rows of more than "
+                 f"one uid: the file is not in the order {conv.trainer} grouped it, or --group-size is not its group "
+                 "size; these blocks' baselines mix prompts", mixed.numel(), mixed)
     hist = torch.bincount(size)
     return Groups(
         count=size.numel(), sizes={str(k): int(v) for k, v in enumerate(hist.tolist()) if v},
         singletons=int((size == 1).sum()), all_equal=int(flags["all_equal_group"].sum()), batches=n_batches,
+        formed_by=f"blocks of {run.group_size} rows" if run.group_size else run.plan.group_key,
     )
 
 
@@ -362,7 +374,7 @@ def _size_mismatch(size: Tensor, group_batch: Tensor, first_row: Tensor, n_batch
 
 def _kl_report(run: Finished, warn: WarningBuilder) -> KL:
     cfg, rows, labels = run.plan.cfg, run.rows, run.labels
-    if not cfg.use_kl:
+    if not cfg.kl_in_reward:
         return KL(enabled=False, penalty=cfg.kl_penalty, ctrl=cfg.kl_ctrl, coef=cfg.kl_coef)
     warn.add_rows("kl_raises_reward",
                   "{n} row(s) whose KL term (the coefficient times the sum of the row's KL estimates) is negative, so "

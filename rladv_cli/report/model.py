@@ -67,6 +67,8 @@ class Groups(_Model):
     singletons: int
     all_equal: int = Field(description="groups of 2+ rows whose total rewards (after shaping) are all equal")
     batches: int
+    formed_by: str = Field("uid", description="what made the groups, by --convention: uid, prompts (equal prompt "
+                           "token ids) or 'blocks of N rows' (consecutive rows in file order)")
 
 
 class Stats(_Model):
@@ -366,7 +368,8 @@ def render(report: Report, console) -> None:
     t.add_row("actor / observation / padding", f"{r.tokens.actor} / {r.tokens.observation} / {r.tokens.padding}")
     t.add_row("rejected / used", f"{r.tokens.rejected} / {r.tokens.used}")
     sizes = ", ".join(f"{k}x{v}" for k, v in r.groups.sizes.items()) or "-"
-    t.add_row("groups (size x count)", f"{r.groups.count} ({sizes}) in {r.groups.batches} batch(es)")
+    t.add_row("groups (size x count)", f"{r.groups.count} ({sizes}) in {r.groups.batches} batch(es), by "
+              f"{r.groups.formed_by}")
     t.add_row("singletons / all-equal", f"{r.groups.singletons} / {r.groups.all_equal}")
     if r.kl.enabled:
         t.add_row("KL", f"{r.kl.penalty}, mean {_fmt(r.kl.mean)}, coef {_fmt(r.kl.coef)} ({r.kl.ctrl})")

@@ -1,7 +1,8 @@
 """The per-chunk chain that runs before the estimator, in verl's order (docs/semantics.md §10):
 
-    validate -> tensors -> score assembly (tool rewards) -> DAPO overlong shaping -> KL shaping on the
-    original mask -> rollout rejection (rewrites ``response_mask``) -> importance weights
+    validate -> tensors -> score assembly (tool rewards) -> DAPO overlong shaping -> stop-properly penalty ->
+    reward bias, scale and clip -> KL shaping on the original mask -> rollout rejection (rewrites
+    ``response_mask``) -> importance weights
 
 ``prepare`` runs it on one chunk and returns a ``Prepared`` (a new ``Batch`` per stage that changes it, never
 an edited one). What it needs of the earlier passes is one ``Shaping`` value (each batch's pad width, KL
@@ -25,6 +26,7 @@ from ..contract import validation
 from ..contract.columns import list_sums, scalar_values
 from ..io.read import Chunk
 from ..tensors.batch import Batch, as_tensor, from_arrow
+from .score import scale_bias_clip, stop_properly_penalty
 from .shaping import apply_kl, overlong_penalty
 
 
@@ -110,9 +112,14 @@ def prepare(chain: Chain, chunk: Chunk, batch_ids: Tensor, shaping: Shaping, tim
             penalty = overlong_penalty(batch.valid_length, cfg.overlong_buffer_len, cfg.overlong_penalty_factor,
                                        cfg.max_resp_len)
             batch = add_to_score(batch, penalty)
+        if cfg.stop_properly_penalty_coef is not None:
+            truncated = as_tensor(scalar_values(chunk.table, "truncated", np.bool_), device)
+            batch = stop_properly_penalty(batch, truncated, cfg.stop_properly_penalty_coef)
+        if cfg.reward_scale != 1.0 or cfg.reward_bias != 0.0 or cfg.reward_clip is not None:
+            batch = scale_bias_clip(batch, cfg.reward_scale, cfg.reward_bias, cfg.reward_clip)
     kld, beta = None, 0.0
     with timer("shaping"):
-        if cfg.use_kl:
+        if cfg.kl_in_reward:
             beta = cfg.kl_coef if shaping.beta is None else batch.per_token(
                 shaping.beta[batch_ids].to(torch.float32).to(device))
             shaped = apply_kl(batch.token_level_scores, batch.old_log_probs, batch.ref_log_prob,

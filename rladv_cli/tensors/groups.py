@@ -6,7 +6,7 @@ order verl reduces it (a GPU's reductions round otherwise) and moved to the rows
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 import torch
 from torch import Tensor
@@ -27,7 +27,8 @@ class GroupStats:
     largest totals and the dataset row holding ``r1`` (``grpo_passk``; ``torch.topk`` order; 0 and −1 for a
     singleton). longest_row, second_longest: the row whose valid-token count is the group's unique strict
     maximum (−1 if none) and the second-largest count (the optimal-token baselines' zero tail).
-    nonempty_size: rows with at least one valid token.
+    nonempty_size: rows with at least one valid token. sorted_totals: ``(G, S)``, S the largest group: each group's
+    totals in ascending order, +inf past its size (``pkpo``).
     """
 
     size: Tensor
@@ -41,6 +42,7 @@ class GroupStats:
     longest_row: Optional[Tensor] = None
     second_longest: Optional[Tensor] = None
     nonempty_size: Optional[Tensor] = None
+    sorted_totals: Optional[Tensor] = None
 
     @property
     def seq_mean(self) -> Tensor:
@@ -98,6 +100,8 @@ def group_stats(row_total: Tensor, group_index: Tensor, num_groups: int, valid_c
             out["seq_std"] = torch.sqrt((sq / (size - 1).clamp_min(1).to(dtype)).clamp_min(0.0))
     if "nonempty_size" in wanted:
         out["nonempty_size"] = torch.bincount(group_index, weights=(lengths > 0).double(), minlength=num_groups).long()
+    if "sorted_totals" in wanted:
+        out["sorted_totals"] = _sorted_totals(row_total, group_index, size)
     return GroupStats(**out)
 
 
@@ -119,13 +123,9 @@ def _bucketed(row_total: Tensor, group_index: Tensor, num_groups: int, size: Ten
         "second_longest": torch.zeros(num_groups, dtype=torch.long),
     }
     out = {name: out[name] for name in wanted}
-    order = torch.sort(group_index, stable=True).indices
-    start = torch.cumsum(size, 0) - size
-    for s in torch.unique(size).tolist():
-        if s < 2:
+    for ids, rows in group_rows(group_index, size):
+        if rows.shape[1] < 2:
             continue
-        ids = torch.nonzero(size == s).flatten()
-        rows = order[start[ids, None] + torch.arange(s)]  # [G_s, s] dataset rows, in row order
         members, n = row_total[rows], lengths[rows]
         if wanted & {"mean", "std"}:
             group_mean = members.mean(dim=1)
@@ -148,6 +148,41 @@ def _bucketed(row_total: Tensor, group_index: Tensor, num_groups: int, size: Ten
                 out["longest_row"][ids] = torch.where(unique, rows.gather(1, at[:, :1]).flatten(), -1)
             if "second_longest" in wanted:
                 out["second_longest"][ids] = longest[:, 1]
+    return out
+
+
+def group_rows(group_index: Tensor, size: Tensor) -> Iterator[tuple[Tensor, Tensor]]:
+    """The groups bucketed by size: for each size ``s`` present (ascending), the group ids ``(G_s,)`` and their
+    members' dataset rows as a ``[G_s, s]`` matrix, each group's rows in row order (``size``: rows per group
+    ``(G,)``, ``torch.bincount(group_index)``)."""
+    order = torch.sort(group_index, stable=True).indices
+    start = torch.cumsum(size, 0) - size
+    for s in torch.unique(size).tolist():
+        if s == 0:
+            continue
+        ids = torch.nonzero(size == s).flatten()
+        yield ids, order[start[ids, None] + torch.arange(s)]
+
+
+def block_rows(group_index: Tensor, batch_index: Tensor, size: int) -> Iterator[Tensor]:
+    """For each batch id (ascending), the dataset rows of its groups, every one of ``size`` rows, as a
+    ``[G_b, size]`` matrix (groups by id, each group's rows in row order): the matrix a trainer's
+    ``rewards.view(-1, size)`` makes of its batch, up to the order of its rows."""
+    rows = torch.sort(group_index, stable=True).indices.view(-1, size)
+    batch_of_group = batch_index[rows[:, 0]]
+    for b in torch.unique(batch_index).tolist():
+        yield rows[batch_of_group == b]
+
+
+def _sorted_totals(row_total: Tensor, group_index: Tensor, size: Tensor) -> Tensor:
+    """``(G, max size)``: each group's totals ascending (a stable sort by total, then by group), +inf past the
+    group's size."""
+    by_total = torch.sort(row_total, stable=True).indices
+    order = by_total[torch.sort(group_index[by_total], stable=True).indices]
+    group = group_index[order]
+    start = torch.cumsum(size, 0) - size
+    out = torch.full((size.numel(), max(int(size.max()) if size.numel() else 0, 1)), float("inf"), dtype=row_total.dtype)
+    out[group, torch.arange(order.numel()) - start[group]] = row_total[order]
     return out
 
 

@@ -405,7 +405,7 @@ INERT = [
     pytest.param(["--estimator", "grpo_vectorized", "--no-norm-adv-by-std"],
                  "--no-norm-adv-by-std has no effect with --estimator grpo_vectorized, which reads --epsilon",
                  id="no-std-with-grpo-vectorized"),
-    pytest.param(["--estimator", "rloo", "--no-norm-adv-by-std"], "which reads none of --gamma", id="no-std-with-rloo"),
+    pytest.param(["--estimator", "rloo", "--no-norm-adv-by-std"], "which reads no estimator setting", id="no-std-with-rloo"),
     pytest.param(["--estimator", "rloo", "--epsilon", "1e-4"], "--epsilon has no effect with --estimator rloo",
                  id="epsilon-with-rloo"),
     pytest.param(["--lam", "0.95"], "--lam has no effect with --estimator grpo, which reads --norm-adv-by-std, --epsilon",

@@ -56,9 +56,9 @@ def _matches_in_order(shown: list[str], printed: list[str]) -> bool:
     return True
 
 
-def test_the_tour_has_its_four_commands():
+def test_the_tour_has_its_five_commands():
     assert [shlex.split(command)[:2] for command, _ in TOUR] == [
-        ["rladv", "compute"], ["rladv", "inspect"], ["rladv", "explain"], ["rladv", "compute"]]
+        ["rladv", "compute"], ["rladv", "inspect"], ["rladv", "explain"], ["rladv", "compute"], ["rladv", "compare"]]
 
 
 @pytest.mark.parametrize("command, shown", TOUR, ids=[c.split()[1] + str(i) for i, (c, _) in enumerate(TOUR)])

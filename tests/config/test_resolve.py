@@ -108,8 +108,8 @@ def test_an_unreadable_file_is_a_config_error(tmp_path):
                  "--no-norm-adv-by-std has no effect with --estimator grpo_vectorized, which reads --epsilon",
                  id="std-flag-with-grpo-vectorized"),
     pytest.param({"estimator": "rloo", "epsilon": 1e-4}, {"epsilon": 1e-4},
-                 "--epsilon has no effect with --estimator rloo, which reads none of --gamma, --lam, "
-                 "--norm-adv-by-std, --epsilon, --rpp-mask-mode", id="epsilon-with-rloo"),
+                 "--epsilon has no effect with --estimator rloo, which reads no estimator setting",
+                 id="epsilon-with-rloo"),
     pytest.param({"estimator": "grpo", "kl_penalty": "k3"}, {"kl_penalty": "k3"},
                  "--kl-penalty has no effect without --kl-coef (KL reward shaping is off)", id="kl-penalty"),
     pytest.param({"estimator": "grpo", "kl_coef": 0.1, "kl_target": 0.2}, {"kl_coef": 0.1, "kl_target": 0.2},

@@ -5,7 +5,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import GOLDEN, SAMPLES, runner, write
+from conftest import GOLDEN, SAMPLES, binary_scores, runner, write
 from rladv_cli.cli import app
 from rladv_cli.diagnose.explain import explain
 from rladv_cli.errors import ConfigError
@@ -109,10 +109,14 @@ def test_an_estimator_reads_exactly_the_settings_it_declares(name):
     from rladv_cli.estimators.registry import ESTIMATOR_SETTINGS, ESTIMATORS
 
     table = pq.read_table(GOLDEN / "inputs" / "mix.parquet")
+    if ESTIMATORS[name].binary_rewards:
+        table = binary_scores(table)
     rng = np.random.default_rng(1)
     table = table.append_column("c1", pa.array(rng.choice([0.0, 0.5, 1.0], table.num_rows)))
     extra = {"reward_components": ("c1",)} if ESTIMATORS[name].components else {}
     other = {"gamma": 0.9, "lam": 0.8, "norm_adv_by_std": False, "epsilon": 0.5, "rpp_mask_mode": "reset"}
+    other.update(mean_level="batch", std_level="batch", k=3, vapo_alpha=0.01, value_lam=0.9, scale_rewards="batch",
+                 leave_one_out=False)
     base, _ = rladv_cli.compute(table, estimator=name, **extra)
     for setting in ESTIMATOR_SETTINGS:
         changed, _ = rladv_cli.compute(table, estimator=name, **extra, **{setting: other[setting]})

@@ -121,9 +121,27 @@ def _raw_for_whitening(name, rewards, rollout, s):
         b = {u: (np.mean(v) if len(v) > 1 else 0.0) for u, v in groups.items()}
         return [np.full(len(m), R[i] - b[u]) * np.asarray(m)
                 for i, (u, m) in enumerate(zip(rollout.uids, rollout.masks))]
+    if name == "vapo":  # the length-adaptive GAE before whitening
+        return _vapo_raw(rewards, rollout, s)
     if name == "gdpo":  # the single-component form: whitening of grpo's advantages
         return [a.astype(np.float64) for a in ref.grpo(rewards, rollout.masks, rollout.uids)[0]]
     return None
+
+
+def _vapo_raw(rewards, rollout: S.Rollout, s: dict) -> list[np.ndarray]:
+    """vapo's raw advantages by the oracle's recurrence (``reference.vapo``), float64."""
+    a_raw = []
+    for r, v, m in zip(rewards, rollout.values, rollout.masks):
+        r, v, m = (np.asarray(x, np.float64) for x in (r, v, m))
+        lam = min(max(1 - 1 / (s.get("vapo_alpha", 0.05) * m.sum()), 0.0), 1.0) if m.sum() else 0.0
+        A, running, nextvalue = np.zeros(m.size), 0.0, 0.0
+        for t in reversed(range(m.size)):
+            if m[t]:
+                running = r[t] + s["gamma"] * nextvalue - v[t] + s["gamma"] * lam * running
+                nextvalue = v[t]
+            A[t] = running
+        a_raw.append(A)
+    return a_raw
 
 
 def comparable_rows(name: str, rollout: S.Rollout, rewards, s: dict, kl_on: bool) -> tuple[list[bool], str]:
@@ -142,6 +160,10 @@ def comparable_rows(name: str, rollout: S.Rollout, rewards, s: dict, kl_on: bool
     - whitened estimators: the whole batch when the std of the raw advantages over its valid tokens is
       below 1e-3 of their largest magnitude.
     - the optimal-token baselines: groups whose baseline's weights nearly cancel (``_ill_conditioned_baselines``).
+    - grpo_loo (divides by the std of the row's *other* rows) and maxrl (divides by the group mean + eps), noisy
+      totals: rows whose divisor is below a share of the largest |R| of the group (at least 1): 1e-3 for maxrl,
+      3e-2 for grpo_loo, whose std is NeMo-RL's ``sqrt(Σ R² / k − b²)``: float32 cancels there, by ~6e-8 of
+      ``Σ R² / k``, so a std below 3% of the totals moves with the order of the sums.
     Everything else (returns of gae / reinforce_plus_plus, rloo, singletons, rewards) is always compared.
     """
     keep, why = [True] * rollout.num_rows, ""
@@ -159,6 +181,17 @@ def comparable_rows(name: str, rollout: S.Rollout, rewards, s: dict, kl_on: bool
             g = members[u]
             if len(g) > 1 and np.std(g, ddof=1) < 1e-3 * max(1.0, max(abs(x) for x in g)):
                 keep[i], why = False, "ill-conditioned group skipped"
+    divisor = {"grpo_loo": lambda g, i: np.std(g[:i] + g[i + 1:], ddof=1) / 30 if len(g) > 2 else np.inf,
+               "maxrl": lambda g, i: abs(np.mean(g) + 1e-6)}.get(name)
+    if divisor is not None and not exact:
+        R = [float(np.sum(np.asarray(r, dtype=np.float64))) for r in rewards]
+        members: dict[str, list[int]] = {}
+        for i, u in enumerate(rollout.uids):
+            members.setdefault(u, []).append(i)
+        for i, u in enumerate(rollout.uids):
+            g = [R[j] for j in members[u]]
+            if len(g) > 1 and divisor(g, members[u].index(i)) < 1e-3 * max(1.0, max(abs(x) for x in g)):
+                keep[i], why = False, "ill-conditioned divisor skipped"
     if e.rounding:  # the optimal-token baselines, whose accumulated sums' rounding the registry bounds
         ill = _ill_conditioned_baselines(name, rewards, rollout)
         for i, u in enumerate(rollout.uids):
@@ -201,6 +234,8 @@ def test_library_matches_reference(name, data, s, kl):
     returns at the mask-1 positions of the rows ``comparable_rows`` keeps."""
     rollout = data.draw(S.rollouts(**needs(name)), label="rollout")
     table = rollout.table()
+    if ESTIMATORS[name].binary_rewards:  # KL shaping makes the totals non-binary, which it refuses
+        kl = {"kl_coef": 0.0}
     kw = dict(s, **kl)
     if ESTIMATORS[name].whiten and rollout.valid_tokens <= 1:
         # verl's masked_var raises ValueError here; rladv stops with a clean one-line error
@@ -232,7 +267,8 @@ def test_library_matches_reference(name, data, s, kl):
     if why:
         event(why)
     # returns that are not the advantages
-    own_returns = name in ("gae", "reinforce_plus_plus", "remax", "optimal_token_baseline", "tir_optimal_token_baseline")
+    own_returns = name in ("gae", "reinforce_plus_plus", "remax", "optimal_token_baseline", "tir_optimal_token_baseline",
+                           "vapo")
     got_adv, got_ret = rows_of(out, "advantages"), rows_of(out, "returns")
     for i, m in enumerate(rollout.masks):
         m = np.asarray(m)
@@ -367,7 +403,7 @@ def test_row_order_does_not_matter(name, data, s, kl):
     keep, why = comparable_rows(name, rollout, reference_rewards(rollout, kl), s, kl["kl_coef"] > 0)
     if why:
         event(why)
-    own_returns = name in ("gae", "reinforce_plus_plus")
+    own_returns = name in ("gae", "reinforce_plus_plus", "vapo")
     for col in ("token_level_rewards", "advantages", "returns"):
         for i, (x, y) in enumerate(zip(rows_of(back, col), rows_of(out, col))):
             if keep[i] or col == "token_level_rewards" or (col == "returns" and own_returns):

@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import reference as ref
-from conftest import GOLDEN, ROOT, case_estimator, golden_cases, rladv
-from rladv_cli.estimators.registry import ESTIMATORS, GROUP_STATISTICS, INPUTS
+from conftest import GOLDEN, ROOT, binary_scores, case_estimator, golden_cases, rladv
+from rladv_cli.estimators.registry import ESTIMATORS, GROUP_STATISTICS, INPUTS, Params
 
 NAMES = list(ESTIMATORS)
 MIX = GOLDEN / "inputs" / "mix.parquet"
@@ -60,16 +60,19 @@ def _row_in_a_group(table: pa.Table, size: int) -> int:
 def test_every_estimator_explains_a_row(name, tmp_path):
     """``rladv explain --row N --estimator NAME --json`` on the golden mix data; an estimator of reward
     components reads one more column (as tests/diagnose/test_explain.py gives it), a group estimator a row of
-    a group as large as it requires."""
+    a group as large as it requires, one of binary rewards 0/1 scores."""
     e = ESTIMATORS[name]
     table = pq.read_table(MIX)
     path, extra = MIX, []
+    if e.binary_rewards:
+        table, path = binary_scores(table), tmp_path / "mix.parquet"
+        pq.write_table(table, path)
     if e.components:
         rng = np.random.default_rng(1)
         table = table.append_column("c1", pa.array(rng.choice([0.0, 0.5, 1.0], table.num_rows)))
         path, extra = tmp_path / "mix.parquet", ["--reward-components", "c1"]
         pq.write_table(table, path)
-    row = _row_in_a_group(table, max(2, e.min_group_size))
+    row = _row_in_a_group(table, max(2, e.min_group(Params())))
     result = rladv("explain", path, "--row", row, "--estimator", name, "--json", *extra)
     assert result.exit_code == 0, f"{name}: rladv explain failed:\n{result.output}"
     shown = json.loads(result.stdout)

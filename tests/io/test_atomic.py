@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import SAMPLES, as_from_a_terminal, rladv_command, runner
+from conftest import SAMPLES, as_from_a_terminal, binary_scores, rladv_command, runner
 from rladv_cli.cli import app
 from rladv_cli.estimators.registry import ESTIMATORS
 
@@ -324,7 +324,13 @@ def multiturn(tmp_path_factory) -> Path:
              .append_column("step", pa.array(np.arange(n) * 3 // n, pa.int64())))
     path = tmp_path_factory.mktemp("determinism") / "multiturn.parquet"
     pq.write_table(table, path)
+    pq.write_table(binary_scores(table), path.with_name("binary.parquet"))  # for estimators of binary rewards
     return path
+
+
+def _input(multiturn: Path, variant: str) -> Path:
+    """The fixture a variant runs on: its 0/1 copy for an estimator of binary rewards."""
+    return multiturn.with_name("binary.parquet") if ESTIMATORS[_estimator(variant)].binary_rewards else multiturn
 
 
 def _strip(report: dict) -> dict:
@@ -341,7 +347,7 @@ def test_byte_identical_across_chunk_sizes_and_runs(multiturn, tmp_path, variant
                          ("default, again", [])):
         folder = tmp_path / label.replace(" ", "_").replace(",", "")
         folder.mkdir()
-        result = runner.invoke(app, ["compute", str(multiturn), *_variant_args(variant), *chunk, "-q",
+        result = runner.invoke(app, ["compute", str(_input(multiturn, variant)), *_variant_args(variant), *chunk, "-q",
                                      "-o", str(folder / "out.parquet"), "--report", str(folder / "r.json")])
         assert result.exit_code == 0, (label, result.output)
         outputs[label] = (folder / "out.parquet").read_bytes()
@@ -355,8 +361,9 @@ _SCRIPT = """
 import json, sys
 from pathlib import Path
 import rladv_cli
-inp, out = sys.argv[1], Path(sys.argv[2])
+inputs, out = json.loads(sys.argv[1]), Path(sys.argv[2])
 for variant, args in json.loads(sys.argv[3]).items():
+    inp = inputs[variant]
     settings = {}
     it = iter(args)
     for flag in it:
@@ -380,13 +387,14 @@ def test_byte_identical_across_processes_and_hash_seeds(multiturn, tmp_path):
     for seed in ("1", "4242"):
         folder = tmp_path / f"seed{seed}"
         folder.mkdir()
-        procs[seed] = (folder, subprocess.Popen([sys.executable, "-c", _SCRIPT, str(multiturn), str(folder),
+        inputs = json.dumps({v: str(_input(multiturn, v)) for v in variants})
+        procs[seed] = (folder, subprocess.Popen([sys.executable, "-c", _SCRIPT, inputs, str(folder),
                                                  json.dumps(variants)], env={**os.environ, "PYTHONHASHSEED": seed},
                                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     here = tmp_path / "cli"
     here.mkdir()
     for variant, args in variants.items():
-        result = runner.invoke(app, ["compute", str(multiturn), *args, "--device", "cpu", "-q",
+        result = runner.invoke(app, ["compute", str(_input(multiturn, variant)), *args, "--device", "cpu", "-q",
                                      "-o", str(here / f"{variant}.parquet"), "--report", str(here / f"{variant}.json")])
         assert result.exit_code == 0, (variant, result.output)
     for seed, (folder, proc) in procs.items():

@@ -260,3 +260,72 @@ def test_nemo_rl_optional_fields_are_carried_and_batches_stream(tmp_path, monkey
     assert t.select(w.column_names).equals(w)
     assert t["agent_ref"].to_pylist()[:2] == ['{"name": "agent0"}', '{"name": "agent1"}']
     assert t["filtered_rewards"].to_pylist() == t["score"].to_pylist()
+
+
+TRL = DATA / "trl_completions"  # TRL's table and its own advantages: tests/data/make_trl_completions.py
+
+
+def test_a_trl_completion_log_converts_and_its_advantages_replay_under_trl(tmp_path):
+    out, report = tmp_path / "t.parquet", tmp_path / "r.json"
+    res = rladv("convert", "--from", "trl", TRL, "-o", out)
+    assert res.exit_code == 0, res.output
+    assert "the sum of accuracy_reward, format_reward" in res.output and "sequence level" in res.output
+    t = pq.read_table(out)
+    assert t.column_names == ["uid", "step", "score", "advantages", "prompt", "completion", "accuracy_reward",
+                              "format_reward", "solution"]
+    src = [pq.read_table(TRL / f"completions_0000{s}.parquet") for s in (1, 2)]
+    assert t["step"].to_pylist() == [1] * 16 + [2] * 16
+    uids = t["uid"].to_pylist()
+    assert [len(set(uids[g:g + 4])) for g in range(0, 32, 4)] == [1] * 8 and len(set(uids)) == 4
+    # the score is TRL's nansum of its reward columns: row 5's format reward is None (NaN)
+    acc = src[0]["accuracy_reward"].to_pylist()
+    fmt = src[0]["format_reward"].to_pylist()
+    assert t["score"].to_pylist()[5] == pytest.approx(acc[5]) and fmt[5] != fmt[5]
+    assert t["score"].to_pylist()[:5] == pytest.approx([a + f for a, f in zip(acc[:5], fmt[:5])])
+    res = rladv("compute", out, "--convention", "trl", "--estimator", "grpo", "--batch-key", "step",
+                "--strict-replay", "-o", tmp_path / "c.parquet", "-q", "--report", report)
+    assert res.exit_code == 0, res.output
+    r = json.loads(report.read_text())
+    assert r["inputs"]["sequence_level"] is True and r["groups"]["formed_by"] == "blocks of 4 rows"
+    assert r["replay"]["agree"] and r["replay"]["columns"]["advantages"]["max_abs_diff"] == 0.0
+    # verl's grpo (epsilon 1e-6 against TRL's 1e-4) does not reproduce TRL's numbers
+    res = rladv("compute", out, "--estimator", "grpo", "--batch-key", "step", "--strict-replay",
+                "-o", tmp_path / "v.parquet", "-q")
+    assert res.exit_code == 1 and "advantages" in res.output
+
+
+def _trl_file(path, **columns):
+    base = {"step": pa.array([1, 1], pa.int64()), "prompt": ["p", "p"], "completion": ["a", "b"],
+            "accuracy_reward": [1.0, 0.0], "advantage": [0.7, -0.7]}
+    pq.write_table(pa.table({k: v for k, v in {**base, **columns}.items() if v is not None}), path)
+
+
+@pytest.mark.parametrize("columns, message", [
+    ({"advantage": None}, "has no advantage (TRL's GRPOTrainer.log writes"),
+    ({"accuracy_reward": [1.0, float("nan")]}, "row 1, column accuracy_reward: every reward (accuracy_reward) is missing"),
+    ({"accuracy_reward": ["x", "y"]}, "has no number column between completion and advantage"),
+])
+def test_bad_trl_logs_are_one_line_errors_and_nothing_is_written(tmp_path, columns, message):
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    shutil.copy(TRL / "completions_00001.parquet", folder)
+    _trl_file(folder / "completions_00002.parquet", **columns)
+    out = tmp_path / "r.parquet"
+    res = rladv("convert", "--from", "trl", folder, "-o", out)
+    assert res.exit_code == 2 and message in res.output and len(res.output.strip().splitlines()) == 1, res.output
+    assert not out.exists()
+
+
+@pytest.mark.peers
+def test_the_trl_fixtures_are_what_trl_computes(tmp_path, monkeypatch):
+    """tests/data/make_trl_completions.py, with TRL's source (RLADV_PEER_SRC), writes the committed files."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_trl", DATA / "make_trl_completions.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "OUT", tmp_path)
+    module.main()
+    for name in ("completions_00001.parquet", "completions_00002.parquet"):
+        made, kept = pq.read_table(tmp_path / name), pq.read_table(TRL / name)
+        assert made.schema == kept.schema and str(made.to_pylist()) == str(kept.to_pylist()), name  # NaN as text

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import runner
+from conftest import binary_scores, runner
 from rladv_cli import Config, compute_file
 from rladv_cli.cli import app
 from rladv_cli.errors import ConfigError, InputError, OutputError
@@ -93,6 +93,16 @@ def shards(tmp_path_factory) -> Path:
     return write_shards(rollouts(np.random.default_rng(7)), tmp_path_factory.mktemp("data") / "rollouts")
 
 
+@pytest.fixture(scope="module")
+def binary_shards(tmp_path_factory) -> Path:
+    """The same rows with 0/1 scores, for the estimators of binary rewards."""
+    return write_shards(binary_scores(rollouts(np.random.default_rng(7))), tmp_path_factory.mktemp("binary") / "rollouts")
+
+
+def shards_for(request, estimator: str) -> Path:
+    return request.getfixturevalue("binary_shards" if ESTIMATORS[estimator].binary_rewards else "shards")
+
+
 def run_both(folder: Path, tmp: Path, ray_options: dict | None = None, **settings):
     from rladv_cli.pipeline.ray_engine import compute_ray
 
@@ -115,7 +125,8 @@ def assert_same(folder: Path, tmp: Path, local, distributed) -> None:
 
 
 @pytest.mark.parametrize("estimator", sorted(ESTIMATORS))
-def test_every_estimator_matches_the_local_engine(ray_instance, shards, tmp_path, estimator):
+def test_every_estimator_matches_the_local_engine(ray_instance, request, tmp_path, estimator):
+    shards = shards_for(request, estimator)
     extra = {"reward_components": ["correct", "short"], "reward_weights": [1.0, 0.5]} if ESTIMATORS[estimator].components else {}
     local, distributed = run_both(shards, tmp_path, estimator=estimator, batch_key="step", **extra)
     assert local.groups.batches == 3
@@ -275,7 +286,8 @@ def test_the_local_engine_never_imports_ray(shards, tmp_path):
 
 
 @pytest.mark.parametrize("estimator", sorted(ESTIMATORS))
-def test_the_local_engine_gives_one_file_and_its_shards_the_same_numbers(shards, tmp_path, estimator):
+def test_the_local_engine_gives_one_file_and_its_shards_the_same_numbers(request, tmp_path, estimator):
+    shards = shards_for(request, estimator)
     whole = tmp_path / "whole.parquet"
     pq.write_table(pa.concat_tables([pq.read_table(p) for p in sorted(shards.glob("*.parquet"))]), whole)
     extra = {"reward_components": ["correct", "short"], "reward_weights": [1.0, 0.5]} if ESTIMATORS[estimator].components else {}

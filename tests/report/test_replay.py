@@ -21,6 +21,7 @@ import rladv_cli
 import strategies as S
 from conftest import GOLDEN, case_estimator, golden_cases, runner
 from rladv_cli.cli import app
+from rladv_cli.estimators.registry import REFERENCE_NAMES
 from rladv_cli.report.model import render
 from strategies import attempt, examples, failed, needs
 
@@ -54,10 +55,13 @@ def _run(args: list[str], tmp_path: Path) -> dict:
 
 
 def test_replayed_cases_cover_every_estimator_with_golden_cases():
-    """Every registered estimator but those of reward components, which have no golden case (verl's V1 trainer
-    does not feed them: tests/estimators/test_registry.py)."""
+    """Every registered estimator of verl's (those with golden cases made by verl, which carry no ``reference``
+    of another trainer) but those of reward components, which have no golden case (verl's V1 trainer does not
+    feed them: tests/estimators/test_registry.py)."""
     estimators = {case_estimator(CASES[s]) for s in REPLAYED}
-    assert estimators == {name for name, e in rladv_cli.ESTIMATORS.items() if not e.components}
+    by_verl = {case_estimator(c) for c in CASES.values() if "reference" not in c}
+    assert estimators == {name for name, e in rladv_cli.ESTIMATORS.items() if not e.components and name in by_verl}
+    assert by_verl >= set(REFERENCE_NAMES) - {name for name, e in rladv_cli.ESTIMATORS.items() if e.components}
 
 
 @pytest.mark.parametrize("stem", REPLAYED)

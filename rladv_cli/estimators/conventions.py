@@ -1,0 +1,153 @@
+"""Trainer conventions: how each trainer groups rows, where it puts KL, and its own estimators by its own names
+(docs/conventions.md). ``verl`` is the registry (``ESTIMATORS``); every other convention maps its estimator
+names to declarations whose scalar per row (``Estimator.row_advantage``) is computed as that trainer computes it.
+No torch here: the settings and the command line read these tables.
+
+grouping: ``uid`` (rows sharing a uid), ``blocks`` (consecutive blocks of ``--group-size`` rows in file order,
+within each batch, as TRL and OpenRLHF reshape their batch; OpenRLHF's in the order of its sample ``index``
+column when the file has one) or ``prompt`` (rows with equal prompt token ids: the
+``prompts`` column, else ``uid``). kl: ``reward`` (verl's KL reward shaping stage), ``token`` (the estimator adds
+``−kl_coef · kl`` per token after the baseline, OpenRLHF) or ``loss`` (the trainer puts KL in the loss, so
+``--kl-coef`` has no counterpart).
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from ..errors import ConfigError
+from .registry import _GROUP_CREDIT, ESTIMATORS, Estimator
+
+Grouping = Literal["uid", "blocks", "prompt"]
+DEFAULT = "verl"
+
+
+@dataclass(frozen=True)
+class Convention:
+    """One trainer's rules: ``version`` and ``source`` (file and function) as read, ``grouping``, ``kl``, its
+    estimators by its names, and ``epsilon`` where it hard-codes the one added to a std."""
+
+    name: str
+    trainer: str
+    version: str
+    source: str
+    grouping: Grouping
+    kl: Literal["reward", "token", "loss"]
+    estimators: dict[str, Estimator]
+    kl_modes: tuple[str, ...] = ()
+    order_column: str | None = None  # blocks follow this integer column's order when the file has it
+
+    def estimator(self, name: str) -> Estimator:
+        """Its estimator ``name``; ``ConfigError`` naming the estimators it has (and the convention that has
+        ``name``, if one does)."""
+        if name in self.estimators:
+            return self.estimators[name]
+        if self.name == DEFAULT:
+            raise ConfigError(f"--estimator: {unknown_in(self, name)}")
+        raise ConfigError(f"--estimator {name}: {unknown_in(self, name)}")
+
+    @property
+    def blocks(self) -> bool:
+        return self.grouping == "blocks"
+
+    def group_key(self, columns) -> str | None:
+        """The column whose values label rows' groups as the file is read: ``prompts`` for prompt grouping when the
+        file has it, else ``uid`` when it has one (blocks are cut later, and checked against the uids), else None."""
+        if self.grouping == "prompt" and "prompts" in columns:
+            return "prompts"
+        return "uid" if "uid" in columns else None
+
+    def reads(self, est: Estimator, columns) -> dict[str, str]:
+        """The columns ``est`` reads under this convention from a file of ``columns``, each with why
+        (``Estimator.reads``): blocks need no group column; prompt grouping reads ``prompts`` (a ``uid`` column
+        stands in for it)."""
+        reads = dict(est.reads)
+        if est.groups and self.grouping != "uid":
+            reads.pop("uid")
+            if self.grouping == "prompt" and "uid" not in columns:
+                reads["prompts"] = (f"{self.trainer} groups rows by their prompt token ids (prompts; a uid column "
+                                    "stands in for them)")
+        return reads
+
+
+def unknown_in(convention: Convention, name: str) -> str:
+    """Why ``name`` is not one of ``convention``'s estimators, with the closest of its names or the convention
+    that has it."""
+    names = list(convention.estimators)
+    same = {n.lower(): n for n in names}.get(str(name).lower())
+    close = same or next(iter(difflib.get_close_matches(str(name), names, n=1)), None)
+    elsewhere = [c.name for c in CONVENTIONS.values() if name in c.estimators and c is not convention]
+    where = "" if convention.name == DEFAULT else f" of --convention {convention.name} ({convention.trainer} {convention.version})"
+    text = f"unknown estimator '{name}'{where}; " + (f"did you mean {close}?" if close else f"choose one of {', '.join(names)}")
+    return text + (f" ({name} is an estimator of --convention {', '.join(elsewhere)})" if elsewhere and not close else "")
+
+
+def _outcome(name: str, row_advantage: str, *, summary: str, baseline: str, singleton: str, family: str = "group",
+             settings: tuple[str, ...] = (), impl: str = "scalar:from_rows",
+             explain: str = "derivation:by_group") -> Estimator:
+    """A trainer's outcome estimator: one scalar per row from ``row_advantage``, at the row's actor tokens (or
+    as ``impl`` spreads it over them)."""
+    return Estimator(name, impl, (), needs=("group_index", "groups", "row_advantage"), family=family, whiten=False,
+                     baseline=baseline, observation_credit=_GROUP_CREDIT, singleton=singleton, summary=summary,
+                     explain=explain, settings=settings, row_advantage=row_advantage)
+
+
+def _openrlhf(name: str, row_advantage: str, **declared) -> Estimator:
+    """An OpenRLHF estimator: its row scalar at the last action token, KL per token, cumulative returns."""
+    return _outcome(name, row_advantage, impl="openrlhf:cumulative_returns", explain="openrlhf:explain", **declared)
+
+CONVENTIONS: dict[str, Convention] = {c.name: c for c in (
+    Convention("verl", "verl", "0.9.1", "verl/trainer/ppo/core_algos.py (rladv's reference)", "uid", "reward",
+               ESTIMATORS),
+    Convention(
+        "trl", "TRL", "1.16.0", "trl/trainer/grpo_trainer.py GRPOTrainer._generate_and_score_completions", "blocks",
+        "loss", {e.name: e for e in (
+            _outcome("grpo", "trl:grpo_rows", settings=("scale_rewards",),
+                     summary="(R - block mean) / (nanstd + 1e-4); --scale-rewards group|batch|none",
+                     baseline="mean of the block of --group-size rows (TRL's num_generations)",
+                     singleton="advantage 0 (one generation: std 0, R - mean = 0)"),
+        )}),
+    Convention(
+        "openrlhf", "OpenRLHF", "0.11.2", "openrlhf/trainer/ppo_utils/experience_maker.py "
+        "compute_advantages_and_returns", "blocks", "token", {e.name: e for e in (
+            _openrlhf("group_norm", "openrlhf:group_norm_rows",
+                     summary="(R - block mean) / (std + 1e-9), then cumulative per-token returns (KL per token)",
+                     baseline="mean of the block of --group-size rows (n_samples_per_prompt)",
+                     singleton="NaN (torch's std of one value): rladv stops"),
+            _openrlhf("rloo", "openrlhf:rloo_rows", family="leave-one-out",
+                     summary="R - (block sum - R) / (n - 1), then cumulative per-token returns",
+                     baseline="mean of the other rows of the block", singleton="division by 0: rladv stops"),
+            _openrlhf("dr_grpo", "openrlhf:dr_grpo_rows",
+                     summary="R - block mean, then cumulative per-token returns",
+                     baseline="mean of the block of --group-size rows", singleton="advantage 0"),
+            _openrlhf("flash_reinforce", "openrlhf:flash_reinforce_rows", family="batch",
+                     summary="R - batch mean, then cumulative per-token returns",
+                     baseline="mean of the whole batch", singleton="not grouped"),
+        )}, kl_modes=("k1", "k2", "k3"), order_column="index"),
+    Convention(
+        "nemo_rl", "NeMo-RL", "0.6.0 (7ea279a)", "nemo_rl/algorithms/advantage_estimator.py GRPOAdvantageEstimator",
+        "prompt", "loss", {e.name: e for e in (
+            _outcome("grpo", "nemo_rl:grpo_rows", family="leave-one-out", settings=("norm_adv_by_std", "leave_one_out"),
+                     summary="(R - b) / (std + 1e-6) where std > 0; b, std over the other rows of the prompt",
+                     baseline="leave-one-out mean of the prompt's other rows (--no-leave-one-out: all rows)",
+                     singleton="advantage 0 (baseline = the row's own reward)"),
+        )}),
+    Convention(
+        "skyrl", "SkyRL", "0.3.0", "skyrl/backends/skyrl_train/utils/ppo_utils.py (registered estimators)", "uid",
+        "loss", {e.name: e for e in (
+            replace(ESTIMATORS["grpo"], folds_sessions=False),
+            replace(ESTIMATORS["rloo"], impl="skyrl:rloo", singleton="advantage 0",
+                    summary="(R_i - mean_g) * n/(n-1); singletons get 0"),
+            ESTIMATORS["maxrl"],
+        )}),
+)}
+
+
+def get_convention(name: str) -> Convention:
+    """The convention ``name``; ``ConfigError`` otherwise."""
+    if name not in CONVENTIONS:
+        close = difflib.get_close_matches(str(name), list(CONVENTIONS), n=1)
+        raise ConfigError(f"--convention: unknown convention '{name}'; "
+                          + (f"did you mean {close[0]}?" if close else f"choose one of {', '.join(CONVENTIONS)}"))
+    return CONVENTIONS[name]

@@ -1,0 +1,99 @@
+"""OpenRLHF 0.11.2's outcome estimators (``openrlhf/trainer/ppo_utils/experience_maker.py``,
+``compute_advantages_and_returns``; the per-token reward in ``openrlhf/models/utils.py`` ``compute_reward`` and
+``compute_approx_kl``). RLOO: Ahmadian et al. 2024, arXiv:2402.14740; Dr. GRPO: Liu et al. 2025,
+arXiv:2503.20783; group_norm is GRPO (Shao et al. 2024, arXiv:2402.03300) with epsilon 1e-9.
+
+OpenRLHF cuts the step's rewards (float32 at least) into ``[G, n]`` with ``n = n_samples_per_prompt``
+(rladv's ``--group-size``), takes the baseline along each row of that matrix, then builds a per-token reward:
+the row's scalar at its last action token plus ``−kl_coef · kl`` at every token, and returns the cumulative sum
+from each token to the end (gamma 1) as the advantage (docs/conventions.md).
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import Tensor
+
+from ..tensors import kernels
+from ..tensors.batch import Batch
+from ..tensors.groups import block_rows
+from .derivation import Derivation, Row
+from .inputs import Inputs
+from .registry import Estimator, Params
+
+GROUP_NORM_EPSILON = 1e-9  # hard-coded in OpenRLHF
+
+
+def _per_block(total: Tensor, group: Tensor, batch: Tensor, params: Params, rule) -> Tensor:
+    """``rule(r [G, n]) -> [G, n]`` applied to each batch's block matrix of row totals; ``(B,)``."""
+    out = torch.zeros_like(total)
+    for rows in block_rows(group, batch, params.group_size):
+        out[rows] = rule(total[rows])
+    return out
+
+
+def group_norm_rows(total: Tensor, group: Tensor, batch: Tensor, params: Params) -> Tensor:
+    """``(r − mean_g) / (std_g + 1e-9)``, torch's unbiased std along each block (a one-row block gives NaN, which
+    the write pass refuses as non-finite, without torch's warning about it)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"std\(\): degrees of freedom")
+        return _per_block(total, group, batch, params,
+                          lambda r: (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + GROUP_NORM_EPSILON))
+
+
+def rloo_rows(total: Tensor, group: Tensor, batch: Tensor, params: Params) -> Tensor:
+    """``r − (Σ_g r − r) / (n − 1)`` (a one-row block divides by 0)."""
+    n = params.group_size
+    return _per_block(total, group, batch, params, lambda r: r - (r.sum(-1, keepdim=True) - r) / (n - 1))
+
+
+def dr_grpo_rows(total: Tensor, group: Tensor, batch: Tensor, params: Params) -> Tensor:
+    """``r − mean_g`` (also OpenRLHF's ``reinforce_baseline`` before its whitening)."""
+    return _per_block(total, group, batch, params, lambda r: r - r.mean(-1, keepdim=True))
+
+
+def flash_reinforce_rows(total: Tensor, group: Tensor, batch: Tensor, params: Params) -> Tensor:
+    """``r − mean`` over the whole batch's matrix (no groups, no whitening)."""
+    return _per_block(total, group, batch, params, lambda r: r - r.mean())
+
+
+def approx_kl(log_probs: Tensor, ref_log_probs: Tensor, mode: str) -> Tensor:
+    """OpenRLHF's ``compute_approx_kl`` forward value, ``d = log π − log π_ref`` in float32: k1 ``d``, k2
+    ``d²/2``, k3 ``exp(−d') − 1 + d'`` with ``d' = max(d, −10)``; clamped to ``[−10, 10]``. ``(N,)``."""
+    d = log_probs.float() - ref_log_probs.float()
+    if mode == "k1":
+        value = d
+    elif mode == "k2":
+        value = d ** 2 / 2.0
+    else:
+        d = d.clamp(min=-10)
+        value = (-d).exp() - 1 + d
+    return value.clamp(min=-10, max=10)
+
+
+def cumulative_returns(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+    """Per token ``G_t = Σ_{u ≥ t} m_u · (a_i·[u = e_i] − β·kl_u)`` with ``a_i`` the row's advantage, ``e_i`` its
+    last action token (``m = 1``) and ``β = kl_coef`` (0 without KL); advantages = returns, times ``m``. ``(N,)``."""
+    m = batch.response_mask
+    reward = torch.zeros_like(m)
+    offsets = batch.row_offsets
+    has_action = kernels.segment_sum(m, offsets) > 0
+    local = (torch.arange(m.numel(), device=m.device) - batch.per_token(offsets[:-1])).double()
+    last = offsets[:-1] + kernels.segment_max(torch.where(m > 0.5, local, -1.0), offsets, -1.0).long()
+    reward[last[has_action]] = inputs.row_advantage[has_action].to(m.dtype)
+    if params.kl_coef > 0:
+        reward = reward + -params.kl_coef * approx_kl(batch.old_log_probs, batch.ref_log_prob, params.kl_penalty)
+    returns = kernels.reverse_linear_scan(torch.ones_like(m), m * reward, batch.row_offsets) * m
+    return returns, returns
+
+
+def explain(est: Estimator, row: Row, params: Params, whitening: dict) -> Derivation:
+    """``rladv explain``: the row's cumulative returns per token, from the row's scalar at its last action token
+    and the per-token KL reward."""
+    m, adv = row["response_mask"], row["advantages"]
+    formula = [est.summary, f"baseline: {est.baseline}",
+               "G_t = sum over u >= t of m_u * (a_i at the last action token - kl_coef * kl_u); advantage = G_t"]
+    constants = {"kl_coef": params.kl_coef, **({"kl estimate": params.kl_penalty} if params.kl_coef else {})}
+    tokens = [[t, int(m[t]), float(adv[t]) if m[t] else None] for t in range(m.size)]
+    return Derivation(formula=formula, constants=constants, columns=["t", "mask", "advantage G_t"], tokens=tokens)

@@ -1,0 +1,16 @@
+"""The token rule of the estimators whose advantage is one scalar per row computed over the whole dataset
+(``Estimator.row_advantage``: the trainers' conventions, docs/conventions.md)."""
+from __future__ import annotations
+
+from torch import Tensor
+
+from ..tensors.batch import Batch
+from .inputs import Inputs
+from .registry import Params
+
+
+def from_rows(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+    """The row's scalar advantage ``inputs.row_advantage (B,)`` at each of its actor tokens; ``(N,)``;
+    returns = advantages."""
+    advantages = batch.per_token(inputs.row_advantage) * batch.response_mask
+    return advantages, advantages

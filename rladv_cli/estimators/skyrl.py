@@ -1,0 +1,32 @@
+"""SkyRL 0.3.0's outcome estimators that differ from verl's (``skyrl/backends/skyrl_train/utils/ppo_utils.py``:
+``compute_rloo_outcome_advantage``, ``compute_maxrl_advantage``; its ``grpo`` is verl's loop, the registry's
+``grpo``). RLOO: Ahmadian et al. 2024, arXiv:2402.14740; MaxRL: the mean-normalised group advantage of SkyRL and
+prime-rl (docs/conventions.md).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..tensors.batch import Batch
+from .inputs import Inputs
+from .registry import Params
+
+
+def rloo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+    """``a_i = (R_i − μ_g) · n/(n − 1)`` with the factor rounded to float32 once; a singleton gets 0. ``(N,)``."""
+    g, at, total = inputs.groups, inputs.group_index, inputs.reward_total
+    n = g.size[at].double()
+    factor = (n / (n - 1).clamp_min(1)).to(total.dtype)
+    a = torch.where(n > 1, (total - g.mean[at]) * factor, torch.zeros_like(total))
+    advantages = batch.per_token(a) * batch.response_mask
+    return advantages, advantages
+
+
+def maxrl(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+    """``a_i = (R_i − μ_g) / (μ_g + ε)`` for groups of two or more rows, ``R_i`` for a singleton. ``(N,)``."""
+    g, at, total = inputs.groups, inputs.group_index, inputs.reward_total
+    mean = g.mean[at]
+    a = torch.where(g.size[at] > 1, (total - mean) / (mean + params.epsilon), total)
+    advantages = batch.per_token(a) * batch.response_mask
+    return advantages, advantages

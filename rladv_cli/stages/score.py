@@ -1,0 +1,47 @@
+"""Row-score shaping of other trainers, after DAPO's overlong shaping and before KL shaping (docs/semantics.md
+§3.1): OpenRLHF's ProRL stop-properly penalty (``apply_stop_properly_penalty`` in
+``openrlhf/trainer/ppo_utils/length_penalty.py``, 0.11.2), then AReaL's ``reward_bias``, ``reward_scaling`` and
+``reward_clip`` (``PPOActor._compute_advantages`` in ``areal/trainer/ppo/actor.py``, 1.0.4), in their trainers'
+order. Each changes ``token_level_scores`` (and so the rewards, which KL shaping has not touched yet).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+from torch import Tensor
+
+from ..tensors.batch import Batch
+
+
+def stop_properly_penalty(batch: Batch, truncated: Tensor, coef: float) -> Batch:
+    """Rows with ``truncated (B,) bool`` set: every score times ``coef`` for ``0 ≤ coef ≤ 1`` (the row's total
+    scales with them), or, for ``coef < 0``, the row's scores replaced by ``coef`` at its score position and 0
+    elsewhere. Float32, as OpenRLHF's ``rewards[j] * coef`` and ``rewards[j] = coef``."""
+    scores, truncated = batch.token_level_scores, truncated.to(batch.token_level_scores.device)
+    at_truncated = batch.per_token(truncated)
+    if coef >= 0:
+        shaped = torch.where(at_truncated, scores * coef, scores)
+    else:
+        shaped = torch.where(at_truncated, torch.zeros_like(scores), scores)
+        shaped[batch.score_position[truncated]] = coef
+    return replace(batch, token_level_scores=shaped, token_level_rewards=shaped)
+
+
+def scale_bias_clip(batch: Batch, scale: float, bias: float, clip: float | None) -> Batch:
+    """AReaL's ``clip((score + bias) * scale, -clip, clip)`` on each row's score, float32.
+
+    The bias is added at the row's score position and every position is then scaled, so a row whose only
+    non-zero score sits there (a scalar ``score``, an outcome ``rm_scores``) gets exactly AReaL's
+    ``(score + bias) * scale``, and a token-level row's total moves the same way. ``clip`` then bounds the row's
+    total ``R`` (summed as verl sums it): where ``|R| > clip`` the score position takes ``clamp(R) − (R − s_p)``,
+    which is ``±clip`` itself for such a row. ``clip`` None: no clamp."""
+    scores, at = batch.token_level_scores, batch.score_position
+    shaped = scores * scale
+    shaped[at] = (scores[at] + bias) * scale
+    if clip is not None:
+        total = batch.row_total(shaped)
+        clamped = total.clamp(-clip, clip)
+        moved = clamped != total
+        shaped[at[moved]] = clamped[moved] - (total[moved] - shaped[at[moved]])
+    return replace(batch, token_level_scores=shaped, token_level_rewards=shaped)

@@ -1,0 +1,102 @@
+"""``--convention`` through the command line (CliRunner on Parquet files): compute under each trainer's rules,
+its refusals as one-line errors with nothing written, ``rladv estimators --convention``, ``rladv explain`` under
+a convention, and the replay of NeMo-RL's own advantages from its dump."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import ROOT, assert_one_line_error, copy_sample, listing, read, rladv
+
+DUMPS = ROOT / "tests" / "data" / "nemo_rl_rollouts"
+
+
+@pytest.mark.parametrize("args, formed_by", [
+    (["--convention", "trl", "--estimator", "grpo"], "blocks of 4 rows"),
+    (["--convention", "openrlhf", "--estimator", "group_norm", "--kl-coef", "0.05", "--kl-penalty", "k3"],
+     "blocks of 4 rows"),
+    (["--convention", "nemo_rl", "--estimator", "grpo"], "uid"),
+    (["--convention", "skyrl", "--estimator", "maxrl"], "uid"),
+])
+def test_compute_under_a_convention(tmp_path, args, formed_by):
+    src = copy_sample(tmp_path, "multiturn.parquet")
+    out, report = tmp_path / "out.parquet", tmp_path / "r.json"
+    result = rladv("compute", src, *args, "-o", out, "--report", report, "--quiet")
+    assert result.exit_code == 0, result.output
+    rep = json.loads(report.read_text())
+    assert rep["config"]["convention"] == args[1] and rep["groups"]["formed_by"] == formed_by
+    got = read(out)
+    for a, m in zip(got["advantages"].to_pylist(), got["response_mask"].to_pylist()):
+        assert all(x == 0 for x, keep in zip(a, m) if not keep)
+    # sample_data/multiturn.parquet is shuffled: TRL's and OpenRLHF's blocks of 4 rows mix its uids
+    codes = {w["code"]: w["count"] for w in rep["warnings"]}
+    assert ("block_mixes_uids" in codes) == formed_by.startswith("blocks")
+
+
+def test_trl_differs_from_verl_on_the_same_groups(tmp_path):
+    """The documented case (docs/conventions.md): multiturn.parquet's rows sorted by uid, so TRL's blocks are its
+    uid groups; TRL's epsilon 1e-4 against verl's 1e-6 is then the only difference."""
+    src = copy_sample(tmp_path, "multiturn.parquet")
+    t = pq.read_table(src)
+    sorted_path = tmp_path / "sorted.parquet"
+    pq.write_table(t.take(np.argsort(t["uid"].to_numpy(zero_copy_only=False), kind="stable")), sorted_path)
+    runs = {}
+    for name, args in (("verl", []), ("trl", ["--convention", "trl"])):
+        out = tmp_path / f"{name}.parquet"
+        assert rladv("compute", sorted_path, "--estimator", "grpo", *args, "-o", out, "--quiet").exit_code == 0
+        runs[name] = np.concatenate([np.asarray(a, np.float64) for a in read(out)["advantages"].to_pylist()])
+    ratio = runs["trl"][runs["verl"] != 0] / runs["verl"][runs["verl"] != 0]
+    assert np.all(ratio < 1) and np.all(ratio > 0.999)  # smaller by (σ + 1e-6) / (σ + 1e-4)
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--convention", "trl", "--estimator", "grpo", "--kl-coef", "0.1"], ["--kl-coef", "TRL puts KL in the loss"]),
+    (["--convention", "trl", "--estimator", "grpo", "--epsilon", "0.1"], ["--epsilon has no effect", "--scale-rewards"]),
+    (["--convention", "trl", "--estimator", "group_norm"], ["group_norm", "--convention openrlhf"]),
+    (["--convention", "trl", "--estimator", "grpo", "--group-size", "5"], ["blocks of 5 rows", "48 rows"]),
+    (["--convention", "nope", "--estimator", "grpo"], ["unknown convention 'nope'"]),
+    (["--estimator", "grpo", "--group-size", "4"], ["--group-size has no effect", "--convention verl"]),
+])
+def test_refusals_are_one_line_and_write_nothing(tmp_path, args, names):
+    src = copy_sample(tmp_path, "multiturn.parquet")
+    before = listing(tmp_path)
+    assert_one_line_error(rladv("compute", src, *args, "-o", tmp_path / "out.parquet"), *names)
+    assert listing(tmp_path) == before
+
+
+def test_estimators_of_a_convention():
+    table = rladv("estimators", "--convention", "openrlhf")
+    assert table.exit_code == 0
+    assert [line.split()[0] for line in table.stdout.splitlines()[1:5]] == ["group_norm", "rloo", "dr_grpo",
+                                                                              "flash_reinforce"]
+    one = json.loads(rladv("estimators", "grpo", "--convention", "nemo_rl", "--json").stdout)
+    assert one["needs"] == ["response_mask", "rm_scores|score", "prompts"] and one["family"] == "leave-one-out"
+
+
+def test_explain_under_a_convention_shows_the_computed_row(tmp_path):
+    src = copy_sample(tmp_path, "multiturn.parquet")
+    out = tmp_path / "out.parquet"
+    assert rladv("compute", src, "--convention", "trl", "--estimator", "grpo", "-o", out, "--quiet").exit_code == 0
+    shown = json.loads(rladv("explain", src, "--row", 3, "--convention", "trl", "--estimator", "grpo", "--json").stdout)
+    assert shown["advantages"] == read(out)["advantages"][3].as_py() and shown["group"] is None
+
+
+def test_nemo_rl_dump_replays_under_its_convention(tmp_path):
+    """NeMo-RL's own advantages (its dump, written by its own code: tests/data/make_nemo_rl_rollouts.py) agree
+    with rladv's under --convention nemo_rl, and not under verl's grpo."""
+    dumps = tmp_path / "dumps"
+    shutil.copytree(DUMPS, dumps)
+    converted = tmp_path / "nemo.parquet"
+    assert rladv("convert", "--from", "nemo-rl", dumps, "-o", converted).exit_code == 0
+    strict = rladv("compute", converted, "--convention", "nemo_rl", "--estimator", "grpo", "--batch-key", "step",
+                   "--strict-replay", "-o", tmp_path / "a.parquet", "--report", tmp_path / "a.json", "--quiet")
+    assert strict.exit_code == 0, strict.output
+    replay = json.loads((tmp_path / "a.json").read_text())["replay"]
+    assert replay["agree"] and replay["columns"]["advantages"]["max_abs_diff"] == 0.0
+    verl = rladv("compute", converted, "--estimator", "grpo", "--batch-key", "step", "--strict-replay",
+                 "-o", tmp_path / "b.parquet")
+    assert verl.exit_code == 1 and "advantages" in verl.output
