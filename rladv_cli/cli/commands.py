@@ -15,6 +15,7 @@ import typer
 
 from .. import __version__
 from ..errors import RladvError, one_line, shown
+from ..estimators.conventions import get_convention
 from ..estimators.registry import DEFAULT_GROUP_ESTIMATOR, names_where
 from .help import HelpCommand, HelpGroup
 from .options import (RUN_PANEL, SETTINGS_OPTIONS, Columns, Datasets, Device, Engine, Estimator, FailOn, FailOnOption,
@@ -312,9 +313,14 @@ def inspect(
         typer.echo(one_line(f"--config: {note}"), err=True)
     name = merged.pop("estimator", None)
     if name is not None:
-        from ..estimators.conventions import get_convention
-
         _run(lambda: get_convention(merged.get("convention", "verl")).estimator(name))
+    convention = _run(lambda: get_convention(merged.get("convention", "verl")))
+    if uid is not None and convention.grouping != "uid":
+        _fail(f"--uid: --convention {convention.name} groups rows by {convention.grouping}, not by uid; show one row "
+              "with --row N (or rladv explain), or write the run's groups with rladv compute --groups-out")
+    if export is not None and convention.name != "verl":
+        _fail(f"--export writes a reproducer for verl's rules; --convention {convention.name} computes a group "
+              "over the whole batch, so export the batch (or its rows with rladv compute --where)")
     console = Console()
     if row is None and uid is None:
         _only_typed(ctx, ("config", "kl_coef", "kl_penalty", "columns", "batch_key", "epsilon", "norm_adv_by_std",
@@ -561,8 +567,6 @@ def estimators(
       rladv estimators --convention trl
       rladv estimators --json
     """
-    from ..estimators.conventions import get_convention
-
     conv = _run(lambda: get_convention(convention))
     chosen = list(conv.estimators.values()) if name is None else [_run(lambda: conv.estimator(name))]
     rows = [{**e.describe(), "needs": ["response_mask", "rm_scores|score", *conv.reads(e, ())]} for e in chosen]

@@ -12,12 +12,11 @@ column when the file has one) or ``prompt`` (rows with equal prompt token ids: t
 """
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..errors import ConfigError
-from .registry import _GROUP_CREDIT, ESTIMATORS, Estimator
+from .registry import _GROUP_CREDIT, ESTIMATORS, Estimator, closest
 
 Grouping = Literal["uid", "blocks", "prompt"]
 DEFAULT = "verl"
@@ -26,7 +25,8 @@ DEFAULT = "verl"
 @dataclass(frozen=True)
 class Convention:
     """One trainer's rules: ``version`` and ``source`` (file and function) as read, ``grouping``, ``kl``, its
-    estimators by its names, and ``epsilon`` where it hard-codes the one added to a std."""
+    estimators by its names (each hard-codes its own epsilon where the trainer does), the KL estimates it has
+    (``kl_modes``, with ``kl="token"``) and the column whose order its blocks follow (``order_column``)."""
 
     name: str
     trainer: str
@@ -75,8 +75,7 @@ def unknown_in(convention: Convention, name: str) -> str:
     """Why ``name`` is not one of ``convention``'s estimators, with the closest of its names or the convention
     that has it."""
     names = list(convention.estimators)
-    same = {n.lower(): n for n in names}.get(str(name).lower())
-    close = same or next(iter(difflib.get_close_matches(str(name), names, n=1)), None)
+    close = closest(name, names)
     elsewhere = [c.name for c in CONVENTIONS.values() if name in c.estimators and c is not convention]
     where = "" if convention.name == DEFAULT else f" of --convention {convention.name} ({convention.trainer} {convention.version})"
     text = f"unknown estimator '{name}'{where}; " + (f"did you mean {close}?" if close else f"choose one of {', '.join(names)}")
@@ -84,18 +83,21 @@ def unknown_in(convention: Convention, name: str) -> str:
 
 
 def _outcome(name: str, row_advantage: str, *, summary: str, baseline: str, singleton: str, family: str = "group",
-             settings: tuple[str, ...] = (), impl: str = "scalar:from_rows",
-             explain: str = "derivation:by_group") -> Estimator:
+             settings: tuple[str, ...] = (), impl: str = "scalar:from_rows", explain: str = "derivation:by_group",
+             **declared) -> Estimator:
     """A trainer's outcome estimator: one scalar per row from ``row_advantage``, at the row's actor tokens (or
     as ``impl`` spreads it over them)."""
-    return Estimator(name, impl, (), needs=("group_index", "groups", "row_advantage"), family=family, whiten=False,
-                     baseline=baseline, observation_credit=_GROUP_CREDIT, singleton=singleton, summary=summary,
-                     explain=explain, settings=settings, row_advantage=row_advantage)
+    return Estimator(name, impl, (), needs=("group_index", "groups", "row_advantage"), family=family,
+                     whiten=declared.pop("whiten", False), baseline=baseline, observation_credit=_GROUP_CREDIT,
+                     singleton=singleton, summary=summary, explain=explain, settings=settings,
+                     row_advantage=row_advantage, **declared)
 
 
 def _openrlhf(name: str, row_advantage: str, **declared) -> Estimator:
     """An OpenRLHF estimator: its row scalar at the last action token, KL per token, cumulative returns."""
-    return _outcome(name, row_advantage, impl="openrlhf:cumulative_returns", explain="openrlhf:explain", **declared)
+    declared.setdefault("impl", "openrlhf:cumulative_returns")
+    return _outcome(name, row_advantage, explain="openrlhf:explain", **declared)
+
 
 CONVENTIONS: dict[str, Convention] = {c.name: c for c in (
     Convention("verl", "verl", "0.9.1", "verl/trainer/ppo/core_algos.py (rladv's reference)", "uid", "reward",
@@ -112,18 +114,26 @@ CONVENTIONS: dict[str, Convention] = {c.name: c for c in (
         "openrlhf", "OpenRLHF", "0.11.2", "openrlhf/trainer/ppo_utils/experience_maker.py "
         "compute_advantages_and_returns", "blocks", "token", {e.name: e for e in (
             _openrlhf("group_norm", "openrlhf:group_norm_rows",
-                     summary="(R - block mean) / (std + 1e-9), then cumulative per-token returns (KL per token)",
-                     baseline="mean of the block of --group-size rows (n_samples_per_prompt)",
-                     singleton="NaN (torch's std of one value): rladv stops"),
+                      summary="(R - block mean) / (std + 1e-9), then cumulative per-token returns (KL per token)",
+                      baseline="mean of the block of --group-size rows (n_samples_per_prompt)",
+                      singleton="NaN (torch's std of one value): rladv stops"),
             _openrlhf("rloo", "openrlhf:rloo_rows", family="leave-one-out",
-                     summary="R - (block sum - R) / (n - 1), then cumulative per-token returns",
-                     baseline="mean of the other rows of the block", singleton="division by 0: rladv stops"),
+                      summary="R - (block sum - R) / (n - 1), then cumulative per-token returns",
+                      baseline="mean of the other rows of the block", singleton="division by 0: rladv stops"),
             _openrlhf("dr_grpo", "openrlhf:dr_grpo_rows",
-                     summary="R - block mean, then cumulative per-token returns",
-                     baseline="mean of the block of --group-size rows", singleton="advantage 0"),
+                      summary="R - block mean, then cumulative per-token returns",
+                      baseline="mean of the block of --group-size rows", singleton="advantage 0"),
+            _openrlhf("reinforce_baseline", "openrlhf:dr_grpo_rows", family="group+whiten", whiten=True,
+                      biased_whitening=True,
+                      summary="R - block mean, cumulative per-token returns, whitened over the batch (biased var)",
+                      baseline="mean of the block, then batch whitening", singleton="advantage 0 before whitening"),
+            _openrlhf("reinforce", "openrlhf:reinforce_rows", impl="openrlhf:discounted_returns", family="reward-to-go",
+                      whiten=True, biased_whitening=True, settings=("gamma",),
+                      summary="discounted returns of R (--gamma) and KL per token, whitened over the batch",
+                      baseline="none (batch whitening, biased variance)", singleton="not grouped"),
             _openrlhf("flash_reinforce", "openrlhf:flash_reinforce_rows", family="batch",
-                     summary="R - batch mean, then cumulative per-token returns",
-                     baseline="mean of the whole batch", singleton="not grouped"),
+                      summary="R - batch mean, then cumulative per-token returns",
+                      baseline="mean of the whole batch", singleton="not grouped"),
         )}, kl_modes=("k1", "k2", "k3"), order_column="index"),
     Convention(
         "nemo_rl", "NeMo-RL", "0.6.0 (7ea279a)", "nemo_rl/algorithms/advantage_estimator.py GRPOAdvantageEstimator",
@@ -147,7 +157,7 @@ CONVENTIONS: dict[str, Convention] = {c.name: c for c in (
 def get_convention(name: str) -> Convention:
     """The convention ``name``; ``ConfigError`` otherwise."""
     if name not in CONVENTIONS:
-        close = difflib.get_close_matches(str(name), list(CONVENTIONS), n=1)
+        close = closest(name, list(CONVENTIONS))
         raise ConfigError(f"--convention: unknown convention '{name}'; "
-                          + (f"did you mean {close[0]}?" if close else f"choose one of {', '.join(CONVENTIONS)}"))
+                          + (f"did you mean {close}?" if close else f"choose one of {', '.join(CONVENTIONS)}"))
     return CONVENTIONS[name]

@@ -53,6 +53,11 @@ def dr_grpo_rows(total: Tensor, group: Tensor, batch: Tensor, params: Params) ->
     return _per_block(total, group, batch, params, lambda r: r - r.mean(-1, keepdim=True))
 
 
+def reinforce_rows(total: Tensor, group: Tensor, batch: Tensor, params: Params) -> Tensor:
+    """``R`` itself: no baseline (``reinforce``, whitened afterwards)."""
+    return total.clone()
+
+
 def flash_reinforce_rows(total: Tensor, group: Tensor, batch: Tensor, params: Params) -> Tensor:
     """``r − mean`` over the whole batch's matrix (no groups, no whitening)."""
     return _per_block(total, group, batch, params, lambda r: r - r.mean())
@@ -72,9 +77,10 @@ def approx_kl(log_probs: Tensor, ref_log_probs: Tensor, mode: str) -> Tensor:
     return value.clamp(min=-10, max=10)
 
 
-def cumulative_returns(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
-    """Per token ``G_t = Σ_{u ≥ t} m_u · (a_i·[u = e_i] − β·kl_u)`` with ``a_i`` the row's advantage, ``e_i`` its
-    last action token (``m = 1``) and ``β = kl_coef`` (0 without KL); advantages = returns, times ``m``. ``(N,)``."""
+def cumulative_returns(batch: Batch, inputs: Inputs, params: Params, gamma: float = 1.0) -> tuple[Tensor, Tensor]:
+    """Per token ``G_t = Σ_{u ≥ t} γ^(u−t) m_u · (a_i·[u = e_i] − β·kl_u)`` with ``a_i`` the row's advantage,
+    ``e_i`` its last action token (``m = 1``), ``β = kl_coef`` (0 without KL) and ``γ`` 1 (OpenRLHF forces it
+    for every estimator but ``reinforce``); advantages = returns, times ``m``. ``(N,)``."""
     m = batch.response_mask
     reward = torch.zeros_like(m)
     offsets = batch.row_offsets
@@ -84,16 +90,26 @@ def cumulative_returns(batch: Batch, inputs: Inputs, params: Params) -> tuple[Te
     reward[last[has_action]] = inputs.row_advantage[has_action].to(m.dtype)
     if params.kl_coef > 0:
         reward = reward + -params.kl_coef * approx_kl(batch.old_log_probs, batch.ref_log_prob, params.kl_penalty)
-    returns = kernels.reverse_linear_scan(torch.ones_like(m), m * reward, batch.row_offsets) * m
+    returns = kernels.reverse_linear_scan(torch.full_like(m, gamma), m * reward, batch.row_offsets) * m
     return returns, returns
+
+
+def discounted_returns(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+    """``reinforce``: ``cumulative_returns`` discounted by ``--gamma`` (OpenRLHF's ``gamma``). ``(N,)``."""
+    return cumulative_returns(batch, inputs, params, params.gamma)
 
 
 def explain(est: Estimator, row: Row, params: Params, whitening: dict) -> Derivation:
     """``rladv explain``: the row's cumulative returns per token, from the row's scalar at its last action token
-    and the per-token KL reward."""
-    m, adv = row["response_mask"], row["advantages"]
+    and the per-token KL reward, and the advantages (the returns, whitened for the estimators that whiten)."""
+    m, adv, ret = row["response_mask"], row["advantages"], row["returns"]
+    gamma = "γ^(u-t) " if "gamma" in est.settings else ""
     formula = [est.summary, f"baseline: {est.baseline}",
-               "G_t = sum over u >= t of m_u * (a_i at the last action token - kl_coef * kl_u); advantage = G_t"]
-    constants = {"kl_coef": params.kl_coef, **({"kl estimate": params.kl_penalty} if params.kl_coef else {})}
-    tokens = [[t, int(m[t]), float(adv[t]) if m[t] else None] for t in range(m.size)]
-    return Derivation(formula=formula, constants=constants, columns=["t", "mask", "advantage G_t"], tokens=tokens)
+               f"G_t = sum over u >= t of {gamma}m_u * (a_i at the last action token - kl_coef * kl_u)",
+               "advantage = (G_t - mean) * rsqrt(max(var, 1e-8)), the batch's biased moments" if est.whiten
+               else "advantage = G_t"]
+    constants = {"kl_coef": params.kl_coef, **({"kl estimate": params.kl_penalty} if params.kl_coef else {}),
+                 **({"gamma": params.gamma} if gamma else {}), **whitening}
+    tokens = [[t, int(m[t]), float(ret[t]) if m[t] else None, float(adv[t]) if m[t] else None] for t in range(m.size)]
+    return Derivation(formula=formula, constants=constants, columns=["t", "mask", "return G_t", "advantage"],
+                      tokens=tokens)

@@ -72,7 +72,8 @@ class Estimator:
     family:    what kind of baseline it is, in a few words (``rladv estimators``' table)
     needs:     the ``Inputs`` it reads (``INPUTS``); ``groups`` among them means a ``uid`` column and batch-wide
                group statistics of the row totals ``R_i``, of which it reads ``group_statistics``
-    whiten:    its raw advantages are whitened over every valid token of the batch (``masked_whiten``)
+    whiten:    its raw advantages are whitened over every valid token of the batch (``masked_whiten``; with
+               ``biased_whitening``, OpenRLHF's: the biased variance, ``clamped_whiten``)
     returns_are_advantages: returns are the final (whitened) advantages rather than the raw returns
     min_group_size: smaller groups are an error (verl raises)
     accumulate: ``fn(batch, inputs, params) -> {name: (flat index, values)}`` summed per (group, position) over
@@ -121,6 +122,7 @@ class Estimator:
     components: bool = False
     row_checks: tuple[tuple[str, str], ...] = ()
     row_advantage: str | None = None
+    biased_whitening: bool = False
     min_group_setting: str | None = None
     binary_rewards: bool = False
 
@@ -392,11 +394,16 @@ def get_estimator(name: str) -> Estimator:
 
 
 def unknown_estimator(name: str) -> str:
-    """Why ``name`` is not an estimator, with the one it most likely means (the same letters in another case, else
-    the closest spelling), or the list of names."""
-    same_letters = {n.lower(): n for n in ESTIMATORS}.get(str(name).lower())
-    close = same_letters or next(iter(difflib.get_close_matches(str(name), list(ESTIMATORS), n=1)), None)
+    """Why ``name`` is not an estimator, with the one it most likely means, or the list of names."""
+    close = closest(name, list(ESTIMATORS))
     return f"unknown estimator '{name}'; " + (f"did you mean {close}?" if close else f"choose one of {', '.join(ESTIMATORS)}")
+
+
+def closest(name: str, names: list[str]) -> Optional[str]:
+    """The one of ``names`` that ``name`` most likely means: the same letters in another case, else the closest
+    spelling (None when none is close)."""
+    same_letters = {n.lower(): n for n in names}.get(str(name).lower())
+    return same_letters or next(iter(difflib.get_close_matches(str(name), names, n=1)), None)
 
 
 def names_where(test: Callable[[Estimator], bool]) -> list[str]:

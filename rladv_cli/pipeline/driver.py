@@ -82,7 +82,6 @@ class Pipeline:
         self.work = ShardWork(self.plan, source, progress)
         self.labels = Labels(cfg.batch_key)
         self.rows = RowTable()
-        self.group_size = cfg.group_size
         self.seconds: dict[str, float] = defaultdict(float)
 
     def _scan_columns(self, fold: bool, group_key: Optional[str]) -> list[str]:
@@ -115,10 +114,10 @@ class Pipeline:
             known = self._step_kl_controller(self._map(map_shards, "kl", ("batch_id",), known), known)
         correction, known = self._merge_scan(self._map(map_shards, "scan", ("batch_id",), known), known)
         uid_merges = self._merge_int_uids() if est.int_uids and self.plan.group_key else ([], torch.zeros(0, dtype=torch.long))
-        blocks = self._cut_blocks() if self.cfg.conv.blocks else None
+        group_size, blocks = self._cut_blocks() if self.cfg.conv.blocks else (None, None)
         if self.plan.correct:
             check_correction_batches(self.rows, self.labels)
-        known, grouped = self._group_pass(known)
+        known, grouped = self._group_pass(known, group_size)
         given = ("batch_id", "group_id", "reward_total", *(("session_total", "session_active") if fold else ()),
                  *(("row_advantage",) if est.row_advantage else ()))
         ill = (0.0, torch.zeros(0, dtype=torch.long))
@@ -126,7 +125,7 @@ class Pipeline:
             known, ill = self._merge_group_statistics(self._map(map_shards, "group_statistics", given, known), known)
         entries = []
         if est.whiten:
-            mean, var, entries = whitening(self.rows, self.labels, self.cfg.estimator)
+            mean, var, entries = whitening(self.rows, self.labels, self.cfg.estimator, est.biased_whitening)
             known = replace(known, whiten_mean=mean.to(self.device), whiten_var=var.to(self.device))
         if est.groups and known.groups:
             outcome_basis, outcome = row_outcomes(grouped["basis"], self.rows["group_id"], grouped["flags"])
@@ -143,7 +142,7 @@ class Pipeline:
             rows=self.rows, labels=self.labels, known=known, flags=grouped["flags"], fold_source=grouped["fold"],
             whitening=entries, uid_merges=uid_merges, baseline_ill_conditioned=ill, correction_stats=correction,
             sketches=sketches, outcome_basis=outcome_basis, seconds=dict(self.seconds), mixed_blocks=blocks,
-            group_size=self.group_size if self.cfg.conv.blocks else None,
+            group_size=group_size,
         ))
 
     def _map(self, map_shards: MapShards, stage: str, names: tuple[str, ...],
@@ -216,14 +215,14 @@ class Pipeline:
             known = replace(known, shaping=replace(known.shaping, is_norm_factor=factor))
         return correction, known
 
-    def _cut_blocks(self) -> Tensor:
+    def _cut_blocks(self) -> tuple[int, Tensor]:
         """Groups as a trainer that reshapes its batch into ``[G, n]`` forms them (docs/conventions.md): blocks of
         ``n`` consecutive rows of each batch in row order (in the order of ``Convention.order_column`` when the
-        file has it), ``n`` = ``--group-size`` or the uid groups' common size. Returns the first row of each block whose rows carry more than one uid (the file is then not in the
-        order the trainer grouped it)."""
+        file has it), ``n`` = ``--group-size`` or the uid groups' common size. Returns ``n`` and the first row of
+        each block whose rows carry more than one uid (the file is then not in the order the trainer grouped it)."""
         conv, batch_of_row = self.cfg.conv, self.rows["batch_id"]
         uid_group = self.rows["group_id"] if self.plan.group_key else None
-        n = self.group_size = self.cfg.group_size or self._common_group_size(uid_group)
+        n = self.cfg.group_size or self._common_group_size(uid_group)
         counts = torch.bincount(batch_of_row, minlength=len(self.labels.batches))
         uneven = torch.nonzero(counts % n).flatten()
         if uneven.numel():
@@ -253,11 +252,11 @@ class Pipeline:
         self.labels.groups = names
         self.rows.replace("group_id", group)
         if uid_group is None:
-            return torch.zeros(0, dtype=torch.long)
+            return n, torch.zeros(0, dtype=torch.long)
         groups = int(group.max()) + 1
         lo = torch.full((groups,), 1 << 62).scatter_reduce(0, group, uid_group, "amin")
         hi = torch.full((groups,), -1).scatter_reduce(0, group, uid_group, "amax")
-        return torch.sort(first[lo != hi]).values
+        return n, torch.sort(first[lo != hi]).values
 
     def _common_group_size(self, uid_group: Optional[Tensor]) -> int:
         """The size every uid group shares: what ``--group-size`` defaults to under a blocks convention."""
@@ -286,12 +285,13 @@ class Pipeline:
         self.rows.replace("group_id", renumber[old])
         return [tuple(m) for m in sets.values()], merged_rows
 
-    def _group_pass(self, known: Established) -> tuple[Established, dict]:
+    def _group_pass(self, known: Established, group_size: Optional[int]) -> tuple[Established, dict]:
         """Batch sizes and group statistics of the row totals over the whole dataset (groups never cross
         batches); an estimator's minimum group size is enforced here, before anything is written. Returns
         what the later passes read, and for the report each group's flags (``group_flags``), the per-row value
         groups are judged on (``basis``: ``R_i``, gdpo's weighted components) and each row's session's final
-        output (``fold``) when sessions are folded."""
+        output (``fold``) when sessions are folded. ``group_size``: the blocks' size under a convention that cuts
+        blocks (a trainer's ``row_advantage`` reshapes by it)."""
         est, n_batches, batch_of_row = self.est, len(self.labels.batches), self.rows["batch_id"]
         known = replace(known, batch_rows=torch.bincount(batch_of_row, minlength=n_batches),
                         batch_nonzero_rows=torch.bincount(batch_of_row, weights=(self.rows["reward_total"] != 0).double(),
@@ -337,7 +337,7 @@ class Pipeline:
         if self.plan.fold:
             self.rows.add(session_total=reward[grouped["fold"]], session_active=(used[grouped["fold"]] > 0).float())
         if est.row_advantage:
-            params = replace(self.cfg.params(), group_size=self.group_size)
+            params = replace(self.cfg.params(), group_size=group_size)
             self.rows.add(row_advantage=est.row_advantages()(reward, gid, batch_of_row, params))
         return replace(known, groups=groups.to(self.device)), grouped
 
@@ -376,10 +376,11 @@ class Pipeline:
         return known, ill
 
 
-def whitening(rows: RowTable, labels: Labels, estimator: str) -> tuple[Tensor, Tensor, list[dict]]:
-    """Per-batch mean and unbiased variance ``(n_batches,)`` of the raw advantages over valid tokens, from the
-    rows' moments (float64, returned as float32), and the report's entry for each batch. verl raises where a
-    batch has fewer than 2 valid tokens; a variance beyond float32 would zero every advantage there."""
+def whitening(rows: RowTable, labels: Labels, estimator: str, biased: bool = False) -> tuple[Tensor, Tensor, list[dict]]:
+    """Per-batch mean and unbiased variance (``biased``: divided by the token count, as OpenRLHF) ``(n_batches,)``
+    of the raw advantages over valid tokens, from the rows' moments (float64, returned as float32), and the
+    report's entry for each batch. verl raises where a batch has fewer than 2 valid tokens; a variance beyond
+    float32 would zero every advantage there."""
     n_batches = len(labels.batches)
     mean = torch.zeros(n_batches, dtype=torch.float64)
     var = torch.zeros(n_batches, dtype=torch.float64)
@@ -388,22 +389,23 @@ def whitening(rows: RowTable, labels: Labels, estimator: str) -> tuple[Tensor, T
         sel = batch_of_row == b
         n, mu, m2 = kernels.combine_moments(rows["w_count"][sel], rows["w_sum"][sel], rows["w_m2"][sel])
         where = labels.batch_name(b)
-        if n <= 1:
+        if n <= (0 if biased else 1):
             raise ComputeError(
                 f"{estimator}: {'batch ' + where if where else 'the dataset'} has {int(n)} valid token(s) "
-                "after masking; whitening needs at least 2 (verl raises ValueError here)"
+                + ("after masking; whitening divides by 0 there" if biased else
+                   "after masking; whitening needs at least 2 (verl raises ValueError here)")
             )
+        v = m2 / n if biased else m2 / (n - 1)
         with np.errstate(over="ignore"):
-            overflow = not np.isfinite(np.float32(m2 / (n - 1)))
+            overflow = not np.isfinite(np.float32(v))
         if overflow:
             raise ComputeError(
                 f"{estimator}: the variance of the values to whiten in "
-                f"{'batch ' + where if where else 'the dataset'} overflows float32 ({m2 / (n - 1):.3g}); verl "
+                f"{'batch ' + where if where else 'the dataset'} overflows float32 ({v:.3g}); verl "
                 "would give every advantage 0 (check the scores and values for huge entries)"
             )
-        mean[b], var[b] = mu, m2 / (n - 1)
-        entries.append({"batch": where, "tokens": int(n), "mean": float(np.float32(mu)),
-                        "var": float(np.float32(m2 / (n - 1)))})
+        mean[b], var[b] = mu, v
+        entries.append({"batch": where, "tokens": int(n), "mean": float(np.float32(mu)), "var": float(np.float32(v))})
     return mean.float(), var.float(), entries
 
 

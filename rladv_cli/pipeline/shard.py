@@ -303,7 +303,8 @@ class ShardWork:
                     if mean.numel() > 1:  # several batches: each token takes its batch's moments
                         tok_batch = b.per_token(at["batch_id"].to(plan.chain.device))
                         mean, var = mean[tok_batch], var[tok_batch]
-                    advantages = kernels.masked_whiten(advantages, mean, var)
+                    whiten = kernels.clamped_whiten if est.biased_whitening else kernels.masked_whiten
+                    advantages = whiten(advantages, mean, var)
                     if est.returns_are_advantages:
                         returns = advantages
                 if plan.cfg.adv_clip is not None:  # the advantages only; returns keep their values (ROLL)

@@ -342,6 +342,12 @@ def masked_whiten(x: Tensor, mean: Tensor, var: Tensor) -> Tensor:
     return (x - mean) * torch.rsqrt(var + 1e-8)
 
 
+def clamped_whiten(x: Tensor, mean: Tensor, var: Tensor) -> Tensor:
+    """``(x − μ) · rsqrt(max(var, 1e-8))`` with the biased ``var``: OpenRLHF's whitening of advantages (its
+    ``compute_advantages_and_returns``); shapes as ``masked_whiten``."""
+    return (x - mean) * var.clamp(min=1e-8).rsqrt()
+
+
 def select_rows(keep_row: Tensor, row_offsets: Tensor) -> tuple[Tensor, Tensor]:
     """Tokens of the rows with ``keep_row (B,) bool``: ``(token_index (M,), new row_offsets (B'+1,))``."""
     lengths = row_lengths(row_offsets)

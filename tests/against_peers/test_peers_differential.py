@@ -133,23 +133,25 @@ def openrlhf():
         "openrlhf.utils.seqlen_balancing"))
 
 
-def _openrlhf_maker(module, estimator: str, n: int, kl_coef: float):
+def _openrlhf_maker(module, estimator: str, n: int, kl_coef: float, gamma: float = 1.0):
     """A ``RemoteExperienceMaker`` without its Ray actor groups: the settings its advantage step reads."""
     ns = types.SimpleNamespace
     args = ns(rollout=ns(n_samples_per_prompt=n), reward=ns(clip_range=None, overlong_buffer_len=None,
                                                               stop_properly_penalty_coef=None),
-              algo=ns(advantage=ns(estimator=estimator, gamma=1.0, lambd=1.0, no_std_norm=False)))
+              algo=ns(advantage=ns(estimator=estimator, gamma=gamma, lambd=1.0, no_std_norm=False)))
     maker = object.__new__(module.RemoteExperienceMaker)
     maker.strategy, maker.args, maker.advantage_estimator, maker.kl_ctl = ns(args=args), args, estimator, ns(value=kl_coef)
     return maker
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("estimator", ["group_norm", "rloo", "dr_grpo", "flash_reinforce"])
+@pytest.mark.parametrize("estimator", ["group_norm", "rloo", "dr_grpo", "flash_reinforce", "reinforce_baseline",
+                                       "reinforce"])
 @pytest.mark.parametrize("kl", [None, "k1", "k2", "k3"])
 def test_openrlhf(openrlhf, seed, estimator, kl):
     """Samples split over two experiences in shuffled order, their ``index`` giving the rollout order that
-    OpenRLHF sorts by before it reshapes; KL in the reward per token."""
+    OpenRLHF sorts by before it reshapes; KL in the reward per token; ``reinforce`` with a random gamma, it and
+    ``reinforce_baseline`` whitened over the step (biased variance)."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(2, 5))
     rows = n * int(rng.integers(1, 8))
@@ -164,9 +166,12 @@ def test_openrlhf(openrlhf, seed, estimator, kl):
                                          index=index[s].tolist(), info={}, kl=kld[s], action_mask=mask[s].bool(),
                                          values=None)
                    for s in (slice(0, half), slice(half, rows)) if s.start < rows]
-    done = _openrlhf_maker(openrlhf, estimator, n, coef).compute_advantages_and_returns(experiences)
+    gamma = float(rng.uniform(0.8, 1.0)) if estimator == "reinforce" else 1.0
+    done = _openrlhf_maker(openrlhf, estimator, n, coef, gamma).compute_advantages_and_returns(experiences)
     theirs = torch.cat([e.advantages for e in done])
     settings = {"kl_coef": coef, "kl_penalty": kl} if kl else {}
+    if estimator == "reinforce":
+        settings["gamma"] = gamma
     ours = rladv_advantages(table, convention="openrlhf", estimator=estimator, group_size=n, **settings)
     assert_close_on_mask(ours, theirs, mask, f"{estimator} {kl} seed {seed}")
 

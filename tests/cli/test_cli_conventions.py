@@ -71,8 +71,8 @@ def test_refusals_are_one_line_and_write_nothing(tmp_path, args, names):
 def test_estimators_of_a_convention():
     table = rladv("estimators", "--convention", "openrlhf")
     assert table.exit_code == 0
-    assert [line.split()[0] for line in table.stdout.splitlines()[1:5]] == ["group_norm", "rloo", "dr_grpo",
-                                                                              "flash_reinforce"]
+    assert [line.split()[0] for line in table.stdout.splitlines()[1:7]] == [
+        "group_norm", "rloo", "dr_grpo", "reinforce_baseline", "reinforce", "flash_reinforce"]
     one = json.loads(rladv("estimators", "grpo", "--convention", "nemo_rl", "--json").stdout)
     assert one["needs"] == ["response_mask", "rm_scores|score", "prompts"] and one["family"] == "leave-one-out"
 
@@ -100,3 +100,30 @@ def test_nemo_rl_dump_replays_under_its_convention(tmp_path):
     verl = rladv("compute", converted, "--estimator", "grpo", "--batch-key", "step", "--strict-replay",
                  "-o", tmp_path / "b.parquet")
     assert verl.exit_code == 1 and "advantages" in verl.output
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--uid", "task-008", "--convention", "trl", "--estimator", "grpo"], ["--uid", "groups rows by blocks"]),
+    (["--uid", "task-008", "--convention", "skyrl", "--estimator", "rloo", "--export", "EXPORT"],
+     ["--export", "--convention skyrl"]),
+])
+def test_inspect_refuses_what_a_convention_has_no_counterpart_for(tmp_path, args, names):
+    src = copy_sample(tmp_path, "multiturn.parquet")
+    args = [str(tmp_path / "export") if a == "EXPORT" else a for a in args]
+    before = listing(tmp_path)
+    assert_one_line_error(rladv("inspect", src, *args), *names)
+    assert listing(tmp_path) == before
+
+
+def test_inspect_a_uid_group_under_a_convention_that_groups_by_uid(tmp_path):
+    src = copy_sample(tmp_path, "multiturn.parquet")
+    shown = json.loads(rladv("inspect", src, "--uid", "task-008", "--convention", "skyrl", "--estimator", "rloo",
+                             "--json").stdout)
+    out = tmp_path / "out.parquet"
+    assert rladv("compute", src, "--convention", "skyrl", "--estimator", "rloo", "-o", out, "-q").exit_code == 0
+    got = read(out)
+    by_row = {m["row"]: m["advantage"] for m in shown["members"]}
+    assert sorted(by_row) == [3, 33, 38, 43] and shown["formula"].startswith("(R_i - mean_g) * n/(n-1)")
+    for row, advantage in by_row.items():
+        first = got["response_mask"][row].as_py().index(1)
+        assert advantage == got["advantages"][row].as_py()[first]

@@ -97,6 +97,19 @@ def test_openrlhf_rloo_dr_grpo_flash_reinforce():
     close(first(advantages(t, "flash_reinforce", convention="openrlhf", group_size=2)[0]), [0.5, -0.5, 0.0, 0.0])
 
 
+def test_openrlhf_whitened_estimators_use_the_biased_variance():
+    # reinforce_baseline: R - block mean = [.5, .5 | -.5 | 0, 0, 0 | 0] over 7 tokens; mean 1/14, biased var
+    # 3/28 - 1/196 = 0.1020408, whitened (x - mean) / sqrt(var) (OpenRLHF clamps var at 1e-8, no + 1e-8)
+    t = rows([1.0, 0.0, 0.5, 0.5], masks=[[1, 1], [1], [1, 1, 1], [1]])
+    adv, _ = advantages(t, "reinforce_baseline", convention="openrlhf", group_size=2)
+    sd = 0.1020408 ** 0.5
+    close(adv[0] + adv[1] + adv[2] + adv[3], [(0.5 - 1 / 14) / sd] * 2 + [(-0.5 - 1 / 14) / sd] + [(-1 / 14) / sd] * 4,
+          atol=2e-6)
+    # reinforce: no baseline, returns discounted by gamma before the whitening
+    out, _ = run(t, "reinforce", convention="openrlhf", group_size=2, gamma=0.9)
+    close(out["returns"].to_pylist()[0] + out["returns"].to_pylist()[2], [0.9, 1.0, 0.405, 0.45, 0.5])
+
+
 def test_openrlhf_blocks_follow_the_sample_index():
     # index 2,0,3,1: sorted by it the blocks are rows {1, 3} (scores 0, 0) and {0, 2} (1, 0)
     t = rows([1.0, 0.0, 0.0, 0.0], index=[2, 0, 3, 1])
@@ -190,7 +203,7 @@ def test_a_trainers_hard_coded_epsilon_is_not_a_setting():
 
 # ------------------------------------------------------------------ invariants
 CASES = [("trl", "grpo"), ("openrlhf", "group_norm"), ("openrlhf", "rloo"), ("openrlhf", "dr_grpo"),
-         ("nemo_rl", "grpo"), ("skyrl", "rloo"), ("skyrl", "maxrl")]
+         ("openrlhf", "reinforce_baseline"), ("nemo_rl", "grpo"), ("skyrl", "rloo"), ("skyrl", "maxrl")]
 
 
 @st.composite
@@ -222,8 +235,8 @@ def test_chunked_equals_whole_batch_and_masks_are_respected(convention, estimato
         settings.update(kl_coef=0.05, kl_penalty="k3")
     try:
         whole, _ = run(t, estimator, one_chunk=True, **settings)
-    except ComputeError as err:  # a one-row block of group_norm: NaN, refused
-        assert "non-finite" in str(err) or "NaN" in str(err)
+    except ComputeError as err:  # a one-row block of group_norm (NaN), or nothing to whiten: refused
+        assert any(w in str(err) for w in ("non-finite", "NaN", "0 valid token(s)")), str(err)
         return
     chunked, _ = run(t, estimator, chunk_rows=1, **settings)
     assert chunked["advantages"].to_pylist() == whole["advantages"].to_pylist()
