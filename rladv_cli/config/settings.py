@@ -12,8 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..contract.schema import COLUMNS, OUTPUT_COLUMNS
 from ..errors import ConfigError
-from ..errors import RladvError
-from ..estimators.conventions import CONVENTIONS, DEFAULT, Convention, get_convention
+from ..estimators.conventions import CONVENTIONS, DEFAULT, Convention, unknown_convention
 from ..estimators.registry import ESTIMATOR_SETTINGS, Estimator, Params, names_where
 from .correction import parse_rollout_is, parse_rollout_rs
 
@@ -167,14 +166,14 @@ class Config(BaseModel):
     @classmethod
     def _known_convention(cls, v: str) -> str:
         if v not in CONVENTIONS:
-            raise ValueError(str(_message(lambda: get_convention(v))).removeprefix("--convention: "))
+            raise ValueError(unknown_convention(v))
         return v
 
     @model_validator(mode="after")
     def _known_estimator(self) -> "Config":
         conv = self.conv
         if self.estimator not in conv.estimators:
-            raise ValueError(_message(lambda: conv.estimator(self.estimator)))
+            raise ValueError(conv.unknown(self.estimator))
         return self
 
     @model_validator(mode="after")
@@ -323,15 +322,6 @@ class Config(BaseModel):
                 raise ConfigError(f"{name}: not a setting" + (f"; did you mean {close[0]}?" if close else
                                                              " (rladv_cli.Config's fields are the settings)")) from None
             raise ConfigError(f"{_flag(name)}: {msg}") from None
-
-
-def _message(action) -> str:
-    """The message of the ``RladvError`` ``action`` raises."""
-    try:
-        action()
-    except RladvError as err:
-        return str(err)
-    return ""
 
 
 def setting_notes(settings: Mapping[str, Any]) -> list[str]:

@@ -39,13 +39,15 @@ class Convention:
     order_column: str | None = None  # blocks follow this integer column's order when the file has it
 
     def estimator(self, name: str) -> Estimator:
-        """Its estimator ``name``; ``ConfigError`` naming the estimators it has (and the convention that has
-        ``name``, if one does)."""
+        """Its estimator ``name``; ``ConfigError`` otherwise (``unknown``)."""
         if name in self.estimators:
             return self.estimators[name]
-        if self.name == DEFAULT:
-            raise ConfigError(f"--estimator: {unknown_in(self, name)}")
-        raise ConfigError(f"--estimator {name}: {unknown_in(self, name)}")
+        raise ConfigError(self.unknown(name))
+
+    def unknown(self, name: str) -> str:
+        """The one-line error for an estimator ``name`` it lacks, naming the estimators it has (and the convention
+        that has ``name``, if one does)."""
+        return f"--estimator{'' if self.name == DEFAULT else ' ' + name}: {unknown_in(self, name)}"
 
     @property
     def blocks(self) -> bool:
@@ -157,7 +159,12 @@ CONVENTIONS: dict[str, Convention] = {c.name: c for c in (
 def get_convention(name: str) -> Convention:
     """The convention ``name``; ``ConfigError`` otherwise."""
     if name not in CONVENTIONS:
-        close = closest(name, list(CONVENTIONS))
-        raise ConfigError(f"--convention: unknown convention '{name}'; "
-                          + (f"did you mean {close}?" if close else f"choose one of {', '.join(CONVENTIONS)}"))
+        raise ConfigError(f"--convention: {unknown_convention(name)}")
     return CONVENTIONS[name]
+
+
+def unknown_convention(name: str) -> str:
+    """Why ``name`` is not a convention, with the one it most likely means, or the list of them."""
+    close = closest(name, list(CONVENTIONS))
+    return f"unknown convention '{name}'; " + (f"did you mean {close}?" if close else
+                                                f"choose one of {', '.join(CONVENTIONS)}")

@@ -350,7 +350,8 @@ def convert_log(fmt: str, sources: Sequence[str | os.PathLike], out: str | os.Pa
     if fmt == "trl":
         import polars as pl
 
-        rewards = trl_rewards(pl.read_parquet_schema(files[0]), list(pl.read_parquet_schema(files[0])))
+        first_schema = pl.read_parquet_schema(files[0])
+        rewards = trl_rewards(first_schema, list(first_schema))
         return Imported(out, rows, len(files), list(schema.names), {
             "uid": "prompt (a BLAKE2b digest of its text)", "step": "step", "advantages": "[advantage]",
             "score": f"the sum of {', '.join(rewards)} (NaN left out; TRL's reward with weights 1)"},

@@ -33,6 +33,7 @@ from ..io.write import computed_columns, output_schema
 from ..report import replay
 from ..report.diagnostics import RowTable, TokenSketches, first_rows, group_flags, row_outcomes
 from ..report.model import Report
+from ..report.verdict import group_min_max
 from ..stages.chain import Chain, Shaping
 from ..stages.shaping import KLController
 from ..tensors import kernels
@@ -253,10 +254,8 @@ class Pipeline:
         self.rows.replace("group_id", group)
         if uid_group is None:
             return n, torch.zeros(0, dtype=torch.long)
-        groups = int(group.max()) + 1
-        lo = torch.full((groups,), 1 << 62).scatter_reduce(0, group, uid_group, "amin")
-        hi = torch.full((groups,), -1).scatter_reduce(0, group, uid_group, "amax")
-        return n, torch.sort(first[lo != hi]).values
+        lo, hi = group_min_max(uid_group.numpy(), group.numpy(), first.numel())
+        return n, torch.sort(first[torch.from_numpy(lo != hi)]).values
 
     def _common_group_size(self, uid_group: Optional[Tensor]) -> int:
         """The size every uid group shares: what ``--group-size`` defaults to under a blocks convention."""
