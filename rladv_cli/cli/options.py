@@ -50,6 +50,9 @@ class LogFormat(str, Enum):  # io.importers.FORMATS
     verl_jsonl = "verl-jsonl"
     nemo_rl = "nemo-rl"
     trl = "trl"
+    slime = "slime"
+    prime_rl = "prime-rl"
+    areal = "areal"
 
 
 class FailOn(str, Enum):

@@ -34,8 +34,6 @@ Log-probs are multiples of 1/64 so that the files stay small.
 from __future__ import annotations
 
 import ast
-import importlib.abc
-import importlib.machinery
 import os
 import random
 import sys
@@ -44,34 +42,14 @@ from pathlib import Path
 
 import torch
 
+# stub_modules.py is beside this file; the regeneration tests run its text with -c, from the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parent if "__file__" in globals() else Path("tests/data").resolve()))
+from stub_modules import install_stubs  # noqa: E402
+
 SRC = Path(os.environ.get("NEMO_RL_SRC", "/tmp/nemo_src"))
 HERE = Path(__file__).resolve().parent / "nemo_rl_rollouts"
 STUBS = ("mlflow", "swanlab", "wandb", "prometheus_client", "torch.utils.tensorboard", "transformers", "datasets")
 PAD = 0
-
-
-class _Stub(types.ModuleType):
-    __path__: list[str] = []
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        value = type(name, (), {})
-        setattr(self, name, value)
-        return value
-
-
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, fullname, path, target=None):
-        if any(fullname == s or fullname.startswith(s + ".") for s in STUBS):
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        return _Stub(spec.name)
-
-    def exec_module(self, module):
-        pass
 
 
 def _from_source(relative: str, names: list[str], namespace: dict) -> dict:
@@ -83,7 +61,7 @@ def _from_source(relative: str, names: list[str], namespace: dict) -> dict:
     return namespace
 
 
-sys.meta_path.insert(0, _StubFinder())
+install_stubs(STUBS)
 sys.path.insert(0, str(SRC))
 from nemo_rl.data.llm_message_utils import batched_message_log_to_flat_message  # noqa: E402
 from nemo_rl.utils.logger import Logger  # noqa: E402

@@ -245,6 +245,7 @@ def test_the_nemo_rl_fixtures_are_what_nemo_rl_writes(tmp_path):
 
 def test_nemo_rl_optional_fields_are_carried_and_batches_stream(tmp_path, monkeypatch):
     from rladv_cli.io import importers
+    from rladv_cli.io.importers import common
 
     folder = tmp_path / "logs"
     folder.mkdir()
@@ -253,7 +254,7 @@ def test_nemo_rl_optional_fields_are_carried_and_batches_stream(tmp_path, monkey
                  for e in nemo_lines(step)]
         (folder / f"train_data_step{step}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
     whole = importers.convert_log("nemo-rl", [NEMO], tmp_path / "whole.parquet")
-    monkeypatch.setattr(importers, "TOKEN_CHUNK_ROWS", 5)  # 5-row batches: the uids of later slices too
+    monkeypatch.setattr(common, "TOKEN_CHUNK_ROWS", 5)  # 5-row batches: the uids of later slices too
     done = importers.convert_log("nemo-rl", [folder], tmp_path / "r.parquet")
     assert done.rows == 24 and done.columns == whole.columns[:-1] + ["agent_ref", "content", "filtered_rewards"]
     t, w = pq.read_table(tmp_path / "r.parquet"), pq.read_table(tmp_path / "whole.parquet")
@@ -329,3 +330,17 @@ def test_the_trl_fixtures_are_what_trl_computes(tmp_path, monkeypatch):
     for name in ("completions_00001.parquet", "completions_00002.parquet"):
         made, kept = pq.read_table(tmp_path / name), pq.read_table(TRL / name)
         assert made.schema == kept.schema and str(made.to_pylist()) == str(kept.to_pylist()), name  # NaN as text
+
+
+@pytest.mark.slow
+def test_the_convert_memory_benchmark_runs(tmp_path):
+    """bench/convert_memory.py (docs/dumps.md, "Converting a large log") on a 5 MB dump: every run reported."""
+    import os
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "RLADV_BENCH_DATA": str(tmp_path)}
+    p = subprocess.run([sys.executable, str(root / "bench" / "convert_memory.py"), "--gb", "0.005"], env=env,
+                       capture_output=True, text=True, check=True)
+    names = [line.split("  ")[0] for line in p.stdout.splitlines()[1:]]
+    assert names == ["import", "read_ndjson 0.005 GB", "convert 0.005 GB (1 files)"], p.stdout
