@@ -1,26 +1,47 @@
-"""Benchmark: `rladv compute --engine ray` on a local Ray cluster of 1 and 2 workers, and the local engine.
+"""Benchmark: ``rladv compute --engine ray`` on an already running Ray cluster with 1 and 2 workers, against the
+local engine in the same run, and a model of N workers from the measured figures.
 
-    .venv/bin/python bench/ray_scaling.py [--tokens 5M] [--shards 8] [--workers 1,2] [--estimator grpo] [--repeat 3]
+    .venv/bin/python bench/ray_scaling.py [--tokens 20M] [--shards 8] [--workers 1,2] [--estimator grpo]
+                                          [--repeat 3] [--ray-address HOST:PORT]
 
 The dataset is bench.py's (seeded; lengths uniform in [T/4, T], groups of 4, rows shuffled so groups span
-shards), split by rows into ``--shards`` files under bench/data/. Each run is a fresh process, so the wall
-time includes start-up (torch, and for Ray the cluster's start and shutdown); "passes" is the time the
-report measured inside the run (the passes alone). Each figure is the best of ``--repeat`` runs, which keeps
-other work on a shared machine out of it as far as it can.
+shards), split by rows into ``--shards`` files under bench/data/. Without ``--ray-address`` the script starts a
+cluster on this machine (``ray start --head --block``, every CPU) before the first run and stops it after the
+last, so no run pays for a cluster's start, as a user who joins a cluster does not. Each run is a fresh
+process: the local engine as ``rladv compute``, Ray's through ``bench/ray_timeline.py`` (the same command with
+timing hooks), run in turn (local, 1 worker, 2 workers, then again) after one warm-up each; each figure is the
+best of ``--repeat``. "passes" is the time the report measured inside the run; "worker s" the seconds the
+workers spent in their calls (Σ over calls, from the timeline).
+
+The model (docs/ray.md): from the best 1-worker run, ``c`` = worker seconds per shard, ``D`` = the driver's
+part of the passes (passes − worker seconds: merges, reductions, transfers), ``S`` = wall − passes (start-up,
+joining, the actors' start, exit). A dataset of ``k`` times as many shards of the same size on ``N`` workers,
+each with cores of its own, takes ``S + k·D + ceil(k·shards / N)·c``; the local engine
+``(wall − passes) + k·passes``. The last line of the output gives, for each N, the dataset size from which
+Ray takes less time: ``k > (S − (wall − passes)) / (passes − D − shards·c / N)``.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import secrets
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import DATA, make_dataset, parse_size  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
 
 
 def shards(tokens: int, count: int) -> Path:
@@ -41,39 +62,111 @@ def shards(tokens: int, count: int) -> Path:
     return folder
 
 
-def run(args: list[str], report: Path, repeat: int) -> tuple[float, float]:
-    """The least (wall seconds of a fresh ``rladv compute`` process, seconds its report measured) of
-    ``repeat`` runs."""
-    best = (float("inf"), float("inf"))
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "from rladv_cli.cli import main; main()", "compute", *args, "-q",
-                        "--device", "cpu", "--report", str(report)], check=True)
-        wall = time.perf_counter() - t0
-        best = min(best[0], wall), min(best[1], json.loads(report.read_text())["timing"]["seconds"]["total"])
-    return best
+@contextmanager
+def cluster(address: str | None):
+    """The cluster's address: ``address``, or that of one started here for the block (and stopped after)."""
+    if address:
+        yield address
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # a token of its own, for the cluster and every run (a Ray 2.59+ head checks one when ~/.ray has one)
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+    ray = Path(sys.executable).with_name("ray")
+    head = subprocess.Popen([str(ray), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+                             f"--num-cpus={os.cpu_count()}", "--include-dashboard=false", "--disable-usage-stats"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or head.poll() is not None:
+                    raise SystemExit("ray start --head did not come up")
+                time.sleep(0.2)
+        yield f"127.0.0.1:{port}"
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)  # --block: ray start stops what it started
+        head.wait(timeout=60)
+
+
+def run(command: list[str], report: Path, timeline: Path | None = None) -> dict:
+    """One fresh process: wall seconds, the report's passes and, from a Ray timeline, the workers' seconds."""
+    env = {**os.environ, "RLADV_TIMELINE_JSON": str(timeline)} if timeline else None
+    t0 = time.perf_counter()
+    subprocess.run([*command, "-q", "--device", "cpu", "--report", str(report)], check=True, env=env,
+                   stderr=subprocess.DEVNULL if timeline else None)
+    figures = {"wall": time.perf_counter() - t0, "passes": json.loads(report.read_text())["timing"]["seconds"]["total"]}
+    if timeline:
+        begun: dict[tuple[str, str], float] = {}
+        busy = 0.0
+        for t, who, what in json.loads(timeline.read_text()):
+            call = what.split(" (")[0].rsplit(" ", 1)
+            if who.startswith("worker") and call[-1] in ("begins", "done") and " shard " in call[0]:
+                if call[-1] == "begins":
+                    begun[who, call[0]] = t
+                else:
+                    busy += t - begun.pop((who, call[0]))
+        figures["worker"] = busy
+    return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", default="5M")
+    parser.add_argument("--tokens", default="20M")
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--estimator", default="grpo")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--ray-address", default=None, help="a running cluster (default: one started here)")
     opts = parser.parse_args()
     tokens = parse_size(opts.tokens)
     folder = shards(tokens, opts.shards)
-    out = DATA / "ray_out"
-    print(f"{tokens} tokens in {opts.shards} shards ({folder}), estimator {opts.estimator}")
-    print(f"{'engine':>10} {'workers':>8} {'wall s':>8} {'passes s':>9} {'Mtok/s':>7}")
-    local_wall, local_passes = run([str(folder), "--estimator", opts.estimator, "-o", str(DATA / "local.parquet")],
-                                   DATA / "local.json", opts.repeat)
-    print(f"{'local':>10} {'-':>8} {local_wall:8.2f} {local_passes:9.2f} {tokens / local_wall / 1e6:7.2f}")
-    for n in (int(w) for w in opts.workers.split(",")):
-        wall, passes = run([str(folder), "--estimator", opts.estimator, "--engine", "ray", "--ray-workers", str(n),
-                            "-o", str(out)], DATA / f"ray{n}.json", opts.repeat)
-        print(f"{'ray':>10} {n:>8} {wall:8.2f} {passes:9.2f} {tokens / wall / 1e6:7.2f}")
+    workers = [int(w) for w in opts.workers.split(",")]
+    scratch = Path(tempfile.mkdtemp(prefix="rladv-ray-bench-"))
+    rladv = [sys.executable, "-c", "from rladv_cli.cli import main; main()", "compute", str(folder),
+             "--estimator", opts.estimator]
+    with cluster(opts.ray_address) as address:
+        commands = {"local": ([*rladv, "-o", str(scratch / "local.parquet")], None)}
+        for n in workers:
+            commands[f"ray {n}"] = ([sys.executable, str(HERE / "ray_timeline.py"), *rladv[3:], "--engine", "ray",
+                                     "--ray-address", address, "--ray-workers", str(n), "-o", str(scratch / f"ray{n}")],
+                                    scratch / f"ray{n}.events.json")
+        best: dict[str, dict] = {}
+        for rounds in range(opts.repeat + 1):  # round 0 warms the page cache and the cluster up
+            for name, (command, timeline) in commands.items():
+                figures = run(command, scratch / f"{name}.json", timeline)
+                if rounds and (name not in best or figures["wall"] < best[name]["wall"]):
+                    best[name] = figures
+    print(f"{tokens} tokens in {opts.shards} shards ({folder}), estimator {opts.estimator}, "
+          f"{os.cpu_count()} cores, best of {opts.repeat}, cluster {'at ' + opts.ray_address if opts.ray_address else 'started here'}")
+    local = best["local"]
+    print(f"{'engine':>8} {'workers':>7} {'wall s':>7} {'passes s':>8} {'worker s':>8} {'Mtok/s':>7} "
+          f"{'wall x':>6} {'passes x':>8}")
+    for name, f in best.items():
+        kind, _, n = name.partition(" ")
+        print(f"{kind:>8} {n or '-':>7} {f['wall']:7.2f} {f['passes']:8.2f} {f.get('worker', float('nan')):8.2f} "
+              f"{tokens / f['wall'] / 1e6:7.2f} {f['wall'] / local['wall']:6.2f} {f['passes'] / local['passes']:8.2f}")
+    if "ray 1" not in best:
+        return
+    one = best["ray 1"]
+    c, d, s = one["worker"] / opts.shards, one["passes"] - one["worker"], one["wall"] - one["passes"]
+    print(f"\nmodel, from the 1-worker run: c = {c:.3f} s per shard, D = {d:.2f} s (driver in the passes), "
+          f"S = {s:.2f} s (start-up and exit); local: {local['wall'] - local['passes']:.2f} s + {local['passes']:.2f} s")
+    print(f"{'dataset':>10} {'local s':>8}" + "".join(f" {f'N={n} s':>8}" for n in (1, 2, 4, 8, 16, 64)))
+    for k in (1, 4, 16, 64):
+        ray = [s + k * d + math.ceil(k * opts.shards / n) * c for n in (1, 2, 4, 8, 16, 64)]
+        local_s = local["wall"] - local["passes"] + k * local["passes"]
+        print(f"{k * tokens / 1e6:9.0f}M {local_s:8.1f}" + "".join(f" {t:8.1f}" for t in ray))
+    # k·(passes − D − shards·c/N) > S − (wall − passes): the size from which N workers take less time than local
+    even = []
+    for n in (1, 2, 4, 8, 16, 64):
+        gain = local["passes"] - d - opts.shards * c / n
+        even.append(f"{(s - local['wall'] + local['passes']) / gain * tokens / 1e6:.0f}M" if gain > 0 else "never")
+    print(f"{'Ray wins from':>19}" + "".join(f" {e:>8}" for e in even))
 
 
 if __name__ == "__main__":

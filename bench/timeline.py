@@ -27,7 +27,8 @@ from pathlib import Path
 START = time.perf_counter()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rladv_cli import api, cli
+from hooks import wrap  # noqa: E402  (bench/, this script's folder)
+from rladv_cli import api, cli  # noqa: E402
 from rladv_cli.io import read, write  # noqa: E402
 
 events: list[tuple[float, str]] = []
@@ -38,21 +39,6 @@ lock = threading.Lock()
 def note(what: str) -> None:
     with lock:
         events.append((time.perf_counter() - START, what))
-
-
-def wrap(owner, name: str, before: str | None, after: str | None) -> None:
-    original = getattr(owner, name)  # AttributeError: the hook's function is gone
-
-    def hooked(*args, **kwargs):
-        if before:
-            note(before)
-        try:
-            return original(*args, **kwargs)
-        finally:
-            if after:
-                note(after)
-
-    setattr(owner, name, hooked)
 
 
 def hook_import() -> None:
@@ -111,8 +97,8 @@ def report() -> None:
 
 hook_import()
 hook_carried()
-wrap(read.ReadOnce, "_read", "reading begins", "reading done")
-wrap(write.AtomicParquetWriter, "commit", None, "output committed")
+wrap(read.ReadOnce, "_read", "reading begins", "reading done", note)
+wrap(write.AtomicParquetWriter, "commit", None, "output committed", note)
 atexit.register(report)
 sys.argv = ["rladv", *sys.argv[1:]]
 cli.main()

@@ -117,7 +117,7 @@ def compute(
     fail_on: FailOnOption = FailOn.never,
     engine: Annotated[Engine, typer.Option(metavar=choices(Engine), help="local: this process, one output file; ray: a Ray cluster, one output file per input file.", rich_help_panel=RUN_PANEL)] = Engine.local,
     ray_address: Annotated[Optional[str], typer.Option(envvar="RAY_ADDRESS", metavar="HOST:PORT", help="--engine ray: the cluster to join (default: a local one for the run).", rich_help_panel=RUN_PANEL)] = None,
-    ray_workers: Annotated[Optional[int], typer.Option(metavar="N", help="--engine ray: CPUs of the local cluster, and at most this many tasks at once (default: all CPUs).", rich_help_panel=RUN_PANEL)] = None,
+    ray_workers: Annotated[Optional[int], typer.Option(metavar="N", help="--engine ray: workers, each holding a share of the input files and of the free CPUs for the whole run (default: one per free CPU, at most one per file).", rich_help_panel=RUN_PANEL)] = None,
     **settings,
 ) -> None:
     """Compute advantages and returns, written beside every input column. The report says what shaped them:
@@ -506,7 +506,8 @@ def convert(
     out: Annotated[Optional[Path], typer.Option("-o", "--output", parser=path, metavar="PATH", help="Parquet file to write (default: SRC with .parquet; required with --from).")] = None,
     source_format: Annotated[Optional[LogFormat], typer.Option("--from", metavar=choices(LogFormat), help="Read a trainer's log in this format instead of a saved batch (docs/dumps.md).")] = None,
     step: Annotated[Optional[int], typer.Option(metavar="N", help="Add a step column with this value (for --batch-key step over a folder of dumps); default: the batch's meta_info global_steps, when it has one.")] = None,
-    trust_pickle: Annotated[bool, typer.Option("--trust-pickle", help="Unpickle SRC fully, running code from it (needed for verl's DataProto pickles; only for files you trust). Without it only tensors, lists, dicts and numbers are read.")] = False,
+    trust_pickle: Annotated[bool, typer.Option("--trust-pickle", help="Unpickle SRC fully, running code from it (needed for verl's DataProto pickles; only for files you trust). Without it only tensors, lists, dicts and numbers are read. Also for --from slime.")] = False,
+    reward_key: Annotated[Optional[str], typer.Option("--reward-key", metavar="KEY", help="--from slime: the score is reward[KEY] where slime's rewards are dicts (slime's --reward-key).")] = None,
 ) -> None:
     """Write a trainer's saved batch, or its rollout log (--from), as a rollout dataset for rladv compute. A dump
     is data: without --trust-pickle nothing in it runs.
@@ -515,6 +516,7 @@ def convert(
       rladv convert step_120.pt -o step_120.parquet
       rladv convert step_120.pkl --trust-pickle -o step_120.parquet
       rladv convert --from verl-jsonl rollout_data/ -o rollouts.parquet
+      rladv convert --from slime dump_details/rollout_data/ -o slime.parquet
       rladv compute step_120.parquet --config ppo_trainer.yaml --strict-replay
     """
     from ..io.dump import dump_batch, load_saved
@@ -523,16 +525,22 @@ def convert(
     if source_format is not None:
         if out is None:
             _fail("--from reads a trainer's log files; give -o OUT.parquet")
-        if step is not None or trust_pickle:
-            _fail(f"--{'step' if step is not None else 'trust-pickle'} is for a saved batch; a log has its own steps")
+        if step is not None:
+            _fail("--step is for a saved batch; a log has its own steps")
+        if (trust_pickle or reward_key is not None) and source_format is not LogFormat.slime:
+            _fail(f"--{'trust-pickle' if trust_pickle else 'reward-key'} is for a saved batch or --from slime; "
+                  f"{source_format.value} logs are JSON or Parquet")
         from ..io.importers import convert_log
 
-        done = _run(lambda: convert_log(source_format.value, saved, out))
+        done = _run(lambda: convert_log(source_format.value, saved, out, trust_pickle=trust_pickle,
+                                        reward_key=reward_key))
         typer.echo(f"{shown(done.path)}: {done.rows} rows from {done.files} file(s); columns {', '.join(done.columns)}")
         score = done.sources.get("score", "score")
         typer.echo(one_line(f"  uid from {done.sources['uid']}; " + (f"score from {score}; " if score != "score" else "")
                             + done.absent))
         return
+    if reward_key is not None:
+        _fail("--reward-key is for --from slime")
     if len(saved) != 1:
         _fail(f"a saved batch is one file, got {len(saved)}; several files are a log: give --from FORMAT")
     saved = saved[0]

@@ -315,13 +315,7 @@ class Dataset(RowSource):
                      last: bool = False) -> Iterator[Chunk]:
         """``shard.chunks`` through the reader this dataset already holds, or from ``read_once``'s chunks
         (``last``: no later pass reads this shard, so kept chunks are dropped as they are taken)."""
-        kept = self._once.shard_chunks(shard, chunk_rows, last) if self._once is not None else None
-        if kept is None:
-            return shard.chunks(columns, chunk_rows, self._files[shard.index])
-        if columns is None:
-            return kept
-        return (Chunk(c.file_index, c.path, c.start, c.first_row, c.table.select(list(columns)), c.checked)
-                for c in kept)
+        return _kept_or_read(self._once, shard, columns, chunk_rows, last, self._files[shard.index])
 
     def read_once(self, chunk_rows: int, budget: int, check: Check,
                   writer: "AtomicParquetWriter | None" = None) -> "ReadOnce | None":
@@ -331,7 +325,7 @@ class Dataset(RowSource):
         when the run ends. None (every pass reads the files) when the dataset looks larger."""
         if sum(_decoded_bytes(f) for f in self._files) > budget:
             return None
-        self._once = ReadOnce(self, chunk_rows, budget, check, writer)
+        self._once = ReadOnce(self, chunk_rows, budget, check, (lambda shard: writer) if writer is not None else None)
         return self._once
 
     def locate(self, row: int) -> tuple[str, int]:
@@ -341,6 +335,45 @@ class Dataset(RowSource):
                 return path, row
             row -= n
         raise IndexError(row)
+
+
+def _kept_or_read(once: "ReadOnce | None", shard: Shard, columns: Sequence[str] | None, chunk_rows: int,
+                  last: bool, file: pq.ParquetFile | None = None) -> Iterator[Chunk]:
+    """A shard's chunks from ``once`` when it holds them (``ReadOnce.shard_chunks``), else from its file."""
+    kept = once.shard_chunks(shard, chunk_rows, last) if once is not None else None
+    if kept is None:
+        return shard.chunks(columns, chunk_rows, file)
+    if columns is None:
+        return kept
+    return (Chunk(c.file_index, c.path, c.start, c.first_row, c.table.select(list(columns)), c.checked) for c in kept)
+
+
+class ShardSet:
+    """Some shards of a dataset, read where this process runs (a Ray worker holding them for a whole run):
+    while their decoded columns should fit ``budget`` bytes, a ``ReadOnce`` decodes and ``check``s them on a
+    thread from the start, and every pass takes them from memory (the first in the shards' order); else, or
+    after ``read_files``, each pass reads the files. ``writer_of(shard)`` receives the shard's chunks as they
+    are kept (``ReadOnce``)."""
+
+    def __init__(self, shards: Sequence[Shard], chunk_rows: int, budget: int, check: Check,
+                 writer_of: "Callable[[Shard], AtomicParquetWriter | None] | None" = None):
+        self.shards = list(shards)
+        self.num_rows = sum(s.num_rows for s in self.shards)
+        self._once: ReadOnce | None = None
+        if budget > 0 and sum(_decoded_bytes(open_parquet(s.path)) for s in self.shards) <= budget:
+            self._once = ReadOnce(self, chunk_rows, budget, check, writer_of)
+
+    def shard_chunks(self, shard: Shard, columns: Sequence[str] | None, chunk_rows: int,
+                     last: bool = False) -> Iterator[Chunk]:
+        """As ``Dataset.shard_chunks``."""
+        return _kept_or_read(self._once, shard, columns, chunk_rows, last)
+
+    def read_files(self) -> None:
+        """Stop keeping chunks: every later pass reads the files (after a pass failed part-way, a retry must
+        not take up the kept chunks where the failed pass left them)."""
+        if self._once is not None:
+            self._once.close()
+            self._once = None
 
 
 def _kind_of(path: Path) -> str:
@@ -373,14 +406,15 @@ class ReadOnce:
     dropped and the thread only reads ahead of the first pass (``READ_AHEAD`` chunks, each handed out once);
     later passes read the files themselves (``shard_chunks`` returns None). Memory stays within the budget
     plus a few chunks, whatever the dataset's size. A read error is raised where the pass reaches it.
-    ``writer`` receives every chunk as it is kept, in dataset order, and ``None`` once all were; when the
-    chunks are dropped, it drops what it took from them (``AtomicParquetWriter.carry``, ``drop_carried``):
-    memory is short then.
+    ``writer_of(shard)`` names the writer that receives the shard's chunks as they are kept, in dataset order,
+    and ``None`` after the last chunk it gets; when the chunks are dropped, each writer drops what it took
+    from them (``AtomicParquetWriter.carry``, ``drop_carried``): memory is short then.
     """
 
-    def __init__(self, dataset: Dataset, chunk_rows: int, budget: int, check: Check,
-                 writer: "AtomicParquetWriter | None" = None):
-        self.chunk_rows, self.budget, self._check, self._writer = chunk_rows, budget, check, writer
+    def __init__(self, dataset: "Dataset | ShardSet", chunk_rows: int, budget: int, check: Check,
+                 writer_of: "Callable[[Shard], AtomicParquetWriter | None] | None" = None):
+        self.chunk_rows, self.budget, self._check, self._writer_of = chunk_rows, budget, check, writer_of
+        self._writers: list[AtomicParquetWriter] = []  # every writer handed chunks, in the order first handed
         self._kept_bytes = 0
         self._chunks: list[Chunk | None] = []  # in dataset order; None once handed out and not kept
         self._keep = True
@@ -393,14 +427,19 @@ class ReadOnce:
         self._thread = threading.Thread(target=self._read, args=(dataset,), name="rladv-read", daemon=True)
         self._thread.start()
 
-    def _read(self, dataset: Dataset) -> None:
+    def _read(self, dataset: "Dataset | ShardSet") -> None:
         try:
+            writer = None
             for shard in dataset.shards:  # the thread opens the files itself: readers are not shared
+                following = self._writer_of(shard) if self._writer_of is not None else None
+                if following is not writer:
+                    self._carried(writer, None)
+                    writer = following
                 for chunk in shard.chunks(None, self.chunk_rows):
                     if not self._put(self._checked(chunk)):
                         return
-                    self._carried(chunk.table)
-            self._carried(None)
+                    self._carried(writer, chunk.table)
+            self._carried(writer, None)
         except BaseException as err:
             with self._cond:
                 self._error = err
@@ -409,10 +448,12 @@ class ReadOnce:
                 self._done = True
                 self._cond.notify_all()
 
-    def _carried(self, table: pa.Table | None) -> None:
-        """Hand the writer the chunk just kept (``None``: the end), as long as every chunk so far was kept."""
-        if self._writer is not None and self._keep:
-            self._writer.carry(table)
+    def _carried(self, writer: "AtomicParquetWriter | None", table: pa.Table | None) -> None:
+        """Hand ``writer`` the chunk just kept (``None``: its last), as long as every chunk so far was kept."""
+        if writer is not None and self._keep:
+            if writer not in self._writers:
+                self._writers.append(writer)
+            writer.carry(table)
 
     def _checked(self, chunk: Chunk) -> Chunk:
         """The chunk marked ``checked`` when all its columns pass ``check``. A chunk that fails stays unmarked:
@@ -432,8 +473,8 @@ class ReadOnce:
                 self._kept_bytes = 0
                 for i in range(self._taken):
                     self._chunks[i] = None
-                if self._writer is not None:
-                    self._writer.drop_carried()
+                for writer in self._writers:
+                    writer.drop_carried()
             while not self._keep and len(self._chunks) - self._taken >= READ_AHEAD and not self._closed:
                 self._cond.wait()
             if self._closed:

@@ -1,29 +1,28 @@
-"""``rladv compute --engine ray``: the local engine's passes, each mapped over the dataset's files (shards)
-with Ray Data and reduced on the driver in shard order, so the numbers are the local engine's.
+"""``rladv compute --engine ray``: the local engine's passes over the dataset's files (shards), run by Ray actors
+that hold their shards for the whole run (``ray_worker.ShardWorker``), reduced on the driver in shard order, so
+the numbers are the local engine's (docs/ray.md).
 
-    layout, [kl], scan, [group stats]  map: shard -> per-row arrays + partial statistics (pickled)
-                                        driver: merge in shard order, reduce batch-wide statistics
-                                        (group sums, counts, whitening moments, KL means), ray.put them
-    write                               map: shard -> OUT_DIR/<stem>.adv.parquet, under a staging folder
-                                        driver: rename every shard to its final name, then report.json
+    start    one actor per worker, each given a fixed set of shards (balanced by rows); it decodes them on a
+             thread while it imports torch, as the driver imports torch and builds the run
+    layout, [kl], scan, [group stats]   per shard one actor call -> per-row arrays + partial statistics
+             driver: merge in shard order, reduce batch-wide statistics (group sums, counts, whitening moments,
+             KL means), ``ray.put`` them once for every actor
+    write    per shard one call -> OUT_DIR/<stem>.adv.parquet under a staging folder; the driver renames every
+             shard to its final name, then writes report.json
 
 Errors that are the data's fault (``RladvError``) come back as values and are raised for the first shard in
-dataset order, without retries; any other exception (an ``OSError`` on a flaky shared filesystem) and a lost
-worker are retried by Ray, ``MAX_RETRIES`` times each. Ray is imported only here, and only when this engine
-runs.
+dataset order, without retries; any other exception is retried by the actor, and a lost worker is restarted by
+Ray, ``MAX_RETRIES`` times each. Ray is imported only here, and only when this engine runs.
 """
 from __future__ import annotations
 
 import logging
 import os
-import pickle
 import shutil
 import signal
 import socket
 import tempfile
 import threading
-import warnings
-import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
@@ -31,24 +30,14 @@ from typing import Callable, Iterator, Optional, Sequence
 from ..config.settings import Config
 from ..errors import TERMINATION_SIGNALS, ComputeError, ConfigError, OutputError, RladvError
 from ..io.read import Dataset, Shard
-from ..io.write import AtomicParquetWriter, SideFiles, named_os_errors, signals_deferred
+from ..io.write import SideFiles, computed_columns, named_os_errors, output_schema, signals_deferred
 from ..report.model import Report
+from . import ray_worker
 
 PathLike = str | os.PathLike
-MAX_RETRIES = 3  # per shard task: exceptions other than the data's errors, and lost workers
+MAX_RETRIES = 3  # per shard call: exceptions other than the data's errors, and lost workers
 REPORT_NAME = "report.json"
 PROBE_SECONDS = 5  # to connect to a cluster's address before ray.init, which retries one that never answers for minutes
-# Workers import torch and the passes when they start, not inside a task: Ray Data cancels a failed run's
-# other tasks, and a cancellation that lands in the middle of `import torch` leaves a half-imported torch in
-# that worker for every later task (seen in CI: "cannot import name 'nn' from partially initialized module").
-WORKER_ENV = {"worker_process_setup_hook": "rladv_cli.pipeline.ray_engine.prepare_worker"}
-
-
-def prepare_worker() -> None:
-    """Ray's per-worker set-up hook (``WORKER_ENV``): the imports every shard task needs."""
-    import torch  # noqa: F401
-
-    from . import driver as pipeline  # noqa: F401
 
 
 def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output_dir: Optional[PathLike] = None,
@@ -61,13 +50,11 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
     ``groups_path`` / ``rows_path``, the tables behind its verdict).
 
     Runs on the Ray instance this process already joined, else on the cluster at ``address``, else on a local
-    one started for the run with ``workers`` CPUs (default: all); ``workers`` also caps the tasks in flight.
-    An ``address`` that is malformed or where nothing answers is a ``ConfigError`` (``_check_address``).
-    Output shards appear under their final names only once every shard succeeded. The tasks run on CPU
-    (``device`` ``auto`` means ``cpu`` here)."""
-    from .driver import Pipeline
-    from .summary import finish_report
-
+    one started for the run with every CPU of this machine. ``workers`` actors (default: one per free CPU), at
+    most one per input file, each hold a share of the files and of the CPUs for the whole run. An ``address``
+    that is malformed or where nothing answers is a ``ConfigError`` (``_check_address``). Output shards appear
+    under their final names only once every shard succeeded. The actors run on CPU (``device`` ``auto`` means
+    ``cpu`` here)."""
     if config.where is not None:  # its kept rows are held in memory, which the workers do not share
         raise ConfigError("--where needs --engine local (the rows it keeps are held in this process)")
     ray = _import_ray()
@@ -79,7 +66,6 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
         _check_address(address)
     config = config.model_copy(update={"device": "cpu"})
     dataset = Dataset(inputs, columns=config.columns)
-    pipeline = Pipeline(dataset, config, progress)
     out_dir = Path(output_dir) if output_dir is not None else default_output_dir(dataset.inputs, dataset)
     created = not out_dir.exists() and not out_dir.is_symlink()
     names = output_names(dataset, out_dir)
@@ -88,13 +74,20 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
                            ("--rows-out", rows_path)):
             if path is not None and Path(path).resolve().parent == out_dir.resolve() and Path(path).name in names:
                 raise OutputError(f"{flag} {path} is one of the output shards")
-        with _cluster(ray, address, workers):
-            staging = None
+        with _cluster(ray, address):
+            staging, pool = None, None
             try:
                 with named_os_errors(str(out_dir)), signals_deferred():  # the cleanup knows it as soon as it exists
                     staging = tempfile.mkdtemp(prefix=".rladv-", dir=out_dir)
+                # the actors start (decoding their shards, importing torch) while this process imports torch
+                pool = RayWorkers(ray, dataset, config, staging, names, workers, progress)
+                from .driver import Pipeline
+                from .summary import finish_report
+
+                pipeline = Pipeline(dataset, config, progress)
+                pool.wait_started()
                 with SideFiles() as side:
-                    report = pipeline.run(None, RayShards(ray, staging, names, workers, progress))
+                    report = pipeline.run(None, pool)
                     report = finish_report(report, str(out_dir), config_source, report_path, html_path, side,
                                            (groups_path, rows_path))
                     side.write(out_dir / REPORT_NAME, report.to_json())
@@ -104,6 +97,8 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
                                 os.replace(os.path.join(staging, name), out_dir / name)
                         side.commit()
             finally:
+                if pool is not None:
+                    pool.close()
                 if staging is not None:
                     shutil.rmtree(staging, ignore_errors=True)
     except BaseException:
@@ -155,9 +150,8 @@ def output_names(dataset: Dataset, out_dir: Path) -> list[str]:
 def _import_ray():
     try:
         import ray
-        import ray.data  # noqa: F401
     except ImportError:
-        raise ConfigError('--engine ray needs Ray Data: pip install "ray[data]>=2.10" (rladv\'s [ray] extra)') from None
+        raise ConfigError('--engine ray needs Ray: pip install "ray>=2.10" (rladv\'s [ray] extra)') from None
     return ray
 
 
@@ -210,40 +204,26 @@ def _address_source(address: str) -> str:
 
 
 @contextmanager
-def _cluster(ray, address: Optional[str], workers: Optional[int]) -> Iterator[None]:
+def _cluster(ray, address: Optional[str]) -> Iterator[None]:
     """The Ray instance for the run: the one already joined, the cluster at ``address``, or a local one with
-    ``workers`` CPUs that is shut down afterwards. Quiet: no dashboard, no worker logs on this terminal. A
-    session joined here gets ``WORKER_ENV``; one the caller started should pass it to ``ray.init`` too.
+    every CPU of this machine that is shut down afterwards. Quiet: no dashboard, no worker logs on this terminal.
     SIGTERM and SIGHUP keep the process's handlers throughout (``_init``, ``_interrupts_for_ray``)."""
-    quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR, runtime_env=WORKER_ENV)
+    quiet = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     started = not ray.is_initialized()
     with _interrupts_for_ray():
         if started:
             if address:
                 _init(ray, address=address, **quiet)
             else:
-                _init(ray, address="local", num_cpus=workers or os.cpu_count(), **quiet)
-        context = ray.data.DataContext.get_current()
-        # retry any exception in the task (the data's errors never raise there), and let the task raise the
-        # exception itself rather than Ray Data's wrapper, so that its message reaches the driver
-        settings = {"enable_progress_bars": False, "retried_map_errors": True, "max_map_retries": MAX_RETRIES,
-                    "raise_original_map_exception": True}
-        saved = {name: getattr(context, name, None) for name in settings}
-        for name, value in settings.items():
-            setattr(context, name, value)
-        data_log = logging.getLogger("ray.data")
-        level = data_log.level
-        data_log.setLevel(logging.CRITICAL)
+                _init(ray, address="local", num_cpus=os.cpu_count(), **quiet)
         try:
             yield
         finally:
-            if started:  # first: Ray Data's threads of an interrupted pass run (and log) until Ray is down
+            if started:
                 ray.shutdown()
-            for name, value in saved.items():
-                setattr(context, name, value)
-            data_log.setLevel(level)
 
 
+@contextmanager
 def _init(ray, **options) -> None:
     """``ray.init``, keeping this process's SIGTERM handler: Ray replaces it with its own (``sys.exit(15)``,
     behind a C++ one that prints a stack trace), which would take the ``rladv`` executable's (exit 143, one
@@ -309,73 +289,88 @@ def _interrupts_for_ray() -> Iterator[None]:
         raise raised[0] from None
 
 
-class RayShards:
-    """``Pipeline``'s ``MapShards`` on Ray Data: one task per shard, the pass's ``ShardWork`` and what the earlier
-    passes established broadcast once with ``ray.put``; results come back in shard order."""
+class RayWorkers:
+    """``Pipeline``'s ``MapShards`` on Ray actors (``ray_worker.ShardWorker``): ``workers`` of them (default: one
+    per free CPU of the cluster), at most one per shard, each holding a fixed set of shards for the whole run
+    (``balanced``), an equal share of the free CPUs (at most one node's; Ray sets its threads to match), and as
+    much of ``--cache-mib`` for their decoded chunks. A pass is one actor call per
+    shard, submitted at once (an actor runs its calls in order); the run's ``ShardWork`` and each pass's
+    established values are put in Ray's object store once. Results come back in shard order."""
 
-    def __init__(self, ray, staging: str, names: list[str], workers: Optional[int],
-                 progress: Optional[Callable[[str, int, int], None]]):
-        self.ray, self.staging, self.names, self.workers, self.progress = ray, staging, names, workers, progress
+    def __init__(self, ray, dataset: Dataset, config: Config, staging: str, names: list[str],
+                 workers: Optional[int], progress: Optional[Callable[[str, int, int], None]]):
+        self.ray, self.progress = ray, progress
+        free = max(1.0, ray.available_resources().get("CPU", 1.0))
+        groups = balanced(dataset.shards, workers or int(free))
+        node = max((n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=1.0)
+        share = min(free / len(groups), node)  # of the free CPUs, at most one node's; whole CPUs above one
+        cpus = int(share) if share >= 1 else max(round(share, 4), 0.0001)
+        with_is = bool(config.rollout_is)
+        schema = output_schema(dataset.schema, with_is_weights=with_is)
+        carried = [name for name in dataset.columns if name not in computed_columns(with_is)]
+        written = dataset.names.written(schema.names)  # the files' own names (--column)
+        budget = (config.cache_mib << 20) // len(groups)
+        actor = ray.remote(ray_worker.ShardWorker).options(num_cpus=cpus, max_restarts=MAX_RETRIES,
+                                                           max_task_retries=MAX_RETRIES)
+        self.actors = [actor.remote(group, staging, {s.index: names[s.index] for s in group}, schema, carried,
+                                    written, config.chunk_rows, budget, ray_worker.run_shard, MAX_RETRIES)
+                       for group in groups]
+        self.owner = {shard.index: a for a, group in zip(self.actors, groups) for shard in group}
+        self._work: tuple[object, object] | None = None  # (the ShardWork, its object reference)
+        self.calls: list = []  # the latest pass's
 
     def __call__(self, stage: str, work, items: list[tuple[Shard, dict]], known) -> list:
         ray = self.ray
-        work_ref, known_ref = ray.put(work.detached()), ray.put(known)
-        rows = [{"index": i, "name": self.names[shard.index], "task": _pack((shard, given))}
-                for i, (shard, given) in enumerate(items)]
-        # Ray Data deprecates max_retries but has no other bound on lost workers; a Dataset interrupted while it
-        # is built complains from its __del__
-        with warnings.catch_warnings(), signals_deferred():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            ds = ray.data.from_items(rows, override_num_blocks=len(rows)).map(
-                _run_task, fn_kwargs={"work": work_ref, "known": known_ref, "stage": stage, "staging": self.staging},
-                # never more tasks at once than shards: Ray Data warns of a limit above its inputs
-                num_cpus=1, concurrency=min(self.workers, len(rows)) if self.workers else None, max_retries=MAX_RETRIES,
-            )
-        results: list = [None] * len(rows)
+        if self._work is None or self._work[0] is not work:
+            self._work = work, ray.put(work.detached())
+        refs = [self._work[1], ray.put(known)]
+        self.calls = calls = [self.owner[shard.index].run.remote(stage, refs, shard, given) for shard, given in items]
+        results: list = []
         total, done = sum(shard.num_rows for shard, _ in items), 0
-        try:
-            for row in ds.iter_rows():
-                results[row["index"]] = _unpack(row["result"])
-                done += items[row["index"]][0].num_rows
-                if self.progress:
-                    self.progress(stage.replace("_", " "), done, total)
-        except Exception as err:  # a task that kept failing after its retries (Ray wraps the cause)
-            cause = getattr(err, "cause", None) or err
-            first = (str(cause).strip().splitlines() or [""])[0]
-            raise ComputeError(f"--engine ray: a {stage.replace('_', ' ')} task failed after {MAX_RETRIES} "
-                               f"retries: {type(cause).__name__}: {first}") from None
+        for (shard, _), call in zip(items, calls):
+            try:
+                results.append(ray_worker.unpack(ray.get(call)))
+            except ray.exceptions.RayError as err:  # a call that kept failing, or a worker that kept dying
+                raise _failure(f"a {stage.replace('_', ' ')} task failed after {MAX_RETRIES} retries", err) from None
+            done += shard.num_rows
+            if self.progress:
+                self.progress(stage.replace("_", " "), done, total)
         failed = next((r for r in results if isinstance(r, RladvError)), None)
         if failed is not None:
             raise failed
         return results
 
+    def wait_started(self) -> None:
+        """Wait until every actor is set up (a worker that cannot import rladv fails here, once), so that the
+        passes' time, as the local engine's, counts from when every process has torch."""
+        try:
+            self.ray.get([actor.started.remote() for actor in self.actors])
+        except self.ray.exceptions.RayError as err:
+            raise _failure("a worker failed to start", err) from None
 
-def _run_task(row: dict, work, known, stage: str, staging: str) -> dict:
-    """One pass over one shard on a Ray worker; the write pass writes ``staging/<name>`` atomically. The
-    data's errors return as values (no retry helps them); anything else raises for Ray to retry."""
-    import ray
-    import torch
-
-    work, known = ray.get(work), ray.get(known)
-    shard, given = _unpack(row["task"])
-    torch.set_num_threads(work.plan.cfg.threads)
-    try:
-        if stage == "write":
-            written = shard.names.written(work.plan.schema.names)  # the files' own names (--column)
-            with AtomicParquetWriter(os.path.join(staging, row["name"]), work.plan.schema, written=written) as sink:
-                result = work.run(stage, shard, given, known, sink.write)
-                sink.commit()
-        else:
-            result = work.run(stage, shard, given, known)
-    except RladvError as err:
-        result = err
-    return {"index": row["index"], "result": _pack(result)}
+    def close(self) -> None:
+        """Stop the actors (their kept chunks and unused writers go with them), the calls of an unfinished pass
+        cancelled first: Ray would otherwise retry them on the dead actors, and say so on this terminal."""
+        for call in self.calls:
+            self.ray.cancel(call)
+        for actor in self.actors:
+            self.ray.kill(actor, no_restart=True)
 
 
-def _pack(value) -> bytes:
-    """Pickled and compressed (fast): a result's value sketches are megabytes of mostly zero counts."""
-    return zlib.compress(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL), 1)
+def _failure(what: str, err: Exception) -> ComputeError:
+    """One line for a Ray error: what failed, and the first line of its cause (Ray wraps the exception)."""
+    cause = getattr(err, "cause", None) or err
+    first = (str(cause).strip().splitlines() or [""])[0]
+    return ComputeError(f"--engine ray: {what}: {type(cause).__name__}: {first}")
 
 
-def _unpack(data: bytes):
-    return pickle.loads(zlib.decompress(data))
+def balanced(shards: Sequence[Shard], count: int) -> list[list[Shard]]:
+    """At most ``count`` non-empty sets of ``shards``, each in dataset order: the largest shard first to the set
+    with the fewest rows so far."""
+    sets: list[list[Shard]] = [[] for _ in range(min(count, len(shards)))]
+    rows = [0] * len(sets)
+    for shard in sorted(shards, key=lambda s: -s.num_rows):
+        i = rows.index(min(rows))
+        sets[i].append(shard)
+        rows[i] += shard.num_rows
+    return [sorted(s, key=lambda shard: shard.index) for s in sets]

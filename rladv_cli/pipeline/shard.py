@@ -127,6 +127,12 @@ class ShardWork:
         work.source, work.progress = None, None
         return work
 
+    def reading(self, source) -> "ShardWork":
+        """A detached copy that reads its shards through ``source`` (a worker's ``io.read.ShardSet``)."""
+        work = copy.copy(self)
+        work.source = source
+        return work
+
     def run(self, stage: str, shard: Shard, given: dict[str, Tensor], known: Optional[Established],
             write: Optional[Callable[[pa.Table], None]] = None) -> ShardResult:
         """One pass (``PASSES``) over one shard; ``write`` receives the write pass's output tables."""

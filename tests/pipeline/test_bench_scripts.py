@@ -45,3 +45,35 @@ def test_the_timeline_names_every_phase_of_a_run_in_order(tmp_path):
     assert any(ph.startswith("carried columns: last row group done (1 on the background threads") or
                ph.startswith("carried columns: last row group done (0 on the background threads, 1") for ph in phases)
     assert out.exists()
+
+
+def test_the_ray_timeline_names_the_driver_and_every_worker_call(tmp_path):
+    """``bench/ray_timeline.py`` (hooks on the Ray engine's own functions and a timed subclass of its worker) on a
+    local cluster: the driver's phases in order, each worker's start, and one call per shard and pass."""
+    pytest.importorskip("ray")
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(SAMPLES / "groups.parquet")
+    half = table.num_rows // 2
+    pq.write_table(table.slice(0, half), folder / "a.parquet")
+    pq.write_table(table.slice(half), folder / "b.parquet")
+    events = tmp_path / "events.json"
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "ray_timeline.py"), "compute", str(folder), "--estimator",
+                        "grpo", "--engine", "ray", "--ray-workers", "2", "-o", str(tmp_path / "out"), "-q"],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "RLADV_TIMELINE_JSON": str(events)})
+    assert p.returncode == 0, p.stderr + p.stdout
+    timeline = json.loads(events.read_text())
+    driver = [what for _, who, what in timeline if who == "driver"]
+    order = ["import ray done", "ray.init done", "actors requested (the driver imports torch next)", "layout pass begins",
+             "scan pass done", "write pass done", "actors stopped", "exit"]
+    assert [ph for ph in driver if ph in order] == order
+    workers = {who for _, who, _ in timeline if who != "driver"}
+    assert len(workers) == 2
+    calls = [what for _, who, what in timeline if who != "driver" and what.endswith(" begins") and " shard " in what]
+    assert sorted(calls) == sorted(f"{stage} shard {i} begins" for stage in ("layout", "scan", "write") for i in (0, 1))
+    for worker in workers:
+        mine = [what for _, who, what in timeline if who == worker]
+        assert mine[0] == "process started" and "torch and the passes imported" in mine
+    assert [line for line in p.stderr.splitlines() if " s  " in line]  # printed too

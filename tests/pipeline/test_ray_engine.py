@@ -32,10 +32,7 @@ def ray_instance():
     ray = pytest.importorskip("ray")
     import logging
 
-    from rladv_cli.pipeline.ray_engine import WORKER_ENV
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
-             runtime_env=WORKER_ENV)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     yield ray
     ray.shutdown()
 
@@ -112,6 +109,16 @@ def run_both(folder: Path, tmp: Path, ray_options: dict | None = None, **setting
     return local, distributed
 
 
+def assert_workers_stopped(ray, wait: float = 30) -> None:
+    """The run's workers are gone: the cluster's CPUs are all free again (``ray.kill`` is asynchronous)."""
+    import time
+
+    deadline = time.monotonic() + wait
+    while ray.available_resources().get("CPU", 0) < ray.cluster_resources()["CPU"]:
+        assert time.monotonic() < deadline, f"workers still hold CPUs: {ray.available_resources()}"
+        time.sleep(0.1)
+
+
 def assert_same(folder: Path, tmp: Path, local, distributed) -> None:
     """Every output shard concatenated equals the local output (exact), and so do the reports."""
     names = [p.name.removesuffix(".parquet") + ".adv.parquet" for p in sorted(folder.glob("*.parquet"))]
@@ -157,19 +164,20 @@ def test_agent_sessions_fold_across_shards(ray_instance, tmp_path):
 
 
 def _fail_on(shard_index: int, marker: Path, how: str):
-    """A stand-in for the Ray task that fails on shard ``shard_index``'s write: once (then ``marker``
-    exists) or, with ``how == "always"``, every time. Pickled by value, so it reaches the workers."""
-    from rladv_cli.pipeline import ray_engine
+    """A stand-in for a worker's task (``ray_worker.run_shard``) that fails on shard ``shard_index``'s write: once
+    (then ``marker`` exists) or, with ``how == "always"``, every time. Pickled by value, so it reaches the
+    workers."""
+    from rladv_cli.pipeline import ray_worker
 
-    real = ray_engine._run_task
+    real = ray_worker.run_shard
 
-    def task(row, work, known, stage, staging):
-        if stage == "write" and row["index"] == shard_index and (how == "always" or not marker.exists()):
+    def task(worker, stage, shard, given, work, known):
+        if stage == "write" and shard.index == shard_index and (how == "always" or not marker.exists()):
             marker.touch()
             if how == "crash":
                 os._exit(1)
             raise OSError(f"injected failure on shard {shard_index}")
-        return real(row, work, known, stage, staging)
+        return real(worker, stage, shard, given, work, known)
 
     return task
 
@@ -178,7 +186,7 @@ def _fail_on(shard_index: int, marker: Path, how: str):
 def test_a_task_that_fails_once_is_retried(ray_instance, shards, tmp_path, monkeypatch, how):
     from rladv_cli.pipeline import ray_engine
 
-    monkeypatch.setattr(ray_engine, "_run_task", _fail_on(1, tmp_path / "failed", how))
+    monkeypatch.setattr(ray_engine.ray_worker, "run_shard", _fail_on(1, tmp_path / "failed", how))
     local, distributed = run_both(shards, tmp_path, estimator="grpo", batch_key="step")
     assert (tmp_path / "failed").exists()
     assert_same(shards, tmp_path, local, distributed)
@@ -188,7 +196,7 @@ def test_a_task_that_always_fails_leaves_no_output(ray_instance, shards, tmp_pat
     from rladv_cli.pipeline import ray_engine
 
     monkeypatch.setattr(ray_engine, "MAX_RETRIES", 1)
-    monkeypatch.setattr(ray_engine, "_run_task", _fail_on(1, tmp_path / "failed", "always"))
+    monkeypatch.setattr(ray_engine.ray_worker, "run_shard", _fail_on(1, tmp_path / "failed", "always"))
     out = tmp_path / "out"
     result = runner.invoke(app, ["compute", str(shards), "--estimator", "grpo", "--engine", "ray",
                                       "-o", str(out), "-q", "--device", "cpu"])
@@ -197,6 +205,7 @@ def test_a_task_that_always_fails_leaves_no_output(ray_instance, shards, tmp_pat
     assert len(lines) == 1 and lines[0].startswith("Error: --engine ray: a write task failed")
     assert "injected failure on shard 1" in lines[0]
     assert not out.exists()  # the run made the folder, and took it away again
+    assert_workers_stopped(ray_instance)
 
 
 def test_a_data_error_in_a_worker_is_the_local_engines_error(ray_instance, tmp_path):
@@ -211,6 +220,20 @@ def test_a_data_error_in_a_worker_is_the_local_engines_error(ray_instance, tmp_p
     assert local.exit_code == distributed.exit_code == 2
     assert "part-03.parquet: row 6" in local.output and distributed.output == local.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_column_is_the_local_engines_error_and_stops_the_workers(ray_instance, tmp_path):
+    """The driver checks the columns once the workers have been asked for (they start meanwhile): the same one
+    line as the local engine, no output folder, and the workers stopped."""
+    table = rollouts(np.random.default_rng(3)).drop_columns(["rm_scores"])
+    folder = write_shards(table, tmp_path / "bad")
+    args = ["compute", str(folder), "--estimator", "grpo", "-q", "--device", "cpu"]
+    local = runner.invoke(app, args + ["-o", str(tmp_path / "local.parquet")])
+    distributed = runner.invoke(app, args + ["--engine", "ray", "--ray-workers", "2", "-o", str(tmp_path / "out")])
+    assert local.exit_code == distributed.exit_code == 2 and "rm_scores" in local.output
+    assert distributed.output == local.output
+    assert sorted(os.listdir(tmp_path)) == ["bad"]
+    assert_workers_stopped(ray_instance)
 
 
 def test_a_failed_run_removes_only_the_output_folder_it_created(ray_instance, tmp_path):
@@ -272,7 +295,7 @@ def test_without_ray_the_engine_asks_for_the_extra(shards, tmp_path, monkeypatch
     result = runner.invoke(app, ["compute", str(shards), "--estimator", "grpo", "--engine", "ray",
                                       "-o", str(tmp_path / "out"), "-q"])
     assert result.exit_code == 2
-    assert result.output.strip() == 'Error: --engine ray needs Ray Data: pip install "ray[data]>=2.10" (rladv\'s [ray] extra)'
+    assert result.output.strip() == 'Error: --engine ray needs Ray: pip install "ray>=2.10" (rladv\'s [ray] extra)'
 
 
 def test_the_local_engine_never_imports_ray(shards, tmp_path):
@@ -303,17 +326,42 @@ def test_the_local_engine_gives_one_file_and_its_shards_the_same_numbers(request
     assert [(w.code, w.count) for w in split.warnings] == [(w.code, w.count) for w in one.warnings]
 
 
-def test_workers_import_torch_and_the_passes_before_any_task(ray_instance):
-    """WORKER_ENV's set-up hook: a task cancelled mid-import must never leave a half-imported torch behind, so
-    workers import it when they start."""
+def _kept_at_write(marker: Path):
+    """A worker's task that notes, at each shard's write pass, whether the shard's chunks were still kept in
+    memory (decoded once, when the worker started) and, at every pass, which worker ran it."""
+    from rladv_cli.pipeline import ray_worker
 
-    @ray_instance.remote
-    def imported() -> tuple[bool, bool]:
-        import sys
+    real = ray_worker.run_shard
 
-        return "torch" in sys.modules, "rladv_cli.pipeline.driver" in sys.modules
+    def task(worker, stage, shard, given, work, known):
+        once = worker.source._once
+        with open(marker, "a") as f:
+            f.write(f"{stage} {shard.index} {os.getpid()} {once is not None and once.kept}\n")
+        return real(worker, stage, shard, given, work, known)
 
-    assert ray_instance.get(imported.remote()) == (True, True)
+    return task
+
+
+@pytest.mark.parametrize("cache_mib", [512, 0])
+def test_each_shard_is_decoded_once_by_the_worker_that_holds_it(ray_instance, shards, tmp_path, monkeypatch, cache_mib):
+    """Two workers hold the five shards for the whole run (balanced by rows): every pass of a shard runs on the
+    same worker, and with the default cache every pass takes the chunks decoded when it started; with
+    ``--cache-mib 0`` each pass reads the file, with the same numbers."""
+    from rladv_cli.pipeline import ray_engine
+
+    marker = tmp_path / "calls"
+    monkeypatch.setattr(ray_engine.ray_worker, "run_shard", _kept_at_write(marker))
+    local, distributed = run_both(shards, tmp_path, {"workers": 2}, estimator="grpo", batch_key="step",
+                                  cache_mib=cache_mib)
+    assert_same(shards, tmp_path, local, distributed)
+    calls = [line.split() for line in marker.read_text().splitlines()]
+    assert [stage for stage, *_ in calls] == ["layout"] * 5 + ["scan"] * 5 + ["write"] * 5
+    worker_of = {}
+    for stage, shard, pid, _ in calls:
+        assert worker_of.setdefault(shard, pid) == pid
+    assert len(set(worker_of.values())) == 2
+    assert {kept for stage, _, _, kept in calls if stage == "write"} == {str(cache_mib > 0)}
+    assert_workers_stopped(ray_instance)
 
 
 def _raise_interrupted(signum, frame):
@@ -400,3 +448,14 @@ def test_quiet_is_quiet_with_more_workers_than_shards(ray_instance, tmp_path):
     result = runner.invoke(app, ["compute", str(path), "--estimator", "grpo", "--engine", "ray", "--ray-workers", "2",
                                       "-q", "-o", str(tmp_path / "out")])
     assert result.exit_code == 0 and result.output == ""
+
+
+def test_shards_are_balanced_by_rows():
+    from rladv_cli.io.read import Shard
+    from rladv_cli.pipeline.ray_engine import balanced
+
+    shards = [Shard(i, f"part-{i}", 0, n) for i, n in enumerate([9, 14, 1, 12, 6])]
+    sets = balanced(shards, 2)
+    assert [[s.index for s in group] for group in sets] == [[1, 2, 4], [0, 3]]  # 21 and 21 rows, each in order
+    assert [[s.index for s in group] for group in balanced(shards, 9)] == [[1], [3], [0], [4], [2]]
+    assert [[s.index for s in group] for group in balanced(shards, 1)] == [[0, 1, 2, 3, 4]]

@@ -81,6 +81,25 @@ def _session(sid: int) -> list[str]:
     return found
 
 
+def _signalled(args: list[str], ready, sig: int, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """``rladv ARGS`` started as from a terminal (a signal that whatever started pytest left ignored would be
+    ignored by rladv too), sent ``sig`` once ``ready()``; the ended process and its stderr."""
+    proc = subprocess.Popen(as_from_a_terminal(rladv_command() + args), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not ready() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proc.poll() is None, f"the run ended before the signal: {proc.returncode} {proc.stderr.read()}"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc, err
+
+
 @pytest.mark.parametrize("moment", ["passes", "write"])
 def test_sigterm_stops_a_ray_run_as_it_stops_a_local_one(tmp_path, moment):
     """SIGTERM as soon as the staging folder appears (Ray is up, the passes begin), or once the write pass has
@@ -94,22 +113,9 @@ def test_sigterm_stops_a_ray_run_as_it_stops_a_local_one(tmp_path, moment):
         (out / "notes.txt").write_text("mine")
     before = _digests(out) if out.exists() else None
     ready = _staging if moment == "passes" else _started_writing
-    # as from a terminal: a SIGTERM that whatever started pytest left ignored would be ignored by rladv too
-    proc = subprocess.Popen(as_from_a_terminal(rladv_command() + [
-                                "compute", str(inputs), "--estimator", "grpo", "--engine", "ray", "--ray-workers", "2",
-                                "-o", str(out), "--report", str(tmp_path / "r.json"), "-q"]),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + TIMEOUT
-        while not ready(out) and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert proc.poll() is None, f"the run ended before the signal: {proc.returncode} {proc.stderr.read()}"
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    proc, err = _signalled(["compute", str(inputs), "--estimator", "grpo", "--engine", "ray", "--ray-workers", "2",
+                            "-o", str(out), "--report", str(tmp_path / "r.json"), "-q"],
+                           lambda: ready(out), signal.SIGTERM)
     assert (proc.returncode, err) == (128 + signal.SIGTERM, ""), err
     assert sorted(os.listdir(tmp_path)) == ["in"] + (["out"] if before else [])
     if before:
@@ -119,3 +125,55 @@ def test_sigterm_stops_a_ray_run_as_it_stops_a_local_one(tmp_path, moment):
     while _session(proc.pid) and time.monotonic() < deadline:  # Ray's workers go a moment after the run
         time.sleep(0.2)
     assert _session(proc.pid) == []
+
+
+def _free_cpus(address: str, env: dict) -> tuple[float, float]:
+    """(free, total) CPUs of the cluster at ``address``, asked by a fresh driver."""
+    code = ("import ray, sys\nray.init(address=sys.argv[1], log_to_driver=False, logging_level=40)\n"
+            "print(ray.available_resources().get('CPU', 0), ray.cluster_resources()['CPU'])\n")
+    p = subprocess.run([sys.executable, "-c", code, address], capture_output=True, text=True, env=env, timeout=TIMEOUT)
+    assert p.returncode == 0, p.stderr
+    free, total = p.stdout.split()
+    return float(free), float(total)
+
+
+def test_ctrl_c_stops_a_run_on_a_running_cluster_and_stops_its_workers(tmp_path):
+    """On a cluster the run joined (``--ray-address``), Ctrl-C (SIGINT) in the write pass: exit 130, nothing on
+    stderr, no output, and the run's workers stopped (the cluster's CPUs all free again): the cluster stays up."""
+    import secrets
+    import socket
+
+    inputs = tmp_path / "in"
+    digests = _dataset(inputs)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    ray = Path(sys.executable).with_name("ray")
+    head = subprocess.Popen([str(ray), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+                             "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    address = f"127.0.0.1:{port}"
+    out = tmp_path / "out"
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert head.poll() is None and time.monotonic() < deadline, "the cluster did not start"
+                time.sleep(0.2)
+        proc, err = _signalled(["compute", str(inputs), "--estimator", "grpo", "--engine", "ray", "--ray-address",
+                                address, "--ray-workers", "2", "-o", str(out), "-q"],
+                               lambda: _started_writing(out), signal.SIGINT, env)
+        assert (proc.returncode, err) == (128 + signal.SIGINT, ""), err
+        assert sorted(os.listdir(tmp_path)) == ["in"] and _digests(inputs) == digests
+        deadline = time.monotonic() + TIMEOUT
+        while (cpus := _free_cpus(address, env))[0] < cpus[1]:
+            assert time.monotonic() < deadline, f"the run's workers still hold CPUs: {cpus}"
+            time.sleep(0.5)
+        assert head.poll() is None  # the cluster is the user's: still up
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)  # --block: ray start stops what it started
+        head.wait(timeout=TIMEOUT)
