@@ -255,8 +255,8 @@ def _init(ray, **options) -> None:
 def _interrupts_for_ray() -> Iterator[None]:
     """While Ray runs in this process, the exception of a SIGTERM or SIGHUP handler (the executable's
     ``Interrupted``) is raised as ``KeyboardInterrupt``, and again as itself once out of the block, whatever
-    the block ended with. Ray's blocking calls (``ray.get``, ``ray.wait``) stop for ``KeyboardInterrupt``, as
-    Ray Data's iterators do, but keep any other exception pending, which surfaces later as a ``SystemError``.
+    the block ended with. Ray's blocking calls (``ray.get``, ``ray.wait``) stop for ``KeyboardInterrupt``, but
+    keep any other exception pending, which surfaces later as a ``SystemError``.
     Only in the main thread, for handlers that are Python functions."""
     main = threading.current_thread() is threading.main_thread()
     handlers = {sig: signal.getsignal(sig) for sig in TERMINATION_SIGNALS} if main else {}
