@@ -352,7 +352,10 @@ class RayWorkers:
         """Stop the actors (their kept chunks and unused writers go with them), the calls of an unfinished pass
         cancelled first: Ray would otherwise retry them on the dead actors, and say so on this terminal."""
         for call in self.calls:
-            self.ray.cancel(call)
+            try:
+                self.ray.cancel(call)
+            except Exception:  # noqa: BLE001 - a call Ray cannot cancel goes with its actor below
+                pass
         for actor in self.actors:
             self.ray.kill(actor, no_restart=True)
 
