@@ -17,7 +17,7 @@ from .estimators.registry import ESTIMATORS, REFERENCE_DEFAULT
 from .contract import validation
 from .errors import InputError, OutputError
 from .io import frames
-from .io.read import Dataset
+from .io.read import SWITCH_INTERVAL_S, Dataset
 from .io.write import (AtomicParquetWriter, SideFiles, check_output_path, check_side_outputs, computed_columns,
                        default_output, output_schema, signals_deferred)
 from .report.model import Report
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     import polars as pl
 
 PathLike = str | os.PathLike
-SWITCH_INTERVAL_S = 0.0005  # while compute_file runs (sys.setswitchinterval)
 
 
 @contextmanager

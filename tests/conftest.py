@@ -14,6 +14,7 @@ import functools
 import json
 import re
 import shutil
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -160,6 +161,22 @@ def as_from_a_terminal(command: list[str]) -> list[str]:
 
 
 # ------------------------------------------------------------------ the command line's error contract
+def assert_generator_writes_the_fixtures(script: str, out: Path, pattern: str) -> list[Path]:
+    """Run the fixture generator ``tests/data/SCRIPT`` (with the trainer's source its docstring names) writing into
+    ``out`` instead of its committed folder (its ``HERE``), and check that it writes exactly the committed files
+    matching ``pattern`` (searched recursively), byte for byte; their paths relative to the folder."""
+    text = (DATA / script).read_text()
+    here = re.search(r'Path\(__file__\)\.resolve\(\)\.parent / "([^"]+)"', text)
+    committed = DATA / here.group(1)
+    subprocess.run([sys.executable, "-c", text.replace(here.group(0), f"Path({str(out)!r})")], check=True,
+                   capture_output=True)
+    made = sorted(q.relative_to(out) for q in out.rglob(pattern))
+    assert made == sorted(q.relative_to(committed) for q in committed.rglob(pattern))
+    for name in made:
+        assert (out / name).read_bytes() == (committed / name).read_bytes(), name
+    return made
+
+
 def listing(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
 

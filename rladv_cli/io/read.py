@@ -26,6 +26,9 @@ if TYPE_CHECKING:  # the writer takes the chunks a ReadOnce keeps (it is never i
 
 # Chunks a ``ReadOnce`` thread may decode ahead of the pass that takes them once it keeps nothing.
 READ_AHEAD = 2
+# sys.setswitchinterval while a ReadOnce thread decodes beside the passes: the reading and encoding threads are
+# in C most of the time but need the GIL back between calls, which at Python's default 5 ms they queue for
+SWITCH_INTERVAL_S = 0.0005
 
 
 # ``validation.check_chunk``'s signature: (table, path, first row within the file) -> None or InputError

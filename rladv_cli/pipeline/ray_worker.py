@@ -25,11 +25,8 @@ import pyarrow as pa
 
 from ..contract import validation
 from ..errors import RladvError
-from ..io.read import Shard, ShardSet
+from ..io.read import SWITCH_INTERVAL_S, Shard, ShardSet
 from ..io.write import AtomicParquetWriter
-
-SWITCH_INTERVAL_S = 0.0005  # as ``api``: the reading and encoding threads get the GIL back between their calls
-
 
 def run_shard(worker: "ShardWorker", stage: str, shard: Shard, given: dict, work, known):
     """One pass over one shard (the write pass into the shard's staged writer); the ``task`` a worker runs."""

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import rladv_cli
-from conftest import DATA, rladv
+from conftest import DATA, assert_generator_writes_the_fixtures, rladv
 
 ROLLOUTS = DATA / "verl_rollouts"
 
@@ -236,11 +236,8 @@ def test_the_nemo_rl_fixtures_are_what_nemo_rl_writes(tmp_path):
     src = os.environ.get("NEMO_RL_SRC")
     if not src or not (Path(src) / "nemo_rl" / "utils" / "logger.py").is_file():
         pytest.skip("NEMO_RL_SRC is not NeMo-RL's source (tests/data/make_nemo_rl_rollouts.py says how)")
-    script = (DATA / "make_nemo_rl_rollouts.py").read_text().replace(
-        'Path(__file__).resolve().parent / "nemo_rl_rollouts"', repr(str(tmp_path)))
-    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, env={**os.environ})
-    for name in ("train_data_step1.jsonl", "train_data_step2.jsonl"):
-        assert (tmp_path / name).read_bytes() == (NEMO / name).read_bytes(), name
+    assert assert_generator_writes_the_fixtures("make_nemo_rl_rollouts.py", tmp_path, "*.jsonl") == [
+        Path("train_data_step1.jsonl"), Path("train_data_step2.jsonl")]
 
 
 def test_nemo_rl_optional_fields_are_carried_and_batches_stream(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import DATA, SAMPLES, rladv
+from conftest import DATA, SAMPLES, assert_generator_writes_the_fixtures, rladv
 
 AREAL = DATA / "areal_rollouts"  # the experiment's log folder: rollout/{version}/{task_id}.jsonl
 COLUMNS = ("uid, step, score, task_id, sample_idx, seqlen, prompt_len, head_version, tail_version, reward, prompt, "
@@ -93,13 +93,7 @@ def test_the_areal_fixtures_are_what_areal_writes(tmp_path):
     src = os.environ.get("AREAL_SRC")
     if not src or not (Path(src) / "areal" / "infra" / "workflow_executor.py").is_file():
         pytest.skip("AREAL_SRC is not AReaL's source (tests/data/make_areal_rollouts.py says how)")
-    script = (DATA / "make_areal_rollouts.py").read_text().replace(
-        'Path(__file__).resolve().parent / "areal_rollouts"', f"Path({str(tmp_path)!r})")
-    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, env={**os.environ})
-    made = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.jsonl"))
-    assert made == sorted(p.relative_to(AREAL) for p in AREAL.rglob("*.jsonl")) and len(made) == 5
-    for name in made:
-        assert (tmp_path / name).read_bytes() == (AREAL / name).read_bytes(), name
+    assert len(assert_generator_writes_the_fixtures("make_areal_rollouts.py", tmp_path, "*.jsonl")) == 5
 
 
 # ------------------------------------------------------------------------------------------- sample logs

@@ -8,14 +8,12 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import DATA, rladv
+from conftest import DATA, assert_generator_writes_the_fixtures, rladv
 
 PRIME = DATA / "prime_rl_rollouts"  # FileMonitor.log_episodes's files
 STEP1 = PRIME / "rollouts" / "step_1" / "train" / "effective" / "traces.jsonl"
@@ -179,10 +177,4 @@ def test_the_prime_rl_fixtures_are_what_prime_rl_writes(tmp_path):
         pytest.skip("PRIME_RL_SRC/VERIFIERS_SRC are not prime-rl's and verifiers' source (see the script)")
     if importlib.util.find_spec("orjson") is None and "PYTHONPATH" not in os.environ:
         pytest.skip("orjson (prime-rl's JSON writer) is not importable")
-    script = (DATA / "make_prime_rl_rollouts.py").read_text().replace(
-        'Path(__file__).resolve().parent / "prime_rl_rollouts"', f"Path({str(tmp_path)!r})")
-    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, env={**os.environ})
-    made = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("traces.jsonl"))
-    assert made == sorted(p.relative_to(PRIME) for p in PRIME.rglob("traces.jsonl")) and len(made) == 3
-    for name in made:
-        assert (tmp_path / name).read_bytes() == (PRIME / name).read_bytes(), name
+    assert len(assert_generator_writes_the_fixtures("make_prime_rl_rollouts.py", tmp_path, "traces.jsonl")) == 3

@@ -7,8 +7,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -16,7 +14,7 @@ import pytest
 import torch
 
 import rladv_cli
-from conftest import DATA, rladv
+from conftest import DATA, assert_generator_writes_the_fixtures, rladv
 
 SLIME = DATA / "slime_rollouts"  # written by slime's save_debug_rollout_data
 COLUMNS = ("uid, step, group_index, score, responses, response_mask, rollout_log_probs, index, rollout_id, "
@@ -189,8 +187,4 @@ def test_the_slime_fixtures_are_what_slime_writes(tmp_path):
     src = os.environ.get("SLIME_SRC")
     if not src or not (Path(src) / "slime" / "utils" / "types.py").is_file():
         pytest.skip("SLIME_SRC is not slime's source (tests/data/make_slime_rollouts.py says how)")
-    script = (DATA / "make_slime_rollouts.py").read_text().replace(
-        'Path(__file__).resolve().parent / "slime_rollouts"', f"Path({str(tmp_path)!r})")
-    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, env={**os.environ})
-    for name in ("0.pt", "1.pt"):
-        assert (tmp_path / name).read_bytes() == (SLIME / name).read_bytes(), name
+    assert assert_generator_writes_the_fixtures("make_slime_rollouts.py", tmp_path, "*.pt") == [Path("0.pt"), Path("1.pt")]
