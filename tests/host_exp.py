@@ -6,7 +6,9 @@ exp-based KL penalty in near-tied groups (an ulp of a reward total moves a std-n
 bit depends on the host: on the H200 machine's Intel Xeon host (torch 2.11.0+cu130) it differed by one ulp on
 1.7% of these probe values, and verl's own functions move with it. There the tests that depend on that bit
 use the tolerance an ulp can explain; on a host that rounds as the recording one (this project's machines,
-torch 2.11 and 2.13), they stay exact.
+torch 2.11 and 2.13), they stay exact. Such a host has other kernels too: on an Intel AVX512 host where ``exp``
+differed, so did the summation order of float32 ``matmul`` (NeMo-RL's per-group baseline), so the tests of
+NeMo-RL's near-tied groups take the same flag.
 """
 import hashlib
 

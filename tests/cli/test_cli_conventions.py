@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import ROOT, assert_one_line_error, copy_sample, listing, read, rladv
+from host_exp import SAME_EXP
 
 DUMPS = ROOT / "tests" / "data" / "nemo_rl_rollouts"
 
@@ -96,7 +97,8 @@ def test_nemo_rl_dump_replays_under_its_convention(tmp_path):
                    "--strict-replay", "-o", tmp_path / "a.parquet", "--report", tmp_path / "a.json", "--quiet")
     assert strict.exit_code == 0, strict.output
     replay = json.loads((tmp_path / "a.json").read_text())["replay"]
-    assert replay["agree"] and replay["columns"]["advantages"]["max_abs_diff"] == 0.0
+    # exact on the host that wrote the dump; elsewhere the host's matmul order may move an ulp (``host_exp``)
+    assert replay["agree"] and replay["columns"]["advantages"]["max_abs_diff"] <= (0.0 if SAME_EXP else 1e-6)
     verl = rladv("compute", converted, "--estimator", "grpo", "--batch-key", "step", "--strict-replay",
                  "-o", tmp_path / "b.parquet")
     assert verl.exit_code == 1 and "advantages" in verl.output

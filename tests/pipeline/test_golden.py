@@ -24,12 +24,14 @@ def _flat(table, column):
 
 
 def _tolerance(case) -> dict:
-    """The README's atol 1e-5 / rtol 1e-4; on a host whose ``torch.exp`` rounds otherwise (``host_exp``),
-    cases with low_var_kl get what one ulp of the KL reward can move an advantage in a near-tied group
-    (8.6e-4 seen on an Intel host, where verl's own functions move alike)."""
+    """The README's atol 1e-5 / rtol 1e-4; on a host whose ``torch.exp`` rounds otherwise (``host_exp``), cases
+    whose last bits are the host's get what an ulp can move an advantage in a near-tied group: low_var_kl
+    (through ``exp``; 8.6e-4 seen on an Intel host, where verl's own functions move alike) and grpo_loo (NeMo-RL's
+    per-group ``matmul``, summed in the host's BLAS order; 2.2e-4 seen on an Intel AVX512 host)."""
     args = case["rladv_args"]
     through_exp = "--kl-penalty" in args and args[args.index("--kl-penalty") + 1] == "low_var_kl"
-    return dict(rtol=1e-4, atol=1e-5 if SAME_EXP or not through_exp else 2e-3)
+    host_bits = through_exp or case_estimator(case) == "grpo_loo"
+    return dict(rtol=1e-4, atol=1e-5 if SAME_EXP or not host_bits else 2e-3)
 
 
 def test_every_registered_estimator_has_golden_cases():
