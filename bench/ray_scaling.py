@@ -9,16 +9,18 @@ shards), split by rows into ``--shards`` files under bench/data/. Without ``--ra
 cluster on this machine (``ray start --head --block``, every CPU) before the first run and stops it after the
 last, so no run pays for a cluster's start, as a user who joins a cluster does not. Each run is a fresh
 process: the local engine as ``rladv compute``, Ray's through ``bench/ray_timeline.py`` (the same command with
-timing hooks), run in turn (local, 1 worker, 2 workers, then again) after one warm-up each; each figure is the
-best of ``--repeat``. "passes" is the time the report measured inside the run; "worker s" the seconds the
+timing hooks), run in turn (local, 1 worker, 2 workers, then again) after one warm-up each; then, for each
+worker count, runs with ``--ray-keep-workers`` ("kept": the warm-up starts the workers, every later run is
+served by them) in turn with the local engine. Each figure is the best of ``--repeat``. "passes" is the time the report measured inside the run; "worker s" the seconds the
 workers spent in their calls (Σ over calls, from the timeline).
 
-The model (docs/ray.md): from the best 1-worker run, ``c`` = worker seconds per shard, ``D`` = the driver's
+The model (docs/ray.md), once from the best 1-worker run and once from the best kept one: ``c`` = worker seconds per shard, ``D`` = the driver's
 part of the passes (passes − worker seconds: merges, reductions, transfers), ``S`` = wall − passes (start-up,
 joining, the actors' start, exit). A dataset of ``k`` times as many shards of the same size on ``N`` workers,
 each with cores of its own, takes ``S + k·D + ceil(k·shards / N)·c``; the local engine
 ``(wall − passes) + k·passes``. The last line of the output gives, for each N, the dataset size from which
-Ray takes less time: ``k > (S − (wall − passes)) / (passes − D − shards·c / N)``.
+Ray takes less time: ``k > (S − (wall − passes)) / (passes − D − shards·c / N)`` ("always" where Ray's start
+costs no more than the local engine's).
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import DATA, make_dataset, parse_size  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+KEEP_S = 60  # --ray-keep-workers of the kept runs
 
 
 def shards(tokens: int, count: int) -> Path:
@@ -130,17 +133,25 @@ def main() -> None:
     rladv = [sys.executable, "-c", "from rladv_cli.cli import main; main()", "compute", str(folder),
              "--estimator", opts.estimator]
     with cluster(opts.ray_address) as address:
-        commands = {"local": ([*rladv, "-o", str(scratch / "local.parquet")], None)}
-        for n in workers:
-            commands[f"ray {n}"] = ([sys.executable, str(HERE / "ray_timeline.py"), *rladv[3:], "--engine", "ray",
-                                     "--ray-address", address, "--ray-workers", str(n), "-o", str(scratch / f"ray{n}")],
-                                    scratch / f"ray{n}.events.json")
+        local = ([*rladv, "-o", str(scratch / "local.parquet")], None)
+
+        def ray_run(n: int, keep: bool) -> tuple[list[str], Path]:
+            name = f"ray{n}{'kept' if keep else ''}"
+            return ([sys.executable, str(HERE / "ray_timeline.py"), *rladv[3:], "--engine", "ray", "--ray-address",
+                     address, "--ray-workers", str(n), *(["--ray-keep-workers", str(KEEP_S)] if keep else []),
+                     "-o", str(scratch / name)], scratch / f"{name}.events.json")
+
+        # fresh workers, all in turn; then kept workers, one shape at a time (a run of another shape would stop
+        # them), each in turn with the local engine
+        blocks = [{"local": local, **{f"ray {n}": ray_run(n, False) for n in workers}}]
+        blocks += [{"local": local, f"ray {n} kept": ray_run(n, True)} for n in workers]
         best: dict[str, dict] = {}
-        for rounds in range(opts.repeat + 1):  # round 0 warms the page cache and the cluster up
-            for name, (command, timeline) in commands.items():
-                figures = run(command, scratch / f"{name}.json", timeline)
-                if rounds and (name not in best or figures["wall"] < best[name]["wall"]):
-                    best[name] = figures
+        for commands in blocks:
+            for rounds in range(opts.repeat + 1):  # round 0 warms the page cache, the cluster and kept workers up
+                for name, (command, timeline) in commands.items():
+                    figures = run(command, scratch / f"{name}.json", timeline)
+                    if rounds and (name not in best or figures["wall"] < best[name]["wall"]):
+                        best[name] = figures
     print(f"{tokens} tokens in {opts.shards} shards ({folder}), estimator {opts.estimator}, "
           f"{os.cpu_count()} cores, best of {opts.repeat}, cluster {'at ' + opts.ray_address if opts.ray_address else 'started here'}")
     local = best["local"]
@@ -150,22 +161,28 @@ def main() -> None:
         kind, _, n = name.partition(" ")
         print(f"{kind:>8} {n or '-':>7} {f['wall']:7.2f} {f['passes']:8.2f} {f.get('worker', float('nan')):8.2f} "
               f"{tokens / f['wall'] / 1e6:7.2f} {f['wall'] / local['wall']:6.2f} {f['passes'] / local['passes']:8.2f}")
-    if "ray 1" not in best:
-        return
-    one = best["ray 1"]
-    c, d, s = one["worker"] / opts.shards, one["passes"] - one["worker"], one["wall"] - one["passes"]
-    print(f"\nmodel, from the 1-worker run: c = {c:.3f} s per shard, D = {d:.2f} s (driver in the passes), "
+    for name in ("ray 1", "ray 1 kept"):
+        if name in best:
+            model(name, best[name], local, tokens, opts.shards)
+
+
+def model(name: str, one: dict, local: dict, tokens: int, shards: int) -> None:
+    """The model (module docstring) from the 1-worker run ``one``: its table and the "Ray wins from" line."""
+    c, d, s = one["worker"] / shards, one["passes"] - one["worker"], one["wall"] - one["passes"]
+    print(f"\nmodel, from the {name} run: c = {c:.3f} s per shard, D = {d:.2f} s (driver in the passes), "
           f"S = {s:.2f} s (start-up and exit); local: {local['wall'] - local['passes']:.2f} s + {local['passes']:.2f} s")
     print(f"{'dataset':>10} {'local s':>8}" + "".join(f" {f'N={n} s':>8}" for n in (1, 2, 4, 8, 16, 64)))
     for k in (1, 4, 16, 64):
-        ray = [s + k * d + math.ceil(k * opts.shards / n) * c for n in (1, 2, 4, 8, 16, 64)]
+        ray = [s + k * d + math.ceil(k * shards / n) * c for n in (1, 2, 4, 8, 16, 64)]
         local_s = local["wall"] - local["passes"] + k * local["passes"]
         print(f"{k * tokens / 1e6:9.0f}M {local_s:8.1f}" + "".join(f" {t:8.1f}" for t in ray))
     # k·(passes − D − shards·c/N) > S − (wall − passes): the size from which N workers take less time than local
     even = []
     for n in (1, 2, 4, 8, 16, 64):
-        gain = local["passes"] - d - opts.shards * c / n
-        even.append(f"{(s - local['wall'] + local['passes']) / gain * tokens / 1e6:.0f}M" if gain > 0 else "never")
+        gain = local["passes"] - d - shards * c / n
+        lead = s - local["wall"] + local["passes"]
+        even.append("always" if lead <= 0 and gain > 0 else
+                    f"{lead / gain * tokens / 1e6:.0f}M" if gain > 0 else "never")
     print(f"{'Ray wins from':>19}" + "".join(f" {e:>8}" for e in even))
 
 

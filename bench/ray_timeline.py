@@ -8,8 +8,9 @@ functions; a hook whose function is gone fails at once. Driver: ``import ray``, 
 requested (``ray_engine.RayWorkers``), each pass's calls submitted and each shard's result received, the actors
 stopped, Ray left. Between the actors' request and the first pass the driver imports torch and builds the run;
 between passes it merges and reduces. Workers (a subclass of ``ray_worker.ShardWorker`` that notes times into
-a temporary folder): the process started, its shards' decoding begun and done, torch imported, and each call
-begun and done with the seconds it waited for chunks ("read"). With ``$RLADV_TIMELINE_JSON`` set, the events
+``$TMPDIR/rladv-timeline``, emptied when this script starts): the process started, the run begun (by a worker
+kept from an earlier run, with ``--ray-keep-workers``), its shards' decoding begun and done, torch imported,
+and each call begun and done with the seconds it waited for chunks ("read"). With ``$RLADV_TIMELINE_JSON`` set, the events
 are also written there as JSON (``[seconds, who, what]``, in time order), for ``bench/ray_scaling.py``.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -30,7 +32,8 @@ from rladv_cli import cli  # noqa: E402
 from rladv_cli.io import read  # noqa: E402
 from rladv_cli.pipeline import ray_engine, ray_worker  # noqa: E402
 
-FOLDER = tempfile.mkdtemp(prefix="rladv-timeline-")
+FOLDER = Path(tempfile.gettempdir()) / "rladv-timeline"  # the workers note into it (a kept worker outlives a run)
+shutil.rmtree(FOLDER, ignore_errors=True)
 events: list[tuple[float, str, str]] = []
 
 
@@ -46,17 +49,18 @@ def process_start() -> float:
 
 
 class TimedWorker(ray_worker.ShardWorker):
-    """``ShardWorker`` noting its times into ``FOLDER/<pid>.jsonl`` (pickled by value, with these values)."""
+    """``ShardWorker`` noting its times, seconds since the epoch, into ``FOLDER/<pid>.jsonl``."""
 
-    folder, start = FOLDER, START
+    folder = str(FOLDER)
 
     def _note(self, what: str, at: float | None = None) -> None:
+        os.makedirs(self.folder, exist_ok=True)
         with open(os.path.join(self.folder, f"{os.getpid()}.jsonl"), "a") as f:
-            f.write(json.dumps([(at or time.time()) - self.start, f"worker {os.getpid()}", what]) + "\n")
+            f.write(json.dumps([at or time.time(), f"worker {os.getpid()}", what]) + "\n")
 
-    def __init__(self, shards, *args, **kwargs):
+    def __init__(self):
         self._note("process started", process_start())
-        self._note(f"actor constructed: {len(shards)} shards")
+        self._note("actor constructed")
         reading = read.ReadOnce._read
 
         def timed(once, dataset):
@@ -67,7 +71,12 @@ class TimedWorker(ray_worker.ShardWorker):
                 self._note("decoding its shards done")
 
         read.ReadOnce._read = timed
-        super().__init__(shards, *args, **kwargs)
+        super().__init__()
+
+    def begin(self, refs):
+        kept = " (a kept worker, up since an earlier run)" if self._watch is not None else ""
+        self._note(f"run begins: {len(self._plan(refs)[1].shards)} shards{kept}")
+        super().begin(refs)
         self._note("torch and the passes imported")
 
     def run(self, stage, refs, shard, given):
@@ -109,10 +118,11 @@ def hook_driver() -> None:
 
 def report() -> None:
     note("exit")
-    for path in Path(FOLDER).glob("*.jsonl"):
-        events.extend(tuple(json.loads(line)) for line in path.read_text().splitlines())
-        path.unlink()
-    os.rmdir(FOLDER)
+    for path in FOLDER.glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            at, who, what = json.loads(line)
+            events.append((at - START, who, what))
+    shutil.rmtree(FOLDER, ignore_errors=True)
     events.sort()
     for t, who, what in events:
         print(f"{t:7.3f} s  {who:>14}  {what}", file=sys.stderr)

@@ -118,6 +118,7 @@ def compute(
     engine: Annotated[Engine, typer.Option(metavar=choices(Engine), help="local: this process, one output file; ray: a Ray cluster, one output file per input file.", rich_help_panel=RUN_PANEL)] = Engine.local,
     ray_address: Annotated[Optional[str], typer.Option(envvar="RAY_ADDRESS", metavar="HOST:PORT", help="--engine ray: the cluster to join (default: a local one for the run).", rich_help_panel=RUN_PANEL)] = None,
     ray_workers: Annotated[Optional[int], typer.Option(metavar="N", help="--engine ray: workers, each holding a share of the input files and of the free CPUs for the whole run (default: one per free CPU, at most one per file).", rich_help_panel=RUN_PANEL)] = None,
+    ray_keep_workers: Annotated[float, typer.Option(metavar="SECONDS", help="--engine ray on a running cluster: keep the workers up this long after a run that finished, for the next run of this rladv with as many workers; it skips their start and torch import (default 0: they stop with the run).", rich_help_panel=RUN_PANEL)] = 0.0,
     **settings,
 ) -> None:
     """Compute advantages and returns, written beside every input column. The report says what shaped them:
@@ -143,6 +144,7 @@ def compute(
             from ..pipeline.ray_engine import compute_ray
 
             result = _run(lambda: compute_ray(paths, cfg, output_dir=output, address=ray_address, workers=ray_workers,
+                                              keep_workers=ray_keep_workers,
                                               progress=show, report_path=report_path, html_path=html,
                                               config_source=source, groups_path=groups_out, rows_path=rows_out))
         else:

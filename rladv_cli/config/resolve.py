@@ -79,14 +79,15 @@ def refused_inert(cfg: Config, typed_values: Mapping[str, object], ray_engine: b
     """``--flag has no effect ...`` for the first option typed on the command line (``typed_values``: name ->
     the value typed) that the other settings (flags, or the --config file) leave without effect
     (``Config.inert``), as --rollout-rs-threshold without --rollout-rs is, unless it says the default
-    (``--kl-ctrl fixed``, ``--gamma 1.0``); then --ray-address/--ray-workers unless ``ray_engine``. None when
+    (``--kl-ctrl fixed``, ``--gamma 1.0``); then --ray-address/--ray-workers/--ray-keep-workers unless ``ray_engine``. None when
     every typed option counts. Only what was typed is judged: a verl YAML writes verl's defaults for keys its
     author never thought about."""
     defaults = type(cfg).model_fields
     inert = [(name, why) for name, why in cfg.inert().items()
              if name in typed_values and getattr(cfg, name) != defaults[name].default]
     if not ray_engine:
-        inert += [(name, "without --engine ray") for name in ("ray_address", "ray_workers") if name in typed_values]
+        inert += [(name, "without --engine ray") for name in ("ray_address", "ray_workers", "ray_keep_workers")
+                   if name in typed_values]
     if not inert:
         return None
     name, why = inert[0]

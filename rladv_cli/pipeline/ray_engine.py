@@ -16,11 +16,13 @@ Ray, ``MAX_RETRIES`` times each. Ray is imported only here, and only when this e
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import threading
 from contextlib import contextmanager
@@ -37,6 +39,7 @@ from . import ray_worker
 PathLike = str | os.PathLike
 MAX_RETRIES = 3  # per shard call: exceptions other than the data's errors, and lost workers
 REPORT_NAME = "report.json"
+POOL_NAMESPACE = "rladv"  # kept workers' Ray namespace (--ray-keep-workers)
 PROBE_SECONDS = 5  # to connect to a cluster's address before ray.init, which retries one that never answers for minutes
 
 
@@ -44,7 +47,8 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
                 address: Optional[str] = None, workers: Optional[int] = None,
                 progress: Optional[Callable[[str, int, int], None]] = None, report_path: Optional[PathLike] = None,
                 html_path: Optional[PathLike] = None, config_source: Optional[dict] = None,
-                groups_path: Optional[PathLike] = None, rows_path: Optional[PathLike] = None) -> Report:
+                groups_path: Optional[PathLike] = None, rows_path: Optional[PathLike] = None,
+                keep_workers: float = 0.0) -> Report:
     """Compute a dataset on Ray: one ``<stem>.adv.parquet`` per input file in ``output_dir`` (default
     ``<inputs' folder>.adv`` beside it) plus ``report.json`` there, the report the local engine would give (and
     ``groups_path`` / ``rows_path``, the tables behind its verdict).
@@ -52,7 +56,9 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
     Runs on the Ray instance this process already joined, else on the cluster at ``address``, else on a local
     one started for the run with every CPU of this machine. ``workers`` actors (default: one per free CPU), at
     most one per input file, each hold a share of the files and of the CPUs for the whole run. An ``address``
-    that is malformed or where nothing answers is a ``ConfigError`` (``_check_address``). Output shards appear
+    that is malformed or where nothing answers is a ``ConfigError`` (``_check_address``). With ``keep_workers``
+    seconds the workers outlive a run that finished, for that long, serving the next run of the same code and
+    shape on the cluster (``KeptWorkers``; docs/ray.md, "Kept workers"). Output shards appear
     under their final names only once every shard succeeded. The actors run on CPU (``device`` ``auto`` means
     ``cpu`` here)."""
     if config.where is not None:  # its kept rows are held in memory, which the workers do not share
@@ -60,8 +66,13 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
     ray = _import_ray()
     if workers is not None and workers < 1:
         raise ConfigError(f"--ray-workers must be at least 1, got {workers}")
+    if not keep_workers >= 0:
+        raise ConfigError(f"--ray-keep-workers must be 0 or more seconds, got {keep_workers}")
     if config.device == "cuda":
         raise ConfigError("--engine ray computes on CPU workers; --device cuda needs --engine local")
+    if keep_workers and not address and not ray.is_initialized():
+        raise ConfigError("--ray-keep-workers needs a running cluster (--ray-address or $RAY_ADDRESS): the local "
+                          "one rladv starts stops with the run")
     if address is not None and not ray.is_initialized():
         _check_address(address)
     config = config.model_copy(update={"device": "cpu"})
@@ -80,7 +91,7 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
                 with named_os_errors(str(out_dir)), signals_deferred():  # the cleanup knows it as soon as it exists
                     staging = tempfile.mkdtemp(prefix=".rladv-", dir=out_dir)
                 # the actors start (decoding their shards, importing torch) while this process imports torch
-                pool = RayWorkers(ray, dataset, config, staging, names, workers, progress)
+                pool = RayWorkers(ray, dataset, config, staging, names, workers, progress, keep_workers)
                 from .driver import Pipeline
                 from .summary import finish_report
 
@@ -96,6 +107,7 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
                             with named_os_errors(str(out_dir / name)):
                                 os.replace(os.path.join(staging, name), out_dir / name)
                         side.commit()
+                    pool.finished = True
             finally:
                 if pool is not None:
                     pool.close()
@@ -293,38 +305,53 @@ class RayWorkers:
     """``Pipeline``'s ``MapShards`` on Ray actors (``ray_worker.ShardWorker``): ``workers`` of them (default: one
     per free CPU of the cluster), at most one per shard, each holding a fixed set of shards for the whole run
     (``balanced``), an equal share of the free CPUs (at most one node's; Ray sets its threads to match), and as
-    much of ``--cache-mib`` for their decoded chunks. A pass is one actor call per
-    shard, submitted at once (an actor runs its calls in order); the run's ``ShardWork`` and each pass's
-    established values are put in Ray's object store once. Results come back in shard order."""
+    much of ``--cache-mib`` for their decoded chunks. A pass is one actor call per shard, submitted at once (an
+    actor runs its calls in order); each worker's ``RunPlan``, the run's ``ShardWork`` and each pass's
+    established values are put in Ray's object store once. Results come back in shard order.
+
+    With ``keep_s`` > 0 the workers are kept (``KeptWorkers``): named actors that outlive the run and serve the
+    next run of the same rladv with the same shape, so that it pays neither their start nor their torch import.
+    Idle kept workers of other shapes are asked to stop when the run's workers do not fit the free CPUs."""
 
     def __init__(self, ray, dataset: Dataset, config: Config, staging: str, names: list[str],
-                 workers: Optional[int], progress: Optional[Callable[[str, int, int], None]]):
+                 workers: Optional[int], progress: Optional[Callable[[str, int, int], None]], keep_s: float = 0.0):
         self.ray, self.progress = ray, progress
-        free = max(1.0, ray.available_resources().get("CPU", 1.0))
+        kept = KeptWorkers(ray)
+        available = ray.available_resources().get("CPU", 0.0)
+        free = max(1.0, available + kept.cpus)  # idle kept workers give theirs back when asked
         groups = balanced(dataset.shards, workers or int(free))
         node = max((n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=1.0)
         share = min(free / len(groups), node)  # of the free CPUs, at most one node's; whole CPUs above one
         cpus = int(share) if share >= 1 else max(round(share, 4), 0.0001)
+        self.prefix = kept.prefix(len(groups), cpus) if keep_s > 0 else None
+        kept.make_room(self.prefix, cpus * len(groups), available)
         with_is = bool(config.rollout_is)
         schema = output_schema(dataset.schema, with_is_weights=with_is)
-        carried = [name for name in dataset.columns if name not in computed_columns(with_is)]
-        written = dataset.names.written(schema.names)  # the files' own names (--column)
+        carried = tuple(name for name in dataset.columns if name not in computed_columns(with_is))
+        written = tuple(dataset.names.written(schema.names))  # the files' own names (--column)
         budget = (config.cache_mib << 20) // len(groups)
-        actor = ray.remote(ray_worker.ShardWorker).options(num_cpus=cpus, max_restarts=MAX_RETRIES,
-                                                           max_task_retries=MAX_RETRIES)
-        self.actors = [actor.remote(group, staging, {s.index: names[s.index] for s in group}, schema, carried,
-                                    written, config.chunk_rows, budget, ray_worker.run_shard, MAX_RETRIES)
-                       for group in groups]
-        self.owner = {shard.index: a for a, group in zip(self.actors, groups) for shard in group}
+        self.plans = [ray.put(ray_worker.RunPlan(tuple(group), staging, {s.index: names[s.index] for s in group},
+                                                 schema, carried, written, config.chunk_rows, budget,
+                                                 ray_worker.run_shard, MAX_RETRIES, keep_s))
+                      for group in groups]
+        self._class = ray.remote(ray_worker.ShardWorker)
+        self._options = dict(num_cpus=cpus, max_restarts=MAX_RETRIES, max_task_retries=MAX_RETRIES)
+        self.actors = [self._actor(i) for i in range(len(groups))]
+        self._begun = [actor.begin.remote([plan]) for actor, plan in zip(self.actors, self.plans)]
+        self.owner = {shard.index: i for i, group in enumerate(groups) for shard in group}
         self._work: tuple[object, object] | None = None  # (the ShardWork, its object reference)
         self.calls: list = []  # the latest pass's
+        self.finished = False  # set once the run's output is in place: kept workers are kept only then
 
     def __call__(self, stage: str, work, items: list[tuple[Shard, dict]], known) -> list:
         ray = self.ray
         if self._work is None or self._work[0] is not work:
             self._work = work, ray.put(work.detached())
-        refs = [self._work[1], ray.put(known)]
-        self.calls = calls = [self.owner[shard.index].run.remote(stage, refs, shard, given) for shard, given in items]
+        known_ref = ray.put(known)
+        self.calls = calls = []
+        for shard, given in items:
+            i = self.owner[shard.index]
+            calls.append(self.actors[i].run.remote(stage, [self.plans[i], self._work[1], known_ref], shard, given))
         results: list = []
         total, done = sum(shard.num_rows for shard, _ in items), 0
         for (shard, _), call in zip(items, calls):
@@ -340,17 +367,40 @@ class RayWorkers:
             raise failed
         return results
 
+    def _actor(self, index: int):
+        """Worker ``index``: with ``--ray-keep-workers``, the kept one of this run's shape, or a new one that
+        will be kept (a detached named actor); else a new actor."""
+        options = self._options
+        if self.prefix:
+            options = dict(options, name=f"{self.prefix}{index}", namespace=POOL_NAMESPACE, lifetime="detached",
+                           get_if_exists=True)
+        return self._class.options(**options).remote()
+
     def wait_started(self) -> None:
-        """Wait until every actor is set up (a worker that cannot import rladv fails here, once), so that the
-        passes' time, as the local engine's, counts from when every process has torch."""
-        try:
-            self.ray.get([actor.started.remote() for actor in self.actors])
-        except self.ray.exceptions.RayError as err:
-            raise _failure("a worker failed to start", err) from None
+        """Wait until every worker began its run (a worker that cannot import rladv fails here, once), so that
+        the passes' time, as the local engine's, counts from when every process has torch. A kept worker that
+        stopped itself just as it was asked (its wait ran out) is started again, once."""
+        for i, begun in enumerate(self._begun):
+            for again in (bool(self.prefix), False):
+                try:
+                    self.ray.get(begun)
+                    break
+                except self.ray.exceptions.ActorDiedError as err:
+                    if not again:
+                        raise _failure("a worker failed to start", err) from None
+                    self.actors[i] = self._actor(i)
+                    begun = self.actors[i].begin.remote([self.plans[i]])
+                except self.ray.exceptions.RayError as err:
+                    raise _failure("a worker failed to start", err) from None
 
     def close(self) -> None:
-        """Stop the actors (their kept chunks and unused writers go with them), the calls of an unfinished pass
+        """After a finished run, kept workers drop what the run held and wait for the next; otherwise the actors
+        are stopped (their kept chunks and unused writers go with them), the calls of an unfinished pass
         cancelled first: Ray would otherwise retry them on the dead actors, and say so on this terminal."""
+        if self.prefix and self.finished:
+            ended = [actor.end.remote([plan]) for actor, plan in zip(self.actors, self.plans)]
+            self.ray.wait(ended, num_returns=len(ended), timeout=PROBE_SECONDS)
+            return
         for call in self.calls:
             try:
                 self.ray.cancel(call)
@@ -358,6 +408,57 @@ class RayWorkers:
                 pass
         for actor in self.actors:
             self.ray.kill(actor, no_restart=True)
+
+
+class KeptWorkers:
+    """The workers ``--ray-keep-workers`` keeps on the cluster: detached actors named
+    ``rladv-<code>-<count>x<cpus>-<index>`` in the ``rladv`` namespace, where ``<code>`` fingerprints this rladv
+    and Python (``code_fingerprint``), so that a run is served only by workers of its own code and shape.
+    ``cpus``: the CPUs they hold."""
+
+    def __init__(self, ray):
+        self.ray = ray
+        self.names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                      if a["namespace"] == POOL_NAMESPACE and a["name"].startswith("rladv-")]
+        self.cpus = sum(_held_cpus(name) for name in self.names)
+
+    @staticmethod
+    def prefix(count: int, cpus: float) -> str:
+        """The name of the kept workers of ``count`` with ``cpus`` each, less their index."""
+        return f"rladv-{code_fingerprint()}-{count}x{cpus}-"
+
+    def make_room(self, prefix: Optional[str], cpus: float, available: float) -> None:
+        """When the ``cpus`` a run needs (less what its own kept workers, named ``prefix...``, hold) exceed the
+        ``available`` ones, ask every other kept worker to stop: at once when idle, else when its run ends."""
+        others = [name for name in self.names if not (prefix and name.startswith(prefix))]
+        if cpus - (self.cpus - sum(_held_cpus(name) for name in others)) <= available + 1e-9:
+            return
+        for name in others:
+            try:
+                self.ray.get_actor(name, namespace=POOL_NAMESPACE).retire.remote()
+            except ValueError:  # gone meanwhile
+                pass
+
+
+def _held_cpus(name: str) -> float:
+    """The CPUs a kept worker named ``rladv-<code>-<count>x<cpus>-<index>`` holds (0 for another name)."""
+    try:
+        return float(name.rsplit("-", 2)[1].split("x", 1)[1])
+    except (IndexError, ValueError):
+        return 0.0
+
+
+def code_fingerprint() -> str:
+    """12 hex digits that change with any of rladv's source files, the Python version and Ray's: kept workers
+    run the code they were started with."""
+    import ray
+
+    digest = hashlib.sha1(f"{sys.version}|{ray.__version__}".encode())
+    package = Path(__file__).resolve().parents[1]
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def _failure(what: str, err: Exception) -> ComputeError:

@@ -1,25 +1,31 @@
-"""The worker side of ``--engine ray`` (docs/ray.md, "How a run goes"): one ``ShardWorker`` actor per Ray worker
-holds some of the dataset's shards for the whole run and runs every pass over them.
+"""The worker side of ``--engine ray`` (docs/ray.md, "How a run goes"): a ``ShardWorker`` actor holds some of
+the dataset's shards for a run (``Holding``, from the run's ``RunPlan``) and runs every pass over them.
 
-    created      starts decoding and checking its shards on a thread (``io.read.ShardSet``), and encoding their
-                 carried columns into one staged output writer per shard, then imports torch and the passes
+    begin        starts decoding and checking the plan's shards on a thread (``io.read.ShardSet``), and
+                 encoding their carried columns into one staged output writer per shard, then imports torch
+                 and the passes (at once for a worker that already ran, which a kept worker has)
     each pass    ``run`` once per shard, in dataset order: the pass over the shard's chunks, from memory while
                  they fit the worker's share of ``--cache-mib``, else from the file; the write pass writes
                  ``staging/<name>`` through that shard's writer
+    end          drops what the run held (a worker kept with ``--ray-keep-workers`` waits for the next run)
 
 So each shard is decoded once per run, as the local engine decodes its input once, and a pass costs one actor
 call per shard. The data's errors (``RladvError``) are returned as values; any other exception is retried here,
 after which the worker reads files (a failed pass may have taken kept chunks part-way); a worker that dies is
-restarted by Ray (``max_restarts``), reads files from then on, and Ray resubmits its pending calls. Ray itself
-is imported only inside the actor's methods.
+restarted by Ray (``max_restarts``), holds nothing then, reads files from then on, and Ray resubmits its pending
+calls. A kept worker stops itself once it has held no run for ``RunPlan.keep_s`` seconds. Ray itself is
+imported only inside the actor's methods.
 """
 from __future__ import annotations
 
 import os
 import pickle
 import sys
+import threading
+import time
 import zlib
-from typing import Callable, Optional, Sequence
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import pyarrow as pa
 
@@ -28,86 +34,172 @@ from ..errors import RladvError
 from ..io.read import SWITCH_INTERVAL_S, Shard, ShardSet
 from ..io.write import AtomicParquetWriter
 
-def run_shard(worker: "ShardWorker", stage: str, shard: Shard, given: dict, work, known):
-    """One pass over one shard (the write pass into the shard's staged writer); the ``task`` a worker runs."""
+
+def run_shard(held: "Holding", stage: str, shard: Shard, given: dict, work, known):
+    """One pass over one shard (the write pass into the shard's staged writer); a plan's default ``task``."""
     import torch
 
     torch.set_num_threads(work.plan.cfg.threads)
     if stage != "write":
         return work.run(stage, shard, given, known)
-    with worker.writer(shard) as sink:
+    with held.writer(shard) as sink:
         result = work.run(stage, shard, given, known, sink.write)
         sink.commit()
     return result
 
 
-class ShardWorker:
-    """A Ray actor's state for one run: ``shards`` (in dataset order), their staged output files
+@dataclass(frozen=True)
+class RunPlan:
+    """What a worker holds for one run: its ``shards`` (in dataset order), their staged output files
     (``staging/<names[shard.index]>``, the output ``schema``, its ``carried`` input columns under the files'
-    own ``written`` names), ``chunk_rows`` and ``budget`` bytes of decoded chunks to keep. ``task`` runs one
-    pass over one shard (``run_shard``); ``retries``: further attempts of a call that raised."""
+    own ``written`` names), ``chunk_rows`` and ``budget`` bytes of decoded chunks to keep; ``task`` runs one
+    pass over one shard (``run_shard``), ``retries`` further attempts of a call that raised; ``keep_s``: how
+    long the worker waits for another run once this one ended (0: it is stopped with the run)."""
+    shards: tuple[Shard, ...]
+    staging: str
+    names: dict[int, str]
+    schema: pa.Schema
+    carried: tuple[str, ...]
+    written: tuple[str, ...]
+    chunk_rows: int
+    budget: int
+    task: Callable = run_shard
+    retries: int = 3
+    keep_s: float = 0.0
 
-    def __init__(self, shards: Sequence[Shard], staging: str, names: dict[int, str], schema: pa.Schema,
-                 carried: Sequence[str], written: Sequence[str], chunk_rows: int, budget: int,
-                 task: Callable = run_shard, retries: int = 3):
-        import ray
 
-        self.staging, self.names, self.schema, self.written = staging, names, schema, written
-        self.task, self.retries = task, retries
-        self._values: dict[int, tuple[str, object]] = {}
+class Holding:
+    """One run's state on a worker: its shards' source (decoded chunks while ``decode``, else the files) and
+    one staged writer per shard, which already received the shard's carried columns while ``decode``."""
+
+    def __init__(self, plan: RunPlan, decode: bool):
+        self.plan = plan
+        self.values: dict[int, tuple[str, object]] = {}  # slot -> (object reference, value), ``ShardWorker._value``
         self._writers: dict[int, AtomicParquetWriter] = {}
-        sys.setswitchinterval(SWITCH_INTERVAL_S)
-        if ray.get_runtime_context().was_current_actor_reconstructed:  # its kept chunks and writers died with it
-            self.source = ShardSet(shards, chunk_rows, 0, validation.check_chunk)
+        if decode:
+            self._writers = {s.index: AtomicParquetWriter(self._path(s), plan.schema, plan.carried, plan.written)
+                             for s in plan.shards}
+            self.source = ShardSet(plan.shards, plan.chunk_rows, plan.budget, validation.check_chunk,
+                                   self._writers.get)
         else:
-            self._writers = {s.index: AtomicParquetWriter(self._path(s), schema, carried, written) for s in shards}
-            self.source = ShardSet(shards, chunk_rows, budget, validation.check_chunk, self._carrying)
-        # while the shards are decoded: what every pass needs
+            self.source = ShardSet(plan.shards, plan.chunk_rows, 0, validation.check_chunk)
+
+    def _path(self, shard: Shard) -> str:
+        return os.path.join(self.plan.staging, self.plan.names[shard.index])
+
+    def writer(self, shard: Shard) -> AtomicParquetWriter:
+        """The shard's staged writer: the one its carried columns went to, once; a plain one for a retry."""
+        return self._writers.pop(shard.index, None) or AtomicParquetWriter(self._path(shard), self.plan.schema,
+                                                                          written=self.plan.written)
+
+    def failed(self, shard: Shard) -> None:
+        """After a call that raised: every later pass reads the files, and the shard's writer is dropped."""
+        self.source.read_files()
+        writer = self._writers.pop(shard.index, None)
+        if writer is not None:
+            writer.abort()
+
+    def close(self) -> None:
+        self.source.read_files()
+        for writer in self._writers.values():
+            writer.abort()
+        self._writers.clear()
+
+
+class ShardWorker:
+    """A Ray actor that runs passes over the shards of the runs it holds (``Holding``, keyed by the object
+    reference of the run's ``RunPlan``), one call at a time."""
+
+    def __init__(self):
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
+        self._held: dict[str, Holding] = {}
+        self._idle_since, self._keep_s, self._retiring = time.monotonic(), 0.0, False
+        self._watch: Optional[threading.Thread] = None  # a kept worker's, from the end of its first run
+
+    def begin(self, refs: list) -> None:
+        """Hold the run of ``refs[0]`` (its ``RunPlan``): start decoding its shards, then import what every pass
+        needs (while the shards are decoded). Returns once both began and torch is imported."""
+        key, plan = self._plan(refs)
+        if key not in self._held:
+            self._held[key] = Holding(plan, decode=True)
         import torch  # noqa: F401
 
         from . import driver  # noqa: F401
 
-    def _path(self, shard: Shard) -> str:
-        return os.path.join(self.staging, self.names[shard.index])
-
-    def _carrying(self, shard: Shard) -> Optional[AtomicParquetWriter]:
-        return self._writers.get(shard.index)
-
-    def writer(self, shard: Shard) -> AtomicParquetWriter:
-        """The shard's staged writer: the one its carried columns went to, once; a plain one for a retry."""
-        return self._writers.pop(shard.index, None) or AtomicParquetWriter(self._path(shard), self.schema,
-                                                                          written=self.written)
-
-    def started(self) -> None:
-        """Returns once the constructor ran (its shards may still be decoding)."""
-
     def run(self, stage: str, refs: list, shard: Shard, given: dict) -> bytes:
-        """``stage`` over ``shard`` with its per-row inputs ``given``; ``refs``: the run's ``ShardWork`` and what
-        the earlier passes established, as Ray object references (fetched once each). The ``ShardResult``, or
-        the data's ``RladvError``, pickled (``pack``)."""
-        work, known = (self._value(slot, ref) for slot, ref in enumerate(refs))
-        work = work.reading(self.source)
-        for attempt in range(self.retries + 1):
+        """``stage`` over ``shard`` with its per-row inputs ``given``; ``refs``: the run's ``RunPlan``, its
+        ``ShardWork`` and what the earlier passes established, as Ray object references (fetched once each).
+        The ``ShardResult``, or the data's ``RladvError``, pickled (``pack``)."""
+        key, plan = self._plan(refs)
+        held = self._held.get(key)
+        if held is None:  # a restarted worker (what it held died with it): it reads files
+            held = self._held[key] = Holding(plan, decode=False)
+        work, known = (self._value(held, slot, ref) for slot, ref in enumerate(refs[1:]))
+        work = work.reading(held.source)
+        for attempt in range(plan.retries + 1):
             try:
-                return pack(self.task(self, stage, shard, given, work, known))
+                return pack(plan.task(held, stage, shard, given, work, known))
             except RladvError as err:
                 return pack(err)
             except Exception:
-                self.source.read_files()
-                writer = self._writers.pop(shard.index, None)
-                if writer is not None:
-                    writer.abort()
-                if attempt == self.retries:
+                held.failed(shard)
+                if attempt == plan.retries:
                     raise
 
-    def _value(self, slot: int, ref):
-        """The value of ``ref``, fetched once: slot 0 holds the run's work, slot 1 the latest pass's inputs."""
+    def end(self, refs: list) -> None:
+        """Drop what the run of ``refs[0]`` held; a worker holding no run stops itself after the plan's
+        ``keep_s`` seconds, unless another run begins first."""
+        key, plan = self._plan(refs)
+        held = self._held.pop(key, None)
+        if held is not None:
+            held.close()
+        if not self._held:
+            if self._retiring:
+                threading.Thread(target=self._stop, daemon=True).start()  # once this call returned
+            pa.default_memory_pool().release_unused()
+            self._idle_since, self._keep_s = time.monotonic(), plan.keep_s
+            if self._watch is None and plan.keep_s > 0:
+                self._watch = threading.Thread(target=self._stop_when_idle, daemon=True)
+                self._watch.start()
+
+    def retire(self) -> None:
+        """Stop as soon as no run is held, not waiting ``keep_s`` (now, for a kept worker that waits): a run that
+        wants kept workers of another shape asks, for their CPUs."""
+        self._retiring = True
+        if not self._held and self._watch is not None:
+            threading.Thread(target=self._stop, daemon=True).start()
+
+    def _stop_when_idle(self) -> None:
+        """The kept worker's watch: once a second, whether it has held no run for the latest plan's ``keep_s``."""
+        while self._held or time.monotonic() - self._idle_since < self._keep_s:
+            time.sleep(min(self._keep_s, 1.0))
+        self._stop()
+
+    @staticmethod
+    def _stop() -> None:
         import ray
 
-        held = self._values.get(slot)
-        if held is None or held[0] != ref.hex():
-            held = self._values[slot] = (ref.hex(), ray.get(ref))
-        return held[1]
+        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+
+    def _plan(self, refs: list) -> tuple[str, RunPlan]:
+        key = refs[0].hex()
+        held = self._held.get(key)
+        if held is not None:
+            return key, held.plan
+        import ray
+
+        return key, ray.get(refs[0])
+
+    @staticmethod
+    def _value(held: Holding, slot: int, ref):
+        """The value of ``ref``, fetched once per run: slot 0 holds the run's work, slot 1 the latest pass's
+        inputs."""
+        import ray
+
+        value = held.values.get(slot)
+        if value is None or value[0] != ref.hex():
+            value = held.values[slot] = (ref.hex(), ray.get(ref))
+        return value[1]
 
 
 def pack(value) -> bytes:

@@ -401,6 +401,7 @@ INERT = [
     pytest.param(["--kl-coef", "0.1", "--kl-target", "0.2"], "--kl-ctrl adaptive", id="kl-target-with-fixed"),
     pytest.param(["--ray-workers", "4"], "--engine ray", id="ray-workers-with-local"),
     pytest.param(["--ray-address", "auto"], "--engine ray", id="ray-address-with-local"),
+    pytest.param(["--ray-keep-workers", "60"], "--engine ray", id="ray-keep-workers-with-local"),
     pytest.param(["--kl-penalty", "k3"], "--kl-penalty has no effect without --kl-coef", id="kl-penalty-without-kl-coef"),
     pytest.param(["--estimator", "grpo_vectorized", "--no-norm-adv-by-std"],
                  "--no-norm-adv-by-std has no effect with --estimator grpo_vectorized, which reads --epsilon",

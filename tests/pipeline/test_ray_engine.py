@@ -171,13 +171,13 @@ def _fail_on(shard_index: int, marker: Path, how: str):
 
     real = ray_worker.run_shard
 
-    def task(worker, stage, shard, given, work, known):
+    def task(held, stage, shard, given, work, known):
         if stage == "write" and shard.index == shard_index and (how == "always" or not marker.exists()):
             marker.touch()
             if how == "crash":
                 os._exit(1)
             raise OSError(f"injected failure on shard {shard_index}")
-        return real(worker, stage, shard, given, work, known)
+        return real(held, stage, shard, given, work, known)
 
     return task
 
@@ -333,11 +333,11 @@ def _kept_at_write(marker: Path):
 
     real = ray_worker.run_shard
 
-    def task(worker, stage, shard, given, work, known):
-        once = worker.source._once
+    def task(held, stage, shard, given, work, known):
+        once = held.source._once
         with open(marker, "a") as f:
             f.write(f"{stage} {shard.index} {os.getpid()} {once is not None and once.kept}\n")
-        return real(worker, stage, shard, given, work, known)
+        return real(held, stage, shard, given, work, known)
 
     return task
 
@@ -459,3 +459,89 @@ def test_shards_are_balanced_by_rows():
     assert [[s.index for s in group] for group in sets] == [[1, 2, 4], [0, 3]]  # 21 and 21 rows, each in order
     assert [[s.index for s in group] for group in balanced(shards, 9)] == [[1], [3], [0], [4], [2]]
     assert [[s.index for s in group] for group in balanced(shards, 1)] == [[0, 1, 2, 3, 4]]
+
+
+@pytest.fixture
+def kept(ray_instance):
+    """The module's Ray instance, with no kept worker left on it after the test."""
+    yield ray_instance
+    for actor in ray_instance.util.list_named_actors(all_namespaces=True):
+        if actor["namespace"] == "rladv":
+            ray_instance.kill(ray_instance.get_actor(actor["name"], namespace="rladv"))
+    assert_workers_stopped(ray_instance)
+
+
+def kept_names(ray) -> list[str]:
+    return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == "rladv")
+
+
+def test_kept_workers_serve_the_next_run(kept, shards, tmp_path, monkeypatch):
+    """With ``--ray-keep-workers`` the second run is served by the first run's two worker processes, which
+    decode its shards once again (its write pass takes kept chunks) and give the local engine's numbers."""
+    from rladv_cli.pipeline import ray_engine
+
+    marker = tmp_path / "calls"
+    monkeypatch.setattr(ray_engine.ray_worker, "run_shard", _kept_at_write(marker))
+    pids = []
+    for run in ("first", "second"):
+        (tmp_path / run).mkdir()
+        local, distributed = run_both(shards, tmp_path / run, {"workers": 2, "keep_workers": 60}, estimator="grpo",
+                                      batch_key="step")
+        assert_same(shards, tmp_path / run, local, distributed)
+        calls = [line.split() for line in marker.read_text().splitlines()]
+        marker.unlink()
+        assert {kept_chunks for stage, _, _, kept_chunks in calls if stage == "write"} == {"True"}
+        pids.append({pid for _, _, pid, _ in calls})
+        assert len(kept_names(kept)) == 2 and all(n.endswith(("-2x1-0", "-2x1-1")) for n in kept_names(kept))
+    assert len(pids[0]) == 2 and pids[1] == pids[0]
+    assert kept.available_resources().get("CPU", 0) == 0  # the two kept workers hold a CPU each
+
+
+def test_kept_workers_stop_once_idle_for_their_time(kept, shards, tmp_path):
+    import time
+
+    run_both(shards, tmp_path, {"workers": 1, "keep_workers": 0.5}, estimator="grpo")
+    deadline = time.monotonic() + 30
+    while kept_names(kept):
+        assert time.monotonic() < deadline, f"kept workers still up: {kept_names(kept)}"
+        time.sleep(0.1)
+    assert_workers_stopped(kept)
+
+
+def test_a_failed_run_keeps_no_worker(kept, shards, tmp_path, monkeypatch):
+    from rladv_cli.pipeline import ray_engine
+
+    monkeypatch.setattr(ray_engine, "MAX_RETRIES", 1)
+    monkeypatch.setattr(ray_engine.ray_worker, "run_shard", _fail_on(1, tmp_path / "failed", "always"))
+    with pytest.raises(ray_engine.ComputeError, match="injected failure on shard 1"):
+        run_both(shards, tmp_path, {"workers": 2, "keep_workers": 60}, estimator="grpo")
+    assert not (tmp_path / "out").exists()
+    assert_workers_stopped(kept)
+    assert kept_names(kept) == []
+
+
+def test_a_run_of_another_shape_takes_the_cpus_of_idle_kept_workers(kept, shards, tmp_path):
+    """Kept workers hold their CPUs while they wait: one worker kept with both CPUs, then a run that wants two
+    workers (kept too), then one that keeps none; each runs at once, the idle workers stopping for it."""
+    first, second, third = (tmp_path / name for name in ("first", "second", "third"))
+    for folder in (first, second, third):
+        folder.mkdir()
+    run_both(shards, first, {"workers": 1, "keep_workers": 60}, estimator="grpo")
+    assert [n.rsplit("-", 2)[1:] for n in kept_names(kept)] == [["1x2", "0"]]
+    assert_same(shards, second, *run_both(shards, second, {"workers": 2, "keep_workers": 60}, estimator="grpo"))
+    assert [n.rsplit("-", 2)[1:] for n in kept_names(kept)] == [["2x1", "0"], ["2x1", "1"]]
+    assert_same(shards, third, *run_both(shards, third, {"workers": 2}, estimator="grpo"))
+    assert_workers_stopped(kept)
+    assert kept_names(kept) == []
+
+
+def test_keeping_workers_needs_a_running_cluster(shards, tmp_path, monkeypatch):
+    ray = pytest.importorskip("ray")
+    from rladv_cli.pipeline.ray_engine import compute_ray
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    with pytest.raises(ConfigError, match=r"^--ray-keep-workers needs a running cluster"):
+        compute_ray([str(shards)], Config(estimator="grpo"), output_dir=tmp_path / "out", keep_workers=5)
+    with pytest.raises(ConfigError, match=r"^--ray-keep-workers must be 0 or more seconds, got -1"):
+        compute_ray([str(shards)], Config(estimator="grpo"), output_dir=tmp_path / "out", keep_workers=-1)
+    assert os.listdir(tmp_path) == []
