@@ -40,6 +40,7 @@ PathLike = str | os.PathLike
 MAX_RETRIES = 3  # per shard call: exceptions other than the data's errors, and lost workers
 REPORT_NAME = "report.json"
 POOL_NAMESPACE = "rladv"  # kept workers' Ray namespace (--ray-keep-workers)
+END_SECONDS = 5  # for kept workers to drop what a finished run held
 PROBE_SECONDS = 5  # to connect to a cluster's address before ray.init, which retries one that never answers for minutes
 
 
@@ -399,7 +400,7 @@ class RayWorkers:
         cancelled first: Ray would otherwise retry them on the dead actors, and say so on this terminal."""
         if self.prefix and self.finished:
             ended = [actor.end.remote([plan]) for actor, plan in zip(self.actors, self.plans)]
-            self.ray.wait(ended, num_returns=len(ended), timeout=PROBE_SECONDS)
+            self.ray.wait(ended, num_returns=len(ended), timeout=END_SECONDS)
             return
         for call in self.calls:
             try:
