@@ -11,7 +11,8 @@ last, so no run pays for a cluster's start, as a user who joins a cluster does n
 process: the local engine as ``rladv compute``, Ray's through ``bench/ray_timeline.py`` (the same command with
 timing hooks), run in turn (local, 1 worker, 2 workers, then again) after one warm-up each; then, for each
 worker count, runs with ``--ray-keep-workers`` ("kept": the warm-up starts the workers, every later run is
-served by them) in turn with the local engine. Each figure is the best of ``--repeat``. "passes" is the time the report measured inside the run; "worker s" the seconds the
+served by them) in turn with the local engine. Each figure is the best of ``--repeat``; the local
+engine's, which runs in every block, the best of all its runs. "passes" is the time the report measured inside the run; "worker s" the seconds the
 workers spent in their calls (Σ over calls, from the timeline).
 
 The model (docs/ray.md), once from the best 1-worker run and once from the best kept one: ``c`` = worker seconds per shard, ``D`` = the driver's

@@ -100,6 +100,7 @@ class Holding:
             writer.abort()
 
     def close(self) -> None:
+        """At the run's end: the kept chunks and the writers no pass took are dropped."""
         self.source.read_files()
         for writer in self._writers.values():
             writer.abort()
