@@ -409,15 +409,14 @@ class ReadOnce:
     dropped and the thread only reads ahead of the first pass (``READ_AHEAD`` chunks, each handed out once);
     later passes read the files themselves (``shard_chunks`` returns None). Memory stays within the budget
     plus a few chunks, whatever the dataset's size. A read error is raised where the pass reaches it.
-    ``writer_of(shard)`` names the writer that receives the shard's chunks as they are kept, in dataset order,
-    and ``None`` after the last chunk it gets; when the chunks are dropped, each writer drops what it took
-    from them (``AtomicParquetWriter.carry``, ``drop_carried``): memory is short then.
+    ``writer_of(shard)`` names the writer that receives the shard's chunks (``AtomicParquetWriter.carry``), in
+    dataset order, and ``None`` after the last chunk it gets: once every chunk is decoded and kept, before the
+    first pass can end (``_carry_kept``); a dataset past the budget hands nothing over.
     """
 
     def __init__(self, dataset: "Dataset | ShardSet", chunk_rows: int, budget: int, check: Check,
                  writer_of: "Callable[[Shard], AtomicParquetWriter | None] | None" = None):
         self.chunk_rows, self.budget, self._check, self._writer_of = chunk_rows, budget, check, writer_of
-        self._writers: list[AtomicParquetWriter] = []  # every writer handed chunks, in the order first handed
         self._kept_bytes = 0
         self._chunks: list[Chunk | None] = []  # in dataset order; None once handed out and not kept
         self._keep = True
@@ -432,17 +431,11 @@ class ReadOnce:
 
     def _read(self, dataset: "Dataset | ShardSet") -> None:
         try:
-            writer = None
             for shard in dataset.shards:  # the thread opens the files itself: readers are not shared
-                following = self._writer_of(shard) if self._writer_of is not None else None
-                if following is not writer:
-                    self._carried(writer, None)
-                    writer = following
                 for chunk in shard.chunks(None, self.chunk_rows):
                     if not self._put(self._checked(chunk)):
                         return
-                    self._carried(writer, chunk.table)
-            self._carried(writer, None)
+            self._carry_kept(dataset.shards)
         except BaseException as err:
             with self._cond:
                 self._error = err
@@ -451,12 +444,24 @@ class ReadOnce:
                 self._done = True
                 self._cond.notify_all()
 
-    def _carried(self, writer: "AtomicParquetWriter | None", table: pa.Table | None) -> None:
-        """Hand ``writer`` the chunk just kept (``None``: its last), as long as every chunk so far was kept."""
-        if writer is not None and self._keep:
-            if writer not in self._writers:
-                self._writers.append(writer)
-            writer.carry(table)
+    def _carry_kept(self, shards: Sequence[Shard]) -> None:
+        """Hand every writer its shards' kept chunks, in dataset order, then ``None``; only once all are decoded
+        (before ``_done``, so the first pass is still waiting for the last shard): the encoders run at the lowest
+        priority, and on a busy machine they would slow the decoding down, taking the GIL and holding it while
+        they wait for a CPU. Nothing when the chunks were not kept."""
+        if self._writer_of is None or not self._keep:
+            return
+        of_index = {shard.index: shard for shard in shards}
+        writer = None
+        for chunk in self._chunks:
+            following = self._writer_of(of_index[chunk.file_index])
+            if following is not writer and writer is not None:
+                writer.carry(None)
+            writer = following
+            if writer is not None:
+                writer.carry(chunk.table)
+        if writer is not None:
+            writer.carry(None)
 
     def _checked(self, chunk: Chunk) -> Chunk:
         """The chunk marked ``checked`` when all its columns pass ``check``. A chunk that fails stays unmarked:
@@ -476,8 +481,6 @@ class ReadOnce:
                 self._kept_bytes = 0
                 for i in range(self._taken):
                     self._chunks[i] = None
-                for writer in self._writers:
-                    writer.drop_carried()
             while not self._keep and len(self._chunks) - self._taken >= READ_AHEAD and not self._closed:
                 self._cond.wait()
             if self._closed:

@@ -104,9 +104,6 @@ class _RowGroups:
             self.count += 1
             yield buffered.slice(0, rows)
 
-    def clear(self) -> None:
-        self._pending, self._rows = [], 0
-
 
 class _Carried:
     """One row group's carried columns, encoded by a background encoder (``early``) or, when the row group is
@@ -119,9 +116,8 @@ class _Carried:
         self._claimed = threading.Lock()
 
     def early(self) -> None:
-        table = self.table  # None once dropped
-        if table is not None and self._claimed.acquire(blocking=False):
-            self._part = self._encode(table)
+        if self._claimed.acquire(blocking=False):
+            self._part = self._encode(self.table)
 
     def part(self) -> pa.Buffer:
         if self._claimed.acquire(blocking=False):  # not started: encode it here
@@ -139,6 +135,30 @@ def _lowest_priority() -> None:
             pass
 
 
+class _CarryPool:
+    """The process's ``ENCODERS`` threads for carried columns, at the lowest priority, shared by every writer
+    (a Ray worker holds one writer per shard: threads of their own would queue for the GIL beside its passes).
+    Started on first use, and again in a forked child, which has none of its parent's threads."""
+
+    def __init__(self):
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._forget)
+
+    def submit(self, task: Callable[[], None]) -> Future:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(ENCODERS, thread_name_prefix="rladv-carry", initializer=_lowest_priority)
+            return self._pool.submit(task)
+
+    def _forget(self) -> None:
+        self._pool, self._lock = None, threading.Lock()
+
+
+_CARRY_POOL = _CarryPool()
+
+
 class AtomicParquetWriter:
     """Writes to a temporary file beside ``path`` and renames it over ``path`` only on ``commit()``.
 
@@ -152,7 +172,7 @@ class AtomicParquetWriter:
     untouched.
 
     The ``carried`` columns (input columns the output holds unchanged) may arrive early, from row 0 on, through
-    ``carry``: they are encoded as soon as a row group's worth is there (``compute_file`` hands them over as
+    ``carry``: they are encoded as soon as a row group's worth is there (``compute_file`` hands them over once
     the input is decoded, while torch imports), and ``write`` then encodes only the other columns of that
     row group; ``append_columns`` puts the pages of both together, the same bytes again.
     """
@@ -167,7 +187,7 @@ class AtomicParquetWriter:
         self._options = writer_options(self._file_schema)
         self._finished = False
         self._encoders = ThreadPoolExecutor(ENCODERS, thread_name_prefix="rladv-encode")
-        self._early = ThreadPoolExecutor(ENCODERS, thread_name_prefix="rladv-carry", initializer=_lowest_priority)
+        self._early: list[Future] = []  # the carried row groups' encodings, on ``_CARRY_POOL``
         self._file, self._tmp = None, None
         try:
             # a signal between the file's creation and its path being kept here would leave it behind
@@ -187,28 +207,17 @@ class AtomicParquetWriter:
         self._computed_names = [n for n in schema.names if n not in set(carried)]
         self._carried: dict[int, _Carried] = {}  # by row group
         self._carry = _RowGroups()
-        self._carrying = True
 
     def carry(self, table: pa.Table | None) -> None:
         """The next rows of the input (any columns, the carried ones among them); ``None`` after the last
         row. A row group is encoded once all its rows are here; rows never followed by ``None`` or by a whole
-        row group's worth are written the usual way. Nothing is carried after ``drop_carried``."""
-        if not self._carrying:
-            return
+        row group's worth are written the usual way."""
         if table is not None:  # labelled with the output's fields, as ``write``'s tables are (files may differ)
             self._carry.add(pa.Table.from_arrays([table[n] for n in self._carried_names], schema=self._carried_schema))
         for rows in self._carry.take(flush=table is None):
             carried = _Carried(rows, self._encode)
             self._carried[self._carry.count - 1] = carried
-            self._early.submit(carried.early)
-
-    def drop_carried(self) -> None:
-        """Forget every carried row group (their encodings not started are skipped); all are encoded whole."""
-        for carried in self._carried.values():
-            carried.table = None
-        self._carried.clear()
-        self._carry.clear()
-        self._carrying = False  # rows carried later would not line up with the rows written
+            self._early.append(_CARRY_POOL.submit(carried.early))
 
     def write(self, table: pa.Table) -> None:
         if not table.schema.equals(self.schema):
@@ -277,7 +286,7 @@ class AtomicParquetWriter:
                 self._in_flight.popleft().result()
             self._joiner.finish()
             self._encoders.shutdown()
-            self._early.shutdown(wait=False, cancel_futures=True)
+            self._cancel_early()
             self._file.close()
         self._finished = True
 
@@ -290,7 +299,7 @@ class AtomicParquetWriter:
     def abort(self) -> None:
         try:
             self._failed = True
-            self._early.shutdown(wait=False, cancel_futures=True)
+            self._cancel_early()
             self._encoders.shutdown(cancel_futures=True)
             try:
                 if self._file is not None:
@@ -300,6 +309,12 @@ class AtomicParquetWriter:
         finally:
             if self._tmp is not None and os.path.exists(self._tmp):
                 os.unlink(self._tmp)
+
+    def _cancel_early(self) -> None:
+        """Cancel the carried encodings not started (every row group is written: they are not needed)."""
+        for job in self._early:
+            job.cancel()
+        self._early.clear()
 
     def __enter__(self) -> "AtomicParquetWriter":
         return self

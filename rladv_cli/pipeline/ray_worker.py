@@ -80,9 +80,13 @@ class Holding:
             self._writers = {s.index: AtomicParquetWriter(self._path(s), plan.schema, plan.carried, plan.written)
                              for s in plan.shards}
             self.source = ShardSet(plan.shards, plan.chunk_rows, plan.budget, validation.check_chunk,
-                                   self._writers.get)
+                                   self._carrying)
         else:
             self.source = ShardSet(plan.shards, plan.chunk_rows, 0, validation.check_chunk)
+
+    def _carrying(self, shard: Shard) -> Optional[AtomicParquetWriter]:
+        """The writer that takes the shard's carried columns as they are decoded (``ShardSet``'s ``writer_of``)."""
+        return self._writers.get(shard.index)
 
     def _path(self, shard: Shard) -> str:
         return os.path.join(self.plan.staging, self.plan.names[shard.index])

@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -552,20 +553,19 @@ def test_token_lists_carry_no_statistics_and_labels_do(tmp_path):
 
 
 class _Early:
-    """Stands in for the writer's background encoders: runs each early encoding at once (``now``), never
-    (``never``), or claims it without finishing it (``stuck``: an encoder starved at the lowest priority)."""
+    """Stands in for the writers' background encoders (``write._CARRY_POOL``): runs each early encoding at once
+    (``now``), never (``never``), or claims it without finishing it (``stuck``: an encoder starved at the
+    lowest priority)."""
 
     def __init__(self, mode: str):
         self.mode = mode
 
-    def submit(self, early):
+    def submit(self, early) -> Future:
         if self.mode == "now":
             early()
         elif self.mode == "stuck":
             early.__self__._claimed.acquire()
-
-    def shutdown(self, **_):
-        pass
+        return Future()
 
 
 def _carried_table(rows: int) -> pa.Table:
@@ -579,13 +579,12 @@ def _carried_table(rows: int) -> pa.Table:
                      "score": pa.array(rng.normal(size=rows))})
 
 
-def _write_with_carry(path, table, mode: str, carried_rows: int, chunk: int = 37, end: bool = True):
-    from rladv_cli.io.write import AtomicParquetWriter
+def _write_with_carry(monkeypatch, path, table, mode: str, carried_rows: int, chunk: int = 37, end: bool = True):
+    from rladv_cli.io import write
 
-    with AtomicParquetWriter(str(path), table.schema, carried=["uid", "responses", "score"]) as sink:
-        if mode != "threads":
-            sink._early.shutdown()
-            sink._early = _Early(mode)
+    if mode != "threads":
+        monkeypatch.setattr(write, "_CARRY_POOL", _Early(mode))
+    with write.AtomicParquetWriter(str(path), table.schema, carried=["uid", "responses", "score"]) as sink:
         for start in range(0, carried_rows, chunk):
             sink.carry(table.slice(start, min(chunk, carried_rows - start)))
         if end:
@@ -606,7 +605,7 @@ def test_carried_columns_encoded_apart_give_the_bytes_of_one_writer(tmp_path, mo
 
     monkeypatch.setattr(rio, "ROW_GROUP_ROWS", 64)
     table = _carried_table(300)
-    got = _write_with_carry(tmp_path / "carried.parquet", table, mode, carried_rows, end=end)
+    got = _write_with_carry(monkeypatch, tmp_path / "carried.parquet", table, mode, carried_rows, end=end)
     one = tmp_path / "one.parquet"
     with pq.ParquetWriter(one, table.schema, **rio.writer_options(table.schema)) as writer:
         for start in range(0, 300, 64):
@@ -620,7 +619,7 @@ def test_carried_rows_that_do_not_line_up_with_the_written_ones_leave_nothing(tm
     monkeypatch.setattr(rio, "ROW_GROUP_ROWS", 64)
     table = _carried_table(300)
     with pytest.raises(RuntimeError, match="row group of 64 rows, carried columns of 36"):
-        _write_with_carry(tmp_path / "out.parquet", table, "now", carried_rows=100)
+        _write_with_carry(monkeypatch, tmp_path / "out.parquet", table, "now", carried_rows=100)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -642,3 +641,32 @@ def test_the_early_encoders_run_at_the_lowest_priority():
     worker.join()
     assert seen == [19]
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) != 19
+
+
+def test_every_writer_of_a_process_shares_its_early_encoders(tmp_path, monkeypatch):
+    """A Ray worker holds one writer per shard: their carried columns are encoded by the same ``ENCODERS``
+    threads, not by threads of each writer's own that would queue for the GIL beside the passes."""
+    import threading
+
+    from rladv_cli.io import write
+
+    monkeypatch.setattr(write, "ROW_GROUP_ROWS", 64)
+    monkeypatch.setattr(write, "_CARRY_POOL", write._CarryPool())
+    table = _carried_table(300)
+    writers = [write.AtomicParquetWriter(str(tmp_path / f"{i}.parquet"), table.schema, carried=["uid", "responses", "score"])
+               for i in range(2 * write.ENCODERS + 1)]
+    try:
+        for sink in writers:
+            sink.carry(table)
+            sink.carry(None)
+        for sink in writers:
+            for start in range(0, table.num_rows, 64):
+                sink.write(table.slice(start, 64))
+            sink.commit()
+    finally:
+        for sink in writers:
+            sink.abort()
+    carriers = {t.name for t in threading.enumerate() if t.name.startswith("rladv-carry")}
+    assert 0 < len(write._CARRY_POOL._pool._threads) <= write.ENCODERS and len(carriers) <= write.ENCODERS
+    first = (tmp_path / "0.parquet").read_bytes()
+    assert all((tmp_path / f"{i}.parquet").read_bytes() == first for i in range(len(writers)))

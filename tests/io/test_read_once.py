@@ -71,8 +71,8 @@ def test_a_dataset_that_fits_is_read_once_and_gives_the_same_bytes(tmp_path, rea
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "gae"])
-def test_carried_columns_are_encoded_as_the_input_is_read_and_give_the_same_bytes(tmp_path, monkeypatch, estimator):
-    """While the input is decoded (and torch imports), the input columns the output holds unchanged are
+def test_carried_columns_are_encoded_once_the_input_is_read_and_give_the_same_bytes(tmp_path, monkeypatch, estimator):
+    """Once the input is decoded (while torch imports), the input columns the output holds unchanged are
     encoded, row group by row group, across file boundaries; the write pass encodes only rladv's columns."""
     monkeypatch.setattr(wio, "ROW_GROUP_ROWS", 16)
     used = []
@@ -106,18 +106,18 @@ def test_files_that_differ_in_nullability_give_a_nullable_column(tmp_path, monke
 
 def test_a_dataset_larger_than_its_footer_says_falls_back_to_streaming(tmp_path, reads, monkeypatch):
     """Long dictionary-encoded strings look small on disk; once the decoded chunks pass the budget they are
-    dropped, the first pass goes on from the thread, and later passes read the file."""
+    dropped, the first pass goes on from the thread, and later passes read the file. Nothing was handed to the
+    writer (that waits until every chunk is decoded and kept), so the output is written as usual."""
     paths = files(tmp_path, rollouts(64, 3, prompt=40_000))
     assert rio._decoded_bytes(rio.open_parquet(str(paths[0]))) < 1 << 20
     states, carried, used = [], [], []
     monkeypatch.setattr(rio.ReadOnce, "close", lambda self, close=rio.ReadOnce.close: (states.append(self.kept), close(self)))
-    # the writer drops the row groups it took before the fall-back: memory is short
     monkeypatch.setattr(wio, "ROW_GROUP_ROWS", 4)
     monkeypatch.setattr(wio._Carried, "__init__", lambda self, *a, init=wio._Carried.__init__: (carried.append(1), init(self, *a))[1])
     monkeypatch.setattr(wio._Carried, "part", lambda self, part=wio._Carried.part: (used.append(1), part(self))[1])
     fallback = written(paths, tmp_path / "a.parquet", "grpo", cache_mib=1)
     assert states == [False] and reads[str(paths[0])] > 64 * 2
-    assert carried and not used
+    assert not carried and not used
     assert fallback == written(paths, tmp_path / "b.parquet", "grpo", cache_mib=0)
 
 

@@ -364,6 +364,34 @@ def test_each_shard_is_decoded_once_by_the_worker_that_holds_it(ray_instance, sh
     assert_workers_stopped(ray_instance)
 
 
+def test_a_worker_hands_each_shard_to_its_own_writer_once_decoded(shards, tmp_path, monkeypatch):
+    """What a worker holds for a run (``ray_worker.Holding``, here in this process): once its shards are decoded,
+    each shard's staged writer gets that shard's rows, in order, then their end, so that their carried columns
+    are encoded before the write pass, as the local engine's are."""
+    from rladv_cli.io.write import AtomicParquetWriter, computed_columns, output_schema
+    from rladv_cli.pipeline import ray_worker
+
+    handed: dict[str, list] = {}
+    monkeypatch.setattr(AtomicParquetWriter, "carry", lambda self, table: handed.setdefault(
+        os.path.basename(self.path), []).append(None if table is None else table["uid"].to_pylist()))
+    dataset = Dataset([str(shards)])
+    schema = output_schema(dataset.schema, with_is_weights=False)
+    names = {s.index: f"part-{s.index:02d}.adv.parquet" for s in dataset.shards}
+    carried = tuple(n for n in dataset.columns if n not in computed_columns(False))
+    plan = ray_worker.RunPlan(tuple(dataset.shards), str(tmp_path), names, schema, carried,
+                              tuple(dataset.names.written(schema.names)), CHUNK_ROWS, 64 << 20)
+    held = ray_worker.Holding(plan, decode=True)
+    try:
+        for shard in dataset.shards:  # the first pass, which ends once every shard is decoded
+            assert sum(chunk.table.num_rows for chunk in held.source.shard_chunks(shard, None, CHUNK_ROWS)) == shard.num_rows
+    finally:
+        held.close()
+    assert set(handed) == set(names.values())
+    for shard in dataset.shards:
+        rows = handed[names[shard.index]]
+        assert rows[-1] is None and sum(rows[:-1], []) == pq.read_table(shard.path)["uid"].to_pylist()
+
+
 def _raise_interrupted(signum, frame):
     """The executable's SIGTERM/SIGHUP handler, as ``rladv_cli.cli`` installs it (less the ignoring of a second)."""
     from rladv_cli.errors import Interrupted
