@@ -1,7 +1,10 @@
 """``--engine ray`` against ``--engine local``: the same files in, the same numbers out, row for row.
 
 One local Ray instance (2 CPUs) serves the module. The dataset has several shards (files) of uneven size,
-read in chunks smaller than a shard, with uid groups and ``--batch-key`` batches that span shards.
+read in chunks smaller than a shard, with uid groups and ``--batch-key`` batches that span shards. The tests
+that compare every estimator and stage run on the same two kept workers (``served``), one run after another, so
+they also check that a kept worker carries nothing from one run into the next; every other test begins with no
+kept worker on the cluster and starts its own.
 """
 import json
 import os
@@ -35,6 +38,30 @@ def ray_instance():
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def served(ray_instance):
+    """Options for runs served by two workers kept across the module's tests (``--ray-keep-workers``)."""
+    yield {"keep_workers": 600}
+    stop_kept_workers(ray_instance)
+
+
+@pytest.fixture(autouse=True)
+def no_kept_workers(request):
+    """A test that does not ask for ``served`` begins with no kept worker (they would hold the cluster's CPUs)."""
+    if "served" not in request.fixturenames and "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        stop_kept_workers(sys.modules["ray"])
+
+
+def stop_kept_workers(ray) -> None:
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        if actor["namespace"] == "rladv":
+            try:
+                ray.kill(ray.get_actor(actor["name"], namespace="rladv"))
+            except ValueError:  # stopped meanwhile
+                pass
+    assert_workers_stopped(ray)
 
 
 def rollouts(rng: np.random.Generator, sessions: bool = False) -> pa.Table:
@@ -132,10 +159,10 @@ def assert_same(folder: Path, tmp: Path, local, distributed) -> None:
 
 
 @pytest.mark.parametrize("estimator", sorted(ESTIMATORS))
-def test_every_estimator_matches_the_local_engine(ray_instance, request, tmp_path, estimator):
+def test_every_estimator_matches_the_local_engine(served, request, tmp_path, estimator):
     shards = shards_for(request, estimator)
     extra = {"reward_components": ["correct", "short"], "reward_weights": [1.0, 0.5]} if ESTIMATORS[estimator].components else {}
-    local, distributed = run_both(shards, tmp_path, estimator=estimator, batch_key="step", **extra)
+    local, distributed = run_both(shards, tmp_path, served, estimator=estimator, batch_key="step", **extra)
     assert local.groups.batches == 3
     assert_same(shards, tmp_path, local, distributed)
 
@@ -148,8 +175,8 @@ def test_every_estimator_matches_the_local_engine(ray_instance, request, tmp_pat
          rollout_is="token", rollout_is_batch_normalize=True, batch_key="step"),
     dict(estimator="rloo", overlong_buffer_len=4, max_resp_len=16, overlong_penalty_factor=0.5),
 ], ids=["kl", "adaptive-kl", "rollout-rejection", "overlong"])
-def test_stages_match_the_local_engine(ray_instance, shards, tmp_path, settings):
-    local, distributed = run_both(shards, tmp_path, **settings)
+def test_stages_match_the_local_engine(served, shards, tmp_path, settings):
+    local, distributed = run_both(shards, tmp_path, served, **settings)
     assert_same(shards, tmp_path, local, distributed)
 
 
@@ -493,10 +520,7 @@ def test_shards_are_balanced_by_rows():
 def kept(ray_instance):
     """The module's Ray instance, with no kept worker left on it after the test."""
     yield ray_instance
-    for actor in ray_instance.util.list_named_actors(all_namespaces=True):
-        if actor["namespace"] == "rladv":
-            ray_instance.kill(ray_instance.get_actor(actor["name"], namespace="rladv"))
-    assert_workers_stopped(ray_instance)
+    stop_kept_workers(ray_instance)
 
 
 def kept_names(ray) -> list[str]:
