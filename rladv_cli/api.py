@@ -34,11 +34,14 @@ def _pipeline_imported():
     ends, every object that exists then frozen out of its collections (``gc.freeze``; ``gc.unfreeze`` on
     exit). Importing torch creates ~120k objects: the collector would traverse them a dozen times (about
     0.2 s, on the critical path of a run) and find nothing to free. A caller that froze objects itself keeps
-    its freeze: ``gc.unfreeze`` cannot tell its objects from ours, so nothing is frozen or unfrozen then."""
+    its freeze: ``gc.unfreeze`` cannot tell its objects from ours, so nothing is frozen or unfrozen then.
+    A Ctrl-C (or SIGTERM, SIGHUP) during the import acts once it is done (``signals_deferred``): raised inside
+    torch's initialisation it can be swallowed there, or abort the process from C++."""
     enabled, ours = gc.isenabled(), gc.get_freeze_count() == 0
     gc.disable()
     try:
-        from .pipeline import driver as pipeline
+        with signals_deferred():
+            from .pipeline import driver as pipeline
 
         if ours:
             gc.freeze()

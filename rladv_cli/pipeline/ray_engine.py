@@ -93,8 +93,9 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
                     staging = tempfile.mkdtemp(prefix=".rladv-", dir=out_dir)
                 # the actors start (decoding their shards, importing torch) while this process imports torch
                 pool = RayWorkers(ray, dataset, config, staging, names, workers, progress, keep_workers)
-                from .driver import Pipeline
-                from .summary import finish_report
+                with signals_deferred():  # a Ctrl-C inside torch's initialisation could abort from C++
+                    from .driver import Pipeline
+                    from .summary import finish_report
 
                 pipeline = Pipeline(dataset, config, progress)
                 pool.wait_started()

@@ -237,3 +237,32 @@ def test_a_failed_torch_import_leaves_the_collector_as_it_was(monkeypatch):
         with api._pipeline_imported():
             pass
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+@pytest.mark.slow  # a subprocess importing torch
+def test_a_ctrl_c_during_the_torch_import_acts_once_torch_is_imported():
+    """A SIGINT that arrives as torch begins to import is raised once the import is done: raised inside it,
+    torch's initialisation may swallow it or, through pybind11, abort the process (seen with Ray loaded)."""
+    import subprocess
+    import sys
+
+    code = """
+import os, signal, sys
+class Interrupting:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+from rladv_cli import api
+assert "torch" not in sys.modules
+sys.meta_path.insert(0, Interrupting())
+try:
+    with api._pipeline_imported():
+        print("not interrupted")
+except KeyboardInterrupt:
+    torch = sys.modules.get("torch")
+    print("after the import" if torch is not None and torch.ones(2).sum().item() == 2 else "inside the import")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, "after the import"), done.stderr[-2000:]

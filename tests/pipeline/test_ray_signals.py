@@ -59,10 +59,12 @@ def _staging(out: Path) -> list[Path]:
 
 
 def _started_writing(out: Path) -> bool:
-    """The write pass has begun: a shard's temporary file is in the staging folder."""
+    """The write pass has begun: a shard's temporary file in the staging folder holds more than its leading
+    ``PAR1`` (a worker makes each shard's file as it begins the run, and appends its first row group in the
+    write pass)."""
     try:
-        return any(any(s.iterdir()) for s in _staging(out))
-    except FileNotFoundError:  # the staging folder went between the two looks
+        return any(f.stat().st_size > 4 for s in _staging(out) for f in s.iterdir())
+    except FileNotFoundError:  # the staging folder, or a file, went between the looks
         return False
 
 
