@@ -104,6 +104,9 @@ class _RowGroups:
             self.count += 1
             yield buffered.slice(0, rows)
 
+    def clear(self) -> None:
+        self._pending, self._rows = [], 0
+
 
 class _Carried:
     """One row group's carried columns, encoded by a background encoder (``early``) or, when the row group is
@@ -116,8 +119,9 @@ class _Carried:
         self._claimed = threading.Lock()
 
     def early(self) -> None:
-        if self._claimed.acquire(blocking=False):
-            self._part = self._encode(self.table)
+        table = self.table  # None once dropped
+        if table is not None and self._claimed.acquire(blocking=False):
+            self._part = self._encode(table)
 
     def part(self) -> pa.Buffer:
         if self._claimed.acquire(blocking=False):  # not started: encode it here
@@ -172,8 +176,8 @@ class AtomicParquetWriter:
     untouched.
 
     The ``carried`` columns (input columns the output holds unchanged) may arrive early, from row 0 on, through
-    ``carry``: they are encoded as soon as a row group's worth is there (``compute_file`` hands them over once
-    the input is decoded, while torch imports), and ``write`` then encodes only the other columns of that
+    ``carry``: they are encoded as soon as a row group's worth is there (``io.read.ReadOnce`` hands them over
+    as the input is decoded, or once it is), and ``write`` then encodes only the other columns of that
     row group; ``append_columns`` puts the pages of both together, the same bytes again.
     """
 
@@ -207,17 +211,29 @@ class AtomicParquetWriter:
         self._computed_names = [n for n in schema.names if n not in set(carried)]
         self._carried: dict[int, _Carried] = {}  # by row group
         self._carry = _RowGroups()
+        self._carrying = True
 
     def carry(self, table: pa.Table | None) -> None:
         """The next rows of the input (any columns, the carried ones among them); ``None`` after the last
         row. A row group is encoded once all its rows are here; rows never followed by ``None`` or by a whole
-        row group's worth are written the usual way."""
+        row group's worth are written the usual way. Nothing is carried after ``drop_carried``."""
+        if not self._carrying:
+            return
         if table is not None:  # labelled with the output's fields, as ``write``'s tables are (files may differ)
             self._carry.add(pa.Table.from_arrays([table[n] for n in self._carried_names], schema=self._carried_schema))
         for rows in self._carry.take(flush=table is None):
             carried = _Carried(rows, self._encode)
             self._carried[self._carry.count - 1] = carried
             self._early.append(_CARRY_POOL.submit(carried.early))
+
+    def drop_carried(self) -> None:
+        """Forget every carried row group (their encodings not started are skipped); all are encoded whole."""
+        for carried in self._carried.values():
+            carried.table = None
+        self._carried.clear()
+        self._carry.clear()
+        self._cancel_early()
+        self._carrying = False  # rows carried later would not line up with the rows written
 
     def write(self, table: pa.Table) -> None:
         if not table.schema.equals(self.schema):

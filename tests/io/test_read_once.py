@@ -71,9 +71,12 @@ def test_a_dataset_that_fits_is_read_once_and_gives_the_same_bytes(tmp_path, rea
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "gae"])
-def test_carried_columns_are_encoded_once_the_input_is_read_and_give_the_same_bytes(tmp_path, monkeypatch, estimator):
-    """Once the input is decoded (while torch imports), the input columns the output holds unchanged are
-    encoded, row group by row group, across file boundaries; the write pass encodes only rladv's columns."""
+@pytest.mark.parametrize("as_read", [True, False], ids=["torch-to-import", "torch-imported"])
+def test_carried_columns_are_encoded_early_and_give_the_same_bytes(tmp_path, monkeypatch, estimator, as_read):
+    """As the input is decoded (while torch imports), or once it is (when this process has torch), the input
+    columns the output holds unchanged are encoded, row group by row group, across file boundaries; the write
+    pass encodes only rladv's columns."""
+    monkeypatch.setattr(rio, "torch_to_import", lambda: as_read)
     monkeypatch.setattr(wio, "ROW_GROUP_ROWS", 16)
     used = []
     monkeypatch.setattr(wio._Carried, "part", lambda self, part=wio._Carried.part: (used.append(self.num_rows), part(self))[1])
@@ -104,10 +107,13 @@ def test_files_that_differ_in_nullability_give_a_nullable_column(tmp_path, monke
     assert out.column("tag").to_pylist() == list(range(40)) + tags
 
 
-def test_a_dataset_larger_than_its_footer_says_falls_back_to_streaming(tmp_path, reads, monkeypatch):
+@pytest.mark.parametrize("as_read", [True, False], ids=["torch-to-import", "torch-imported"])
+def test_a_dataset_larger_than_its_footer_says_falls_back_to_streaming(tmp_path, reads, monkeypatch, as_read):
     """Long dictionary-encoded strings look small on disk; once the decoded chunks pass the budget they are
-    dropped, the first pass goes on from the thread, and later passes read the file. Nothing was handed to the
-    writer (that waits until every chunk is decoded and kept), so the output is written as usual."""
+    dropped, the first pass goes on from the thread, and later passes read the file. What the writer took of
+    them as they were read it drops (memory is short); a writer that would have taken them once all were read
+    took nothing. Either way the output is written as usual."""
+    monkeypatch.setattr(rio, "torch_to_import", lambda: as_read)
     paths = files(tmp_path, rollouts(64, 3, prompt=40_000))
     assert rio._decoded_bytes(rio.open_parquet(str(paths[0]))) < 1 << 20
     states, carried, used = [], [], []
@@ -117,7 +123,7 @@ def test_a_dataset_larger_than_its_footer_says_falls_back_to_streaming(tmp_path,
     monkeypatch.setattr(wio._Carried, "part", lambda self, part=wio._Carried.part: (used.append(1), part(self))[1])
     fallback = written(paths, tmp_path / "a.parquet", "grpo", cache_mib=1)
     assert states == [False] and reads[str(paths[0])] > 64 * 2
-    assert not carried and not used
+    assert bool(carried) == as_read and not used
     assert fallback == written(paths, tmp_path / "b.parquet", "grpo", cache_mib=0)
 
 

@@ -391,12 +391,17 @@ def test_each_shard_is_decoded_once_by_the_worker_that_holds_it(ray_instance, sh
     assert_workers_stopped(ray_instance)
 
 
-def test_a_worker_hands_each_shard_to_its_own_writer_once_decoded(shards, tmp_path, monkeypatch):
-    """What a worker holds for a run (``ray_worker.Holding``, here in this process): once its shards are decoded,
-    each shard's staged writer gets that shard's rows, in order, then their end, so that their carried columns
-    are encoded before the write pass, as the local engine's are."""
+@pytest.mark.parametrize("as_read", [True, False], ids=["fresh-worker", "kept-worker"])
+def test_a_worker_hands_each_shard_to_its_own_writer(shards, tmp_path, monkeypatch, as_read):
+    """What a worker holds for a run (``ray_worker.Holding``, here in this process): as its shards are decoded
+    (a fresh worker, which imports torch meanwhile) or once they are (a kept one), each shard's staged writer
+    gets that shard's rows, in order, then their end, so that their carried columns are encoded before the write
+    pass, as the local engine's are."""
+    from rladv_cli.io import read
     from rladv_cli.io.write import AtomicParquetWriter, computed_columns, output_schema
     from rladv_cli.pipeline import ray_worker
+
+    monkeypatch.setattr(read, "torch_to_import", lambda: as_read)
 
     handed: dict[str, list] = {}
     monkeypatch.setattr(AtomicParquetWriter, "carry", lambda self, table: handed.setdefault(
