@@ -473,8 +473,9 @@ class ReadOnce:
         """Hand every writer its shards' kept chunks, in dataset order, each writer's last followed by ``None``,
         once all are decoded (before ``_done``: the first pass still waits for the last shard). In a process that
         has torch (a kept Ray worker) nothing else runs beside the decoding, and encoders at the lowest priority
-        beside it slowed it down (2.2-3.3 s against 1.5-1.6 s at 20M tokens on 2 busy cores): they take the GIL
-        between calls and may hold it while they wait for a CPU."""
+        beside it slowed it down (a kept worker decoding 20M tokens on 2 cores beside the driver's torch import:
+        3.9-4.5 s with them, 1.9-2.4 s without): they take the GIL between calls and may hold it while they wait
+        for a CPU."""
         if self._writer_of is None or not self._keep:
             return
         of_index = {shard.index: shard for shard in shards}
