@@ -13,7 +13,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -441,19 +441,14 @@ class ReadOnce:
 
     def _read(self, dataset: "Dataset | ShardSet") -> None:
         try:
-            writer = None
-            for shard in dataset.shards:  # the thread opens the files itself: readers are not shared
-                following = self._writer_of(shard) if self._writer_of is not None and self._as_read else None
-                if following is not writer:
-                    self._carried(writer, None)
-                    writer = following
-                for chunk in shard.chunks(None, self.chunk_rows):
-                    if not self._put(self._checked(chunk)):
-                        return
-                    self._carried(writer, chunk.table)
-            self._carried(writer, None)
-            if not self._as_read:
-                self._carry_kept(dataset.shards)
+            decoded = self._decoded(dataset)
+            if self._writer_of is not None and self._as_read:
+                self._hand_over(decoded)
+            else:
+                for _ in decoded:
+                    pass
+                if self._writer_of is not None and self._keep:
+                    self._carry_kept(dataset.shards)
         except BaseException as err:
             with self._cond:
                 self._error = err
@@ -462,31 +457,42 @@ class ReadOnce:
                 self._done = True
                 self._cond.notify_all()
 
+    def _decoded(self, dataset: "Dataset | ShardSet") -> Iterator[tuple[Shard, pa.Table]]:
+        """Decode, check and keep every chunk in dataset order, yielding each (its shard, its table) once kept;
+        stops once closed."""
+        for shard in dataset.shards:  # the thread opens the files itself: readers are not shared
+            for chunk in shard.chunks(None, self.chunk_rows):
+                if not self._put(self._checked(chunk)):
+                    return
+                yield shard, chunk.table
+
+    def _hand_over(self, chunks: Iterable[tuple[Shard, pa.Table]]) -> None:
+        """Hand each chunk to its shard's writer (``writer_of``), in order, and ``None`` after each writer's last."""
+        writer = None
+        for shard, table in chunks:
+            following = self._writer_of(shard)
+            if following is not writer:
+                self._carried(writer, None)
+                writer = following
+            self._carried(writer, table)
+        self._carried(writer, None)
+
     def _carried(self, writer: "AtomicParquetWriter | None", table: pa.Table | None) -> None:
-        """Hand ``writer`` the chunk just kept (``None``: its last), as long as every chunk so far was kept."""
-        if writer is not None and self._keep:
+        """Hand ``writer`` the chunk just kept (``None``: its last), as long as every chunk so far was kept and
+        the reading was not closed."""
+        if writer is not None and self._keep and not self._closed:
             if writer not in self._writers:
                 self._writers.append(writer)
             writer.carry(table)
 
     def _carry_kept(self, shards: Sequence[Shard]) -> None:
-        """Hand every writer its shards' kept chunks, in dataset order, each writer's last followed by ``None``,
-        once all are decoded (before ``_done``: the first pass still waits for the last shard). In a process that
-        has torch (a kept Ray worker) nothing else runs beside the decoding, and encoders at the lowest priority
-        beside it slowed it down (a kept worker decoding 20M tokens on 2 cores beside the driver's torch import:
-        3.9-4.5 s with them, 1.9-2.4 s without): they take the GIL between calls and may hold it while they wait
-        for a CPU."""
-        if self._writer_of is None or not self._keep:
-            return
+        """Hand every writer its shards' kept chunks (``_hand_over``) once all are decoded (before ``_done``: the
+        first pass still waits for the last shard). In a process that has torch (a kept Ray worker) nothing else
+        runs beside the decoding, and encoders at the lowest priority beside it slowed it down (a kept worker
+        decoding 20M tokens on 2 cores beside the driver's torch import: 3.9-4.5 s with them, 1.9-2.4 s without):
+        they take the GIL between calls and may hold it while they wait for a CPU."""
         of_index = {shard.index: shard for shard in shards}
-        writer = None
-        for chunk in self._chunks:
-            following = self._writer_of(of_index[chunk.file_index])
-            if following is not writer:
-                self._carried(writer, None)
-                writer = following
-            self._carried(writer, chunk.table)
-        self._carried(writer, None)
+        self._hand_over((of_index[chunk.file_index], chunk.table) for chunk in self._chunks)
 
     def _checked(self, chunk: Chunk) -> Chunk:
         """The chunk marked ``checked`` when all its columns pass ``check``. A chunk that fails stays unmarked:
