@@ -10,8 +10,9 @@ stopped, Ray left. Between the actors' request and the first pass the driver imp
 between passes it merges and reduces. Workers (a subclass of ``ray_worker.ShardWorker`` that notes times into
 ``$TMPDIR/rladv-timeline``, emptied when this script starts): the process started, the run begun (by a worker
 kept from an earlier run, with ``--ray-keep-workers``), its shards' decoding begun and done, torch imported,
-and each call begun and done with the seconds it waited for chunks ("read"). With ``$RLADV_TIMELINE_JSON`` set, the events
-are also written there as JSON (``[seconds, who, what]``, in time order), for ``bench/ray_scaling.py``.
+each call begun and done with the seconds it waited for chunks ("read"), and the write pass's ``settle`` (its
+shards' files finished). With ``$RLADV_TIMELINE_JSON`` set, the events are also written there as JSON
+(``[seconds, who, what]``, in time order), for ``bench/ray_scaling.py``.
 """
 from __future__ import annotations
 
@@ -86,6 +87,13 @@ class TimedWorker(ray_worker.ShardWorker):
         waited = getattr(result, "seconds", {}).get("read", 0.0)
         self._note(f"{stage} shard {shard.index} done (waited {waited:.3f} s for chunks)")
         return packed
+
+    def settle(self, refs, items):
+        self._note("settle begins")
+        try:
+            return super().settle(refs, items)
+        finally:
+            self._note("settle done")
 
 
 def hook_driver() -> None:

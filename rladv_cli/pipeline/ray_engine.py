@@ -7,8 +7,9 @@ the numbers are the local engine's (docs/ray.md).
     layout, [kl], scan, [group stats]   per shard one actor call -> per-row arrays + partial statistics
              driver: merge in shard order, reduce batch-wide statistics (group sums, counts, whitening moments,
              KL means), ``ray.put`` them once for every actor
-    write    per shard one call -> OUT_DIR/<stem>.adv.parquet under a staging folder; the driver renames every
-             shard to its final name, then writes report.json
+    write    per shard one call -> OUT_DIR/<stem>.adv.parquet under a staging folder, the file finished while
+             the next call computes; then one ``settle`` call per actor (all its files there), after which the
+             driver renames every shard to its final name and writes report.json
 
 Errors that are the data's fault (``RladvError``) come back as values and are raised for the first shard in
 dataset order, without retries; any other exception is retried by the actor, and a lost worker is restarted by
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import threading
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
@@ -101,6 +103,7 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
                 pool.wait_started()
                 with SideFiles() as side:
                     report = pipeline.run(None, pool)
+                    pool.settle()
                     report = finish_report(report, str(out_dir), config_source, report_path, html_path, side,
                                            (groups_path, rows_path))
                     side.write(out_dir / REPORT_NAME, report.to_json())
@@ -343,6 +346,7 @@ class RayWorkers:
         self.owner = {shard.index: i for i, group in enumerate(groups) for shard in group}
         self._work: tuple[object, object] | None = None  # (the ShardWork, its object reference)
         self.calls: list = []  # the latest pass's
+        self._written: tuple[list, list] = ([], [])  # the write pass's call arguments, for ``settle``
         self.finished = False  # set once the run's output is in place: kept workers are kept only then
 
     def __call__(self, stage: str, work, items: list[tuple[Shard, dict]], known) -> list:
@@ -350,24 +354,41 @@ class RayWorkers:
         if self._work is None or self._work[0] is not work:
             self._work = work, ray.put(work.detached())
         known_ref = ray.put(known)
-        self.calls = calls = []
-        for shard, given in items:
-            i = self.owner[shard.index]
-            calls.append(self.actors[i].run.remote(stage, [self.plans[i], self._work[1], known_ref], shard, given))
+        if stage == "write":  # kept for ``settle``, which may write a shard again
+            items = [(shard, ray.put(given)) for shard, given in items]
+        refs = [[plan, self._work[1], known_ref] for plan in self.plans]
+        self.calls = calls = [self.actors[self.owner[shard.index]].run.remote(stage, refs[self.owner[shard.index]],
+                                                                             shard, given) for shard, given in items]
         results: list = []
         total, done = sum(shard.num_rows for shard, _ in items), 0
         for (shard, _), call in zip(items, calls):
-            try:
-                results.append(ray_worker.unpack(ray.get(call)))
-            except ray.exceptions.RayError as err:  # a call that kept failing, or a worker that kept dying
-                raise _failure(f"a {stage.replace('_', ' ')} task failed after {MAX_RETRIES} retries", err) from None
+            results.append(self._get(stage, call))
             done += shard.num_rows
             if self.progress:
                 self.progress(stage.replace("_", " "), done, total)
+        if stage == "write":
+            self._written = refs, items
         failed = next((r for r in results if isinstance(r, RladvError)), None)
         if failed is not None:
             raise failed
         return results
+
+    def settle(self) -> None:
+        """After the write pass: return once every worker has each of its shards in its staged file (a worker
+        finishes a shard's file while its next call computes, and writes again one whose file failed), as the
+        local engine commits its output after the passes."""
+        refs, items = self._written
+        self.calls = [actor.settle.remote(refs[i], [(s, g) for s, g in items if self.owner[s.index] == i])
+                      for i, actor in enumerate(self.actors)]
+        failed = next((r for r in map(partial(self._get, "write"), self.calls) if r is not None), None)
+        if failed is not None:
+            raise failed
+
+    def _get(self, stage: str, call):
+        try:
+            return ray_worker.unpack(self.ray.get(call))
+        except self.ray.exceptions.RayError as err:  # a call that kept failing, or a worker that kept dying
+            raise _failure(f"a {stage.replace('_', ' ')} task failed after {MAX_RETRIES} retries", err) from None
 
     def _actor(self, index: int):
         """Worker ``index``: with ``--ray-keep-workers``, the kept one of this run's shape, or a new one that

@@ -6,7 +6,10 @@ the dataset's shards for a run (``Holding``, from the run's ``RunPlan``) and run
                  and the passes (at once for a worker that already ran, which a kept worker has)
     each pass    ``run`` once per shard, in dataset order: the pass over the shard's chunks, from memory while
                  they fit the worker's share of ``--cache-mib``, else from the file; the write pass writes
-                 ``staging/<name>`` through that shard's writer
+                 ``staging/<name>`` through that shard's writer, whose last row groups are encoded and the file
+                 finished on a thread while the next shard's call computes
+    settle       after the write pass: every shard of the worker is in its staged file (a shard whose file
+                 failed, or went with a worker that died, is written again here)
     end          drops what the run held (a worker kept with ``--ray-keep-workers`` waits for the next run)
 
 So each shard is decoded once per run, as the local engine decodes its input once, and a pass costs one actor
@@ -24,6 +27,7 @@ import sys
 import threading
 import time
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -36,7 +40,8 @@ from ..io.write import AtomicParquetWriter
 
 
 def run_shard(held: "Holding", stage: str, shard: Shard, given: dict, work, known):
-    """One pass over one shard (the write pass into the shard's staged writer); a plan's default ``task``."""
+    """One pass over one shard; a plan's default ``task``. The write pass's rows go to the shard's staged writer,
+    which ``held.finish`` commits on a thread (``Holding.settled`` says whether it did)."""
     import torch
 
     torch.set_num_threads(work.plan.cfg.threads)
@@ -44,7 +49,7 @@ def run_shard(held: "Holding", stage: str, shard: Shard, given: dict, work, know
         return work.run(stage, shard, given, known)
     with held.writer(shard) as sink:
         result = work.run(stage, shard, given, known, sink.write)
-        sink.commit()
+    held.finish(shard, sink)
     return result
 
 
@@ -76,8 +81,11 @@ class Holding:
         self.plan = plan
         self.values: dict[int, tuple[str, object]] = {}  # slot -> (object reference, value), ``ShardWorker._value``
         self._writers: dict[int, AtomicParquetWriter] = {}
+        self._finisher = ThreadPoolExecutor(1, thread_name_prefix="rladv-finish")
+        self._finishing: dict[int, Future] = {}  # shard index -> its writer's commit
+        self._latest: Optional[Future] = None
         if decode:
-            self._writers = {s.index: AtomicParquetWriter(self._path(s), plan.schema, plan.carried, plan.written)
+            self._writers = {s.index: AtomicParquetWriter(self.staged(s), plan.schema, plan.carried, plan.written)
                              for s in plan.shards}
             self.source = ShardSet(plan.shards, plan.chunk_rows, plan.budget, validation.check_chunk,
                                    self._carrying)
@@ -88,13 +96,34 @@ class Holding:
         """The writer that takes the shard's carried columns as they are decoded (``ShardSet``'s ``writer_of``)."""
         return self._writers.get(shard.index)
 
-    def _path(self, shard: Shard) -> str:
+    def staged(self, shard: Shard) -> str:
         return os.path.join(self.plan.staging, self.plan.names[shard.index])
 
     def writer(self, shard: Shard) -> AtomicParquetWriter:
         """The shard's staged writer: the one its carried columns went to, once; a plain one for a retry."""
-        return self._writers.pop(shard.index, None) or AtomicParquetWriter(self._path(shard), self.plan.schema,
+        return self._writers.pop(shard.index, None) or AtomicParquetWriter(self.staged(shard), self.plan.schema,
                                                                           written=self.plan.written)
+
+    def finish(self, shard: Shard, sink: AtomicParquetWriter) -> None:
+        """Commit ``sink`` (the shard's rows all written) on the finishing thread, once the shard before it is
+        finished: so the next shard computes while this one's last row groups are encoded, and at most one
+        writer is finishing at a time."""
+        if self._latest is not None:
+            wait([self._latest])
+        self._latest = self._finishing[shard.index] = self._finisher.submit(_commit, sink)
+
+    def settled(self, shard: Shard) -> bool:
+        """Whether the shard's staged file is there, once its commit (if this process began one) is done; a
+        commit that failed is raised here, after ``failed``. (A worker restarted since the shard's write pass
+        lost its commit: the file is not there.)"""
+        finishing = self._finishing.pop(shard.index, None)
+        if finishing is not None:
+            try:
+                finishing.result()
+            except BaseException:
+                self.failed(shard)
+                raise
+        return os.path.exists(self.staged(shard))
 
     def failed(self, shard: Shard) -> None:
         """After a call that raised: every later pass reads the files, and the shard's writer is dropped."""
@@ -105,6 +134,7 @@ class Holding:
 
     def close(self) -> None:
         """At the run's end: the kept chunks and the writers no pass took are dropped."""
+        self._finisher.shutdown()
         self.source.read_files()
         for writer in self._writers.values():
             writer.abort()
@@ -139,16 +169,53 @@ class ShardWorker:
         held = self._held.get(key)
         if held is None:  # a restarted worker (what it held died with it): it reads files
             held = self._held[key] = Holding(plan, decode=False)
-        work, known = (self._value(held, slot, ref) for slot, ref in enumerate(refs[1:]))
-        work = work.reading(held.source)
-        for attempt in range(plan.retries + 1):
+        work, known = self._inputs(held, refs)
+        return pack(self._attempts(held, stage, shard, given, work, known))
+
+    def settle(self, refs: list, items: list) -> bytes:
+        """After the write pass (``refs`` as in ``run``): ``None`` once each of ``items`` (this worker's shards, with
+        the object references of their write-pass inputs) is in its staged file. A shard whose commit failed, or
+        whose file is not there, is written again, from its input file, as a call that raised is (``_attempts``).
+        The data's ``RladvError``, if any. Pickled (``pack``)."""
+        import ray
+
+        key, plan = self._plan(refs)
+        held = self._held.get(key)
+        if held is None:
+            held = self._held[key] = Holding(plan, decode=False)
+        for shard, given in items:
             try:
-                return pack(plan.task(held, stage, shard, given, work, known))
+                if held.settled(shard):
+                    continue
+            except Exception:  # noqa: BLE001 - the commit failed: written again below
+                pass
+            held.source.read_files()  # the write pass took the kept chunks
+            work, known = self._inputs(held, refs)
+            result = self._attempts(held, "write", shard, ray.get(given), work, known, settle=True)
+            if isinstance(result, RladvError):
+                return pack(result)
+        return pack(None)
+
+    def _inputs(self, held: Holding, refs: list) -> tuple:
+        """The run's ``ShardWork`` (reading the held shards) and what the earlier passes established."""
+        work, known = (self._value(held, slot, ref) for slot, ref in enumerate(refs[1:]))
+        return work.reading(held.source), known
+
+    @staticmethod
+    def _attempts(held: Holding, stage: str, shard: Shard, given: dict, work, known, settle: bool = False):
+        """The plan's task over ``shard``, tried again after an exception (then reading files), ``retries`` times;
+        the data's ``RladvError`` is returned. With ``settle``, the shard's file is committed before it returns."""
+        for attempt in range(held.plan.retries + 1):
+            try:
+                result = held.plan.task(held, stage, shard, given, work, known)
+                if settle and not held.settled(shard):
+                    raise OSError(f"{held.staged(shard)}: not there after its commit")
+                return result
             except RladvError as err:
-                return pack(err)
+                return err
             except Exception:
                 held.failed(shard)
-                if attempt == plan.retries:
+                if attempt == held.plan.retries:
                     raise
 
     def end(self, refs: list) -> None:
@@ -205,6 +272,14 @@ class ShardWorker:
         if value is None or value[0] != ref.hex():
             value = held.values[slot] = (ref.hex(), ray.get(ref))
         return value[1]
+
+
+def _commit(sink: AtomicParquetWriter) -> None:
+    try:
+        sink.commit()
+    except BaseException:
+        sink.abort()
+        raise
 
 
 def pack(value) -> bytes:

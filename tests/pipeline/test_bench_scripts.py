@@ -76,4 +76,5 @@ def test_the_ray_timeline_names_the_driver_and_every_worker_call(tmp_path):
     for worker in workers:
         mine = [what for _, who, what in timeline if who == worker]
         assert mine[0] == "process started" and "torch and the passes imported" in mine
+        assert mine.index("settle done") > max(i for i, what in enumerate(mine) if what.startswith("write shard"))
     assert [line for line in p.stderr.splitlines() if " s  " in line]  # printed too

@@ -219,6 +219,52 @@ def test_a_task_that_fails_once_is_retried(ray_instance, shards, tmp_path, monke
     assert_same(shards, tmp_path, local, distributed)
 
 
+def _lose_file(shard_index: int, marker: Path, how: str):
+    """A worker's task whose first write of shard ``shard_index`` does not end in its staged file: its commit,
+    which runs on a thread while the next call computes, raises (``how == "commit"``), or the file is deleted once
+    committed (``"deleted"``: as when the worker died before its commit ended, and a restarted one settles)."""
+    from rladv_cli.pipeline import ray_worker
+
+    real = ray_worker.run_shard
+
+    def task(held, stage, shard, given, work, known):
+        first = stage == "write" and shard.index == shard_index and not marker.exists()
+        if not first:
+            return real(held, stage, shard, given, work, known)
+        marker.touch()
+        writer = held.writer
+
+        def failing(s):
+            sink = writer(s)
+            sink.commit = lambda: (_ for _ in ()).throw(OSError("injected failure of the commit"))
+            return sink
+
+        held.writer = failing if how == "commit" else writer
+        try:
+            result = real(held, stage, shard, given, work, known)
+        finally:
+            del held.writer
+        if how == "deleted":
+            assert held.settled(shard)  # committed; now the file goes
+            os.unlink(held.staged(shard))
+        return result
+
+    return task
+
+
+@pytest.mark.parametrize("how", ["commit", "deleted"])
+def test_a_shard_whose_staged_file_failed_is_written_again(ray_instance, shards, tmp_path, monkeypatch, how):
+    """A worker's write call returns before the shard's file is finished (its last row groups are encoded
+    while the next call computes); the write pass ends only once every shard is in its staged file, and a shard
+    whose commit failed, or whose file is not there, is written again (from its file), with the same bytes."""
+    from rladv_cli.pipeline import ray_engine
+
+    monkeypatch.setattr(ray_engine.ray_worker, "run_shard", _lose_file(1, tmp_path / "lost", how))
+    local, distributed = run_both(shards, tmp_path, {"workers": 2}, estimator="grpo", batch_key="step")
+    assert (tmp_path / "lost").exists()
+    assert_same(shards, tmp_path, local, distributed)
+
+
 def test_a_task_that_always_fails_leaves_no_output(ray_instance, shards, tmp_path, monkeypatch):
     from rladv_cli.pipeline import ray_engine
 
