@@ -30,9 +30,6 @@ KL_MODES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "k1+", "k3+", "l
 
 # multiples of 1/8 in [-2, 2]: sums of up to 40 of them are exact in float32
 dyadic = st.integers(-16, 16).map(lambda k: k / 8)
-# finite, exactly representable in float32
-values_f32 = st.floats(-4, 4, width=32, allow_nan=False, allow_infinity=False)
-log_probs_f32 = st.floats(-3, 0, width=32, allow_nan=False, allow_infinity=False)
 unit_interval = st.one_of(st.sampled_from([0.0, 0.5, 0.9, 0.95, 0.99, 1.0]), st.floats(0, 1))
 
 
@@ -140,8 +137,15 @@ def token_scores(draw, length: int) -> list[float]:
     return row
 
 
-def float_row(elements, length: int):
-    return st.lists(elements, min_size=length, max_size=length)
+@st.composite
+def float_row(draw, lo: float, hi: float, length: int) -> list[float]:
+    """``length`` float32 values in [lo, hi]: spread uniformly from a drawn seed, then up to three positions set to
+    values hypothesis picks (its bounds, 0, its favourites). A seed per row, not a choice per element: a batch's
+    choices must fit hypothesis's 8 KB, which held about a thousand floats, so large batches were never drawn."""
+    row = np.random.default_rng(draw(st.integers(0, 2**32 - 1))).uniform(lo, hi, length).astype(F32)
+    for _ in range(draw(st.integers(0, 3))):
+        row[draw(st.integers(0, length - 1))] = draw(st.floats(lo, hi, width=32))
+    return [float(x) for x in row]
 
 
 @st.composite
@@ -220,10 +224,10 @@ def rollouts(draw, *, max_rows: int = 24, max_len: int = 40, values: bool = True
     else:
         r.score = [draw(dyadic) for _ in range(n)]
     if values:
-        r.values = [draw(float_row(values_f32, L)) for L in lengths]
+        r.values = [draw(float_row(-4, 4, L)) for L in lengths]
     if log_probs:
-        r.old_log_probs = [draw(float_row(log_probs_f32, L)) for L in lengths]
-        r.ref_log_prob = [draw(float_row(log_probs_f32, L)) for L in lengths]
+        r.old_log_probs = [draw(float_row(-3, 0, L)) for L in lengths]
+        r.ref_log_prob = [draw(float_row(-3, 0, L)) for L in lengths]
     if baselines:
         r.reward_baselines = [draw(dyadic) for _ in range(n)]
     if pi_squared:
@@ -231,9 +235,9 @@ def rollouts(draw, *, max_rows: int = 24, max_len: int = 40, values: bool = True
             # a policy's own: π² ≤ Σπ² ≤ π² + (1 − π)², π = exp(old_log_prob) (so w = 1 − 2π + Σπ² ≥ 0)
             r.sum_pi_squared = [
                 [float(F32(np.exp(F32(lp)) ** 2 + f * (1 - np.exp(F32(lp))) ** 2)) for lp, f in zip(row, fractions)]
-                for row, fractions in ((row, draw(float_row(st.floats(0, 1), len(row)))) for row in r.old_log_probs)]
+                for row, fractions in ((row, draw(float_row(0, 1, len(row)))) for row in r.old_log_probs)]
         else:  # anything in [0, 1]: weights of both signs, which can cancel (baseline_ill_conditioned)
-            r.sum_pi_squared = [draw(float_row(st.floats(0, 1, width=32), L)) for L in lengths]
+            r.sum_pi_squared = [draw(float_row(0, 1, L)) for L in lengths]
     if steps is not None:
         r.step = [step for _, step in rows]
     return r
