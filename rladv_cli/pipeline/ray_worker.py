@@ -165,10 +165,7 @@ class ShardWorker:
         """``stage`` over ``shard`` with its per-row inputs ``given``; ``refs``: the run's ``RunPlan``, its
         ``ShardWork`` and what the earlier passes established, as Ray object references (fetched once each).
         The ``ShardResult``, or the data's ``RladvError``, pickled (``pack``)."""
-        key, plan = self._plan(refs)
-        held = self._held.get(key)
-        if held is None:  # a restarted worker (what it held died with it): it reads files
-            held = self._held[key] = Holding(plan, decode=False)
+        held = self._holding(refs)
         work, known = self._inputs(held, refs)
         return pack(self._attempts(held, stage, shard, given, work, known))
 
@@ -179,10 +176,7 @@ class ShardWorker:
         The data's ``RladvError``, if any. Pickled (``pack``)."""
         import ray
 
-        key, plan = self._plan(refs)
-        held = self._held.get(key)
-        if held is None:
-            held = self._held[key] = Holding(plan, decode=False)
+        held = self._holding(refs)
         for shard, given in items:
             try:
                 if held.settled(shard):
@@ -195,6 +189,15 @@ class ShardWorker:
             if isinstance(result, RladvError):
                 return pack(result)
         return pack(None)
+
+    def _holding(self, refs: list) -> Holding:
+        """What this worker holds for the run of ``refs[0]``; a restarted worker (what it held died with it)
+        holds it anew, reading files."""
+        key, plan = self._plan(refs)
+        held = self._held.get(key)
+        if held is None:
+            held = self._held[key] = Holding(plan, decode=False)
+        return held
 
     def _inputs(self, held: Holding, refs: list) -> tuple:
         """The run's ``ShardWork`` (reading the held shards) and what the earlier passes established."""
