@@ -147,6 +147,7 @@ class ShardWorker:
 
     def __init__(self):
         sys.setswitchinterval(SWITCH_INTERVAL_S)
+        _jemalloc_pool()
         self._held: dict[str, Holding] = {}
         self._idle_since, self._keep_s, self._retiring = time.monotonic(), 0.0, False
         self._watch: Optional[threading.Thread] = None  # a kept worker's, from the end of its first run
@@ -275,6 +276,18 @@ class ShardWorker:
         if value is None or value[0] != ref.hex():
             value = held.values[slot] = (ref.hex(), ray.get(ref))
         return value[1]
+
+
+def _jemalloc_pool() -> None:
+    """Arrow's buffers from jemalloc, as in the ``rladv`` executable (``cli.process.main``), unless the worker's
+    environment names a pool (``ARROW_DEFAULT_MEMORY_POOL``): a Ray worker starts with the environment of the
+    node's raylet, not the driver's. With pyarrow's default mimalloc, a kept worker idle for a few seconds
+    decoded the next run's shards in 1.7 s instead of 0.9 s (docs/ray.md, "What it costs")."""
+    if sys.platform.startswith("linux") and "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
+        try:
+            pa.set_memory_pool(pa.jemalloc_memory_pool())
+        except NotImplementedError:  # a pyarrow built without it
+            pass
 
 
 def _commit(sink: AtomicParquetWriter) -> None:

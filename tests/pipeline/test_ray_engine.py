@@ -437,6 +437,43 @@ def test_each_shard_is_decoded_once_by_the_worker_that_holds_it(ray_instance, sh
     assert_workers_stopped(ray_instance)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pyarrow ships jemalloc on Linux")
+def test_a_worker_takes_arrows_buffers_from_jemalloc(ray_instance, shards, tmp_path, monkeypatch):
+    """A Ray worker starts with its raylet's environment, not the driver's: it takes Arrow's buffers from
+    jemalloc itself, as the ``rladv`` executable does on Linux (mimalloc cost a kept worker ~0.8 s per run)."""
+    from rladv_cli.pipeline import ray_engine
+    from rladv_cli.pipeline.ray_engine import compute_ray
+
+    assert "ARROW_DEFAULT_MEMORY_POOL" not in os.environ  # so the workers of ``ray_instance`` have none either
+    marker, real = tmp_path / "pools", ray_engine.ray_worker.run_shard
+
+    def task(held, stage, shard, given, work, known):
+        with open(marker, "a") as f:
+            f.write(f"{pa.default_memory_pool().backend_name}\n")
+        return real(held, stage, shard, given, work, known)
+
+    monkeypatch.setattr(ray_engine.ray_worker, "run_shard", task)
+    compute_ray([shards], Config(estimator="grpo"), output_dir=tmp_path / "out", workers=2)
+    assert marker.read_text().split() == ["jemalloc"] * 15
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pyarrow ships jemalloc on Linux")
+@pytest.mark.parametrize("named", [None, "system"])
+def test_a_pool_the_workers_environment_names_is_left_alone(monkeypatch, named):
+    from rladv_cli.pipeline import ray_worker
+
+    before = pa.default_memory_pool()
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+    if named:
+        monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", named)
+    try:
+        pa.set_memory_pool(pa.system_memory_pool())
+        ray_worker._jemalloc_pool()
+        assert pa.default_memory_pool().backend_name == ("system" if named else "jemalloc")
+    finally:
+        pa.set_memory_pool(before)
+
+
 @pytest.mark.parametrize("as_read", [True, False], ids=["fresh-worker", "kept-worker"])
 def test_a_worker_hands_each_shard_to_its_own_writer(shards, tmp_path, monkeypatch, as_read):
     """What a worker holds for a run (``ray_worker.Holding``, here in this process): as its shards are decoded
