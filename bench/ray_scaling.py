@@ -21,7 +21,7 @@ joining, the actors' start, exit). A dataset of ``k`` times as many shards of th
 each with cores of its own, takes ``S + k·D + ceil(k·shards / N)·c``; the local engine
 ``(wall − passes) + k·passes``. The last line of the output gives, for each N, the dataset size from which
 Ray takes less time: ``k > (S − (wall − passes)) / (passes − D − shards·c / N)`` ("always" where Ray's start
-costs no more than the local engine's).
+costs no more than the local engine's, "<1M" below a million tokens, "never" where a shard costs Ray more).
 """
 from __future__ import annotations
 
@@ -182,8 +182,9 @@ def model(name: str, one: dict, local: dict, tokens: int, shards: int) -> None:
     for n in (1, 2, 4, 8, 16, 64):
         gain = local["passes"] - d - shards * c / n
         lead = s - local["wall"] + local["passes"]
-        even.append("always" if lead <= 0 and gain > 0 else
-                    f"{lead / gain * tokens / 1e6:.0f}M" if gain > 0 else "never")
+        size = lead / gain * tokens / 1e6 if gain > 0 else math.inf
+        even.append("always" if lead <= 0 and gain > 0 else "never" if gain <= 0 else
+                    f"{size:.0f}M" if size >= 1 else "<1M")
     print(f"{'Ray wins from':>19}" + "".join(f" {e:>8}" for e in even))
 
 

@@ -116,29 +116,35 @@ def test_the_executable_leaves_with_the_commands_code_and_flushed_output(tmp_pat
     assert read(tmp_path / "o.parquet").num_rows == read(inp).num_rows
 
 
+SETTINGS = ("ARROW_DEFAULT_MEMORY_POOL", "OPENBLAS_NUM_THREADS", "RAY_task_events_report_interval_ms")
+
+
 @pytest.mark.slow  # fresh interpreters
-@pytest.mark.parametrize("given", [{}, {"ARROW_DEFAULT_MEMORY_POOL": "system", "OPENBLAS_NUM_THREADS": "2"}])
-def test_the_executable_picks_arrows_allocator_and_one_blas_thread_unless_told(tmp_path, given):
-    """``main`` runs ``compute`` on jemalloc (Linux) and one OpenBLAS thread; settings in the environment win."""
+@pytest.mark.parametrize("given", [{}, dict(zip(SETTINGS, ("system", "2", "1000")))])
+def test_the_executable_picks_its_process_settings_unless_told(tmp_path, given):
+    """``main`` runs ``compute`` on jemalloc (Linux), one OpenBLAS thread and no task-event reports to Ray;
+    settings in the environment win."""
     code = (
         "import atexit, os, sys\n"
         "def seen():\n"
         "    import pyarrow\n"
-        "    print(pyarrow.default_memory_pool().backend_name, os.environ['OPENBLAS_NUM_THREADS'])\n"
+        "    print(pyarrow.default_memory_pool().backend_name, os.environ['OPENBLAS_NUM_THREADS'],\n"
+        "          os.environ['RAY_task_events_report_interval_ms'])\n"
         "atexit.register(seen)\n"
         "sys.argv[0] = 'rladv'\n"
         "from rladv_cli.cli import main\n"
         "main()\n"
     )
-    env = {k: v for k, v in os.environ.items() if k not in ("ARROW_DEFAULT_MEMORY_POOL", "OPENBLAS_NUM_THREADS")}
+    env = {k: v for k, v in os.environ.items() if k not in SETTINGS}
     inp = copy_sample(tmp_path, "groups.parquet")
     p = subprocess.run([sys.executable, "-c", code, "compute", str(inp), "--estimator", "grpo", "-q",
                         "-o", str(tmp_path / "o.parquet")], capture_output=True, text=True, timeout=120,
                        env={**env, **given})
     assert p.returncode == 0, p.stderr
     want = given.get("ARROW_DEFAULT_MEMORY_POOL", "jemalloc" if sys.platform.startswith("linux") else None)
-    pool, threads = p.stdout.split()
+    pool, threads, reports = p.stdout.split()
     assert threads == given.get("OPENBLAS_NUM_THREADS", "1") and (want is None or pool == want)
+    assert reports == given.get("RAY_task_events_report_interval_ms", "0")
 
 
 @pytest.mark.slow  # fresh interpreters

@@ -78,3 +78,25 @@ def test_the_ray_timeline_names_the_driver_and_every_worker_call(tmp_path):
         assert mine[0] == "process started" and "torch and the passes imported" in mine
         assert mine.index("settle done") > max(i for i, what in enumerate(mine) if what.startswith("write shard"))
     assert [line for line in p.stderr.splitlines() if " s  " in line]  # printed too
+
+
+def test_the_scaling_model_gives_the_break_even_by_hand(capsys):
+    """``bench/ray_scaling.py``'s model, from a 1-worker run of 8 shards with wall 3.0 s, passes 1.0 s, worker
+    0.8 s (c = 0.1 s per shard, D = 0.2 s, S = 2.0 s) against local wall 2.6 s, passes 1.2 s. The 4x dataset:
+    local 1.4 + 4·1.2 = 6.2 s; on N workers S + 4·D + ceil(32 / N)·c = 6.0, 4.4, 3.6, 3.2, 3.0, 2.9 s. Ray takes
+    less time from k > (S − 1.4) / (1.2 − D − 8·c/N) = 0.6 / 0.2, 0.6 / 0.6, 0.6 / 0.8, 0.6 / 0.9, 0.6 / 0.95,
+    0.6 / 0.9875: 60M, 20M, 15M, 13.3M, 12.6M, 12.2M tokens."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import ray_scaling
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    ray_scaling.model("ray 1", {"wall": 3.0, "passes": 1.0, "worker": 0.8}, {"wall": 2.6, "passes": 1.2},
+                      20_000_000, 8)
+    lines = capsys.readouterr().out.splitlines()
+    assert "c = 0.100 s per shard, D = 0.20 s" in lines[1] and "S = 2.00 s" in lines[1]
+    assert lines[4].split() == ["80M", "6.2", "6.0", "4.4", "3.6", "3.2", "3.0", "2.9"]
+    assert lines[-1].split() == ["Ray", "wins", "from", "60M", "20M", "15M", "13M", "13M", "12M"]
+    ray_scaling.model("kept", {"wall": 2.01, "passes": 1.0, "worker": 0.8}, {"wall": 2.0, "passes": 1.0},
+                      20_000_000, 8)
+    assert capsys.readouterr().out.splitlines()[-1].split()[3:] == ["never", "<1M", "<1M", "<1M", "<1M", "<1M"]
