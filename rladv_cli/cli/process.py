@@ -26,7 +26,7 @@ def main() -> None:
     - ``RAY_task_events_report_interval_ms=0`` (``--engine ray``): this process does not report its calls' state
       changes to Ray's task table (a cluster's workers still report theirs; the processes of the local cluster
       rladv starts inherit it), whose reporter held ``ray.shutdown`` 0.25 s at the end of every run
-      (docs/ray.md, "What it costs")."""
+      (docs/ray.md, "How a run goes")."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if sys.platform.startswith("linux"):
         os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")

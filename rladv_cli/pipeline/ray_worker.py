@@ -282,7 +282,7 @@ def _jemalloc_pool() -> None:
     """Arrow's buffers from jemalloc, as in the ``rladv`` executable (``cli.process.main``), unless the worker's
     environment names a pool (``ARROW_DEFAULT_MEMORY_POOL``): a Ray worker starts with the environment of the
     node's raylet, not the driver's. With pyarrow's default mimalloc, a kept worker idle for a few seconds
-    decoded the next run's shards in 1.7 s instead of 0.9 s (docs/ray.md, "What it costs")."""
+    decoded the next run's shards in 1.7 s instead of 0.9 s (docs/ray.md, "How a run goes")."""
     if sys.platform.startswith("linux") and "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
         try:
             pa.set_memory_pool(pa.jemalloc_memory_pool())
