@@ -182,9 +182,8 @@ def model(name: str, one: dict, local: dict, tokens: int, shards: int) -> None:
     for n in (1, 2, 4, 8, 16, 64):
         gain = local["passes"] - d - shards * c / n
         lead = s - local["wall"] + local["passes"]
-        size = lead / gain * tokens / 1e6 if gain > 0 else math.inf
-        even.append("always" if lead <= 0 and gain > 0 else "never" if gain <= 0 else
-                    f"{size:.0f}M" if size >= 1 else "<1M")
+        size = lead / gain * tokens / 1e6 if gain > 0 else 0.0
+        even.append("never" if gain <= 0 else "always" if lead <= 0 else f"{size:.0f}M" if size >= 1 else "<1M")
     print(f"{'Ray wins from':>19}" + "".join(f" {e:>8}" for e in even))
 
 
