@@ -1,6 +1,7 @@
 """Benchmark: rladv end to end and its kernels against the padded-loop baseline and the Parquet I/O floor.
 
     .venv/bin/python bench/bench.py [--tokens 0.2M,1.3M,5M] [--estimators gae,grpo,rloo,reinforce_plus_plus]
+                                    [--loss-agg-mode MODE]
 
 For each dataset size (generated once into bench/data/, seeded; lengths uniform in [T/4, T], groups of 4,
 tool-observation spans) and estimator, one run prints:
@@ -98,9 +99,11 @@ def token_count(path: Path) -> int:
     return int(pa.compute.sum(pa.compute.list_value_length(mask)).as_py())
 
 
-def end_to_end(path: Path, estimator: str, out: Path, device: str = "cpu") -> tuple[float, float]:
-    """`rladv compute` as a fresh process, as the executable runs it: wall seconds and peak RSS (MiB)."""
-    return fresh_process(["compute", str(path), "--estimator", estimator, "-o", str(out), "-q", "--device", device])
+def end_to_end(path: Path, estimator: str, out: Path, device: str = "cpu", extra: tuple[str, ...] = ()) -> tuple[float, float]:
+    """`rladv compute` (with the flags ``extra``) as a fresh process, as the executable runs it: wall seconds and
+    peak RSS (MiB)."""
+    return fresh_process(["compute", str(path), "--estimator", estimator, "-o", str(out), "-q", "--device", device,
+                          *extra])
 
 
 def fresh_process(argv: list[str]) -> tuple[float, float]:
@@ -181,6 +184,8 @@ def main() -> None:
     ap.add_argument("--estimators", default="gae,grpo,rloo,reinforce_plus_plus")
     ap.add_argument("--no-loop", action="store_true", help="skip the padded-loop baseline")
     ap.add_argument("--repeat", type=int, default=3, help="end-to-end runs per cell (the median is shown)")
+    ap.add_argument("--loss-agg-mode", metavar="MODE", help="also time each estimator with --loss-agg-mode MODE "
+                    "(the row ESTIMATOR+MODE; its floor writes its own output, token_weight included)")
     args = ap.parse_args()
     torch.set_num_threads(1)  # as rladv runs by default; the baseline gets the same single thread
     DATA.mkdir(exist_ok=True)
@@ -196,11 +201,15 @@ def main() -> None:
         n = parse_size(size)
         path = dataset(n)
         tokens = token_count(path)
-        for estimator in args.estimators.split(","):
+        variants = [(e, ()) for e in args.estimators.split(",")]
+        if args.loss_agg_mode:
+            variants += [(e, ("--loss-agg-mode", args.loss_agg_mode)) for e in args.estimators.split(",")]
+        for estimator, extra in variants:
             out = DATA / f"out_{n}_{estimator}.parquet"
+            label = estimator + (f"+{extra[1]}" if extra else "")
             # Each measurement starts from a quiet machine: no dirty pages of the last one still being written
             # back, and no large table held here (this process's memory is freed before the runs).
-            runs = [end_to_end(path, estimator, out) for _ in range(args.repeat)]
+            runs = [end_to_end(path, estimator, out, extra=extra) for _ in range(args.repeat)]
             written = pq.read_table(out)
             floors = [io_floor(path, written, DATA / "floor.parquet") for _ in range(args.repeat)]
             floors2 = [io_floor(path, written, DATA / "floor.parquet", row_group_size=ROW_GROUP_ROWS,
@@ -211,7 +220,7 @@ def main() -> None:
             table = pq.read_table(path)
             kern = kernel_time(table, estimator)
             loop = float("nan") if args.no_loop else loop_time(table, estimator)
-            print(f"{tokens:>9} {estimator:<20} {e2e:>7.2f} {tokens / e2e / 1e6:>7.2f} {rss:>8.0f} {kern:>9.3f} "
+            print(f"{tokens:>9} {label:<20} {e2e:>7.2f} {tokens / e2e / 1e6:>7.2f} {rss:>8.0f} {kern:>9.3f} "
                   f"{loop:>8.3f} {loop / kern:>9.1f} {floor:>8.2f} {e2e / floor:>9.2f} {floor2:>8.2f} {e2e / floor2:>10.2f}")
             out.unlink()
             del table

@@ -4,7 +4,8 @@
 
 1. parity    `rladv_cli.compute` on the CPU and on the device: every estimator on
              sample_data/multiturn.parquet (KL shaping on; seeded reward_baselines and sum_pi_squared added),
-             then gae, grpo, rloo and reinforce_plus_plus on the --parity-tokens bench dataset. Each line gives
+             then gae, grpo, rloo and reinforce_plus_plus on the --parity-tokens bench dataset, and grpo's
+             token weights under two verl loss modes (their difference relative to the largest weight). Each line gives
              the largest absolute difference of token_level_rewards, advantages and returns, and of the
              report's advantage mean and std; on the sample also the CPU output replayed on the device (the
              replay's largest difference); the issue's bound is 1e-5.
@@ -67,6 +68,10 @@ def parity(table: pa.Table, estimator: str, device: str, replay: bool = False, *
     cpu, cpu_report = rladv_cli.compute(table, estimator=estimator, device="cpu", **settings)
     dev, dev_report = rladv_cli.compute(table, estimator=estimator, device=device, **settings)
     diff = {name: float(np.max(np.abs(flat(cpu, name) - flat(dev, name)), initial=0.0)) for name in COLUMNS}
+    if "token_weight" in cpu.column_names:  # weights are ~1/tokens: their difference relative to the largest weight
+        w = flat(cpu, "token_weight")
+        diff["token_weight (rel)"] = float(np.max(np.abs(w - flat(dev, "token_weight")), initial=0.0)
+                                           / max(float(np.max(np.abs(w), initial=0.0)), 1e-30))
     a, b = cpu_report.advantages, dev_report.advantages
     for stat in ("mean", "std"):
         x, y = getattr(a, stat), getattr(b, stat)
@@ -106,6 +111,12 @@ def main() -> None:
     big = dataset(parse_size(args.parity_tokens))
     big_table = pq.read_table(big)
     checks += [(big.name, big_table, est, {}) for est in estimators]
+    # token weights (docs/weights.md): verl's default and a per-sequence mode, with mini- and micro-batches that
+    # divide the dataset's rows
+    mini = max(d for d in range(1, 65) if big_table.num_rows % d == 0)
+    micro = max(d for d in range(1, 9) if mini % d == 0)
+    checks += [(big.name, big_table, "grpo", dict(loss_agg_mode=mode, mini_batch_size=mini, micro_batch_size=micro))
+               for mode in ("token-mean", "seq-mean-token-sum-norm")]
     for source, table, est, settings in checks:
         try:
             diff = parity(table, est, args.device, **settings)

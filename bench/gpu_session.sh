@@ -36,7 +36,8 @@ for est in gae grpo; do for dev in cuda cpu; do
 done; done
 
 echo "== CUDA tests"
-python3 -m pytest -q -p no:cacheprovider tests/estimators/test_properties.py tests/pipeline/test_pipeline.py -k cuda >"$out/pytest_cuda.log" 2>&1
+python3 -m pytest -q -p no:cacheprovider tests/estimators/test_properties.py tests/pipeline/test_pipeline.py \
+    tests/loss/test_token_weight_properties.py -k cuda >"$out/pytest_cuda.log" 2>&1
 tail -n 3 "$out/pytest_cuda.log"
 
 echo "== whole suite on the GPU machine"

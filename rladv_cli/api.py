@@ -112,8 +112,9 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
     # at Python's default 5 ms they queue behind the torch import and the stages, at 0.5 ms they do not.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
-        schema = output_schema(dataset.schema, with_is_weights=bool(cfg.rollout_is))
-        carried = [name for name in dataset.columns if name not in computed_columns(bool(cfg.rollout_is))]
+        added = {"with_is_weights": bool(cfg.rollout_is), "with_token_weight": cfg.loss_mode is not None}
+        schema = output_schema(dataset.schema, **added)
+        carried = [name for name in dataset.columns if name not in computed_columns(**added)]
         written = dataset.names.written(schema.names)  # the files' own names of mapped columns (--column)
         with AtomicParquetWriter(out, schema, carried, written) as sink, SideFiles() as side:
             # while torch imports: the input is decoded and checked, and its carried columns encoded

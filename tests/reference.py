@@ -706,3 +706,81 @@ ORACLE = {
     "passk_analytic": lambda r, m, ro, s: passk_analytic(r, m, ro.uids, s.get("k", 2)),
     "vapo": lambda r, m, ro, s: vapo(r, ro.values, m, s["gamma"], s.get("vapo_alpha", 0.05), s.get("value_lam", 1.0)),
 }
+
+
+# --------------------------------------------------------------------------- token weights (docs/weights.md)
+
+
+def token_weights(convention, mode, advantages, masks, loss_masks, steps, prompts=None, widths=None,
+                  is_weights=None, mini=None, micro=None, factor=None, epsilon_high=None):
+    """``w_t = A_t · ρ_t · m_t · c_i`` per row (float64), with each trainer's ``c_i`` recomputed from its loss in
+    plain loops: rows of a step in order, cut into mini-batches of ``mini`` rows (the step without) and those
+    into micro-batches of ``micro`` rows (the mini-batch without). ``masks``: the mask the loss selects with
+    (after rollout rejection); ``loss_masks``: before it (verl's token-mean denominator); ``widths``: response
+    positions without padding (verl's horizon)."""
+    n = len(advantages)
+    widths = widths or [len(m) for m in masks]
+    u = [float(sum(m)) for m in masks]
+    u0 = [float(sum(m)) for m in loss_masks]
+    c = [0.0] * n
+    by_step = {}
+    for i, s in enumerate(steps):
+        by_step.setdefault(s, []).append(i)
+    for rows in by_step.values():
+        N = mini or len(rows)
+        M = micro or N
+        ga, per_step = N // M, len(rows) // M
+        step_tokens = sum(u[i] for i in rows)
+        run, run_start = {}, {}  # SkyRL's prompt boundaries: runs of one prompt in the step's order
+        for k, i in enumerate(rows):
+            run[i] = run[rows[k - 1]] + (prompts[i] != prompts[rows[k - 1]]) if k and prompts is not None else (
+                run[rows[k - 1]] if k else 0)
+            run_start.setdefault(run[i], i)
+        minis = [rows[k:k + N] for k in range(0, len(rows), N)]
+        for mb in minis:
+            micros = [mb[k:k + M] for k in range(0, len(mb), M)]
+            tokens = sum(u[i] for i in mb)
+            for mc in micros:
+                mc_tokens = sum(u[i] for i in mc)
+                for i in mc:
+                    if convention == "verl":
+                        c[i] = {"token-mean": lambda: 1 / sum(u0[j] for j in mb) if sum(u0[j] for j in mb) else 0.0,
+                                "token-sum": lambda: 1.0,
+                                "seq-mean-token-sum": lambda: 1 / N,
+                                "seq-mean-token-mean": lambda: 1 / ((u[i] + 1e-8) * N),
+                                "seq-mean-token-sum-norm": lambda: 1 / (N * (factor or max(widths[j] for j in mc))),
+                                }[mode]()
+                    elif convention == "trl":
+                        dapo = per_step / (ga * max(step_tokens, 1))
+                        c[i] = {"dapo": dapo, "vespo": dapo,
+                                "cispo": min(1.0, 0.2 if epsilon_high is None else epsilon_high) * dapo,
+                                "grpo": 1 / (ga * len(mc) * max(u[i], 1)), "sapo": 1 / (ga * len(mc) * max(u[i], 1)),
+                                "bnpo": 1 / (ga * max(mc_tokens, 1)), "dr_grpo": 1 / (ga * len(mc) * (factor or 512)),
+                                "luspo": 1 / (ga * len(mc))}[mode]
+                    elif convention == "openrlhf":
+                        with_tokens = sum(1 for j in mb if u[j] > 0)
+                        c[i] = (1 / tokens if tokens else 0.0) if mode == "token-mean" else (
+                            1 / ((u[i] + 1e-8) * with_tokens) if with_tokens else 0.0)
+                    elif convention == "nemo_rl":
+                        c[i] = 1 / (tokens + 1e-8) if mode == "token_level" else 1 / ((u[i] + 1e-8) * (len(mb) + 1e-8))
+                    elif mode == "prompt_mean":  # skyrl: the runs of one prompt that start in this mini-batch
+                        first = {}
+                        for j in mb:
+                            first.setdefault(run[j], j)
+                        starts = [j for j in mb if j == run_start[run[j]]]
+                        if run_start[run[i]] != first[run[i]]:  # the prompt started in an earlier mini-batch
+                            c[i] = 0.0
+                        else:
+                            c[i] = 1 / (len(starts) * max(sum(u[k] for k in mb if run[k] == run[i]), 1))
+                    else:  # skyrl
+                        c[i] = {"token_mean": lambda: 1 / max(tokens, 1),
+                                "token_mean_legacy": lambda: 1 / (max(mc_tokens, 1) * ga),
+                                "sequence_mean": lambda: 1 / (len(mb) * max(u[i], 1)),
+                                "seq_mean_token_sum_norm": lambda: 1 / (len(mb) * factor)}[mode]()
+    out = []
+    for i in range(n):
+        a = np.asarray(advantages[i], dtype=np.float64)
+        m = np.asarray(masks[i], dtype=np.float64)
+        rho = np.ones_like(a) if is_weights is None else np.asarray(is_weights[i], dtype=np.float64)
+        out.append(a * rho * m * c[i])
+    return out

@@ -326,9 +326,9 @@ def inspect(
     console = Console()
     if row is None and uid is None:
         _only_typed(ctx, ("config", "kl_coef", "kl_penalty", "columns", "batch_key", "epsilon", "norm_adv_by_std",
-                          "where"),
+                          "where", "thresholds"),
                     "the checklist takes only --kl-coef, --kl-penalty, --batch-key, --epsilon, --norm-adv-by-std, "
-                    "--where and --column of compute's settings; the others apply with --row or --uid")
+                    "--where, --threshold and --column of compute's settings; the others apply with --row or --uid")
         kl_coef, kl_penalty = merged.get("kl_coef", 0.0), merged.get("kl_penalty", "kl")
         if not math.isfinite(kl_coef):
             _fail(f"--kl-coef must be a finite number, got {kl_coef}")
@@ -338,7 +338,8 @@ def inspect(
                                                 groups_path=groups_out, rows_path=rows_out, where=merged.get("where"),
                                                 batch_key=merged.get("batch_key"),
                                                 epsilon=merged.get("epsilon", Config.model_fields["epsilon"].default),
-                                                norm_adv_by_std=merged.get("norm_adv_by_std", True)))
+                                                norm_adv_by_std=merged.get("norm_adv_by_std", True),
+                                                thresholds=merged.get("thresholds")))
         typer.echo(result.to_json(), nl=False) if as_json else render_inspection(result, console, show_all)
         _exit_on_verdict(result.verdict, fail_on)
         return
@@ -410,7 +411,7 @@ def compare(
     run: Annotated[list[str], typer.Option("--run", metavar='"NAME: OPTIONS"', help="One run: its name, a colon, then compute's settings for it (--estimator, --config, --gamma, ...), as one quoted argument. Give it once per run, at least twice.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as one JSON object instead of tables.")] = False,
     html: Annotated[Optional[Path], typer.Option(parser=path, metavar="PATH", help="Also write a self-contained HTML page here: per pair, the scatter of the token advantages and the groups that differ most.")] = None,
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", parser=path, metavar="PATH", help="Also write the input rows with one advantages__NAME column per run as Parquet here.")] = None,
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", parser=path, metavar="PATH", help="Also write the input rows with one advantages__NAME column per run (token_weight__NAME when every run gives --loss-agg-mode) as Parquet here.")] = None,
     chunk_rows: Annotated[int, typer.Option(metavar="N", help="Rows held in memory at once, for every run (results do not depend on it).", rich_help_panel=RUN_PANEL)] = 512,
     cache_mib: Annotated[int, typer.Option(metavar="MIB", help="Keep the decoded dataset in memory for every run when it fits this many MiB (0: each pass re-reads it).", rich_help_panel=RUN_PANEL)] = 512,
     device: Annotated[Device, typer.Option(metavar=choices(Device), help="Torch device of every run; auto = cuda when available.", rich_help_panel=RUN_PANEL)] = Device.auto,

@@ -82,6 +82,7 @@ ESTIMATOR_PANEL = "Estimator settings"
 SHAPING_PANEL = "Reward shaping (before the estimator)"
 CORRECTION_PANEL = "Rollout correction (rejection and importance weights)"
 RUN_PANEL = "Execution"
+WEIGHT_PANEL = "Token weights (the trainer's loss aggregation, docs/weights.md)"
 
 FailOnOption = Annotated[FailOn, typer.Option(
     metavar="warn|fail", help="Exit 1 when the verdict is this or worse (the outputs are written either way); "
@@ -206,6 +207,30 @@ Columns = Annotated[Optional[list[str]], typer.Option(
     "--column", metavar="NAME=COLUMN", help="Read your column COLUMN as the contract's NAME and write it back as "
     "COLUMN, e.g. --column uid=prompt_id (repeatable).", rich_help_panel=RUN_PANEL)]
 
+LossAggMode = Annotated[Optional[str], typer.Option(
+    metavar="MODE", help="Write token_weight, each token's coefficient on grad log pi in the trainer's loss, under "
+    "its aggregation mode by its own name: verl token-mean (default), token-sum, seq-mean-token-sum, "
+    "seq-mean-token-mean, seq-mean-token-sum-norm; trl dapo (default), grpo, bnpo, dr_grpo, cispo, sapo, luspo, "
+    "vespo; openrlhf token-mean, seq-mean-token-mean; nemo_rl token_level, sequence_level; skyrl token_mean, "
+    "token_mean_legacy, sequence_mean, seq_mean_token_sum_norm, prompt_mean.", rich_help_panel=WEIGHT_PANEL)]
+MiniBatchSize = Annotated[Optional[int], typer.Option(
+    metavar="N", help="Rows per optimizer step, consecutive in dataset order within a step (verl's "
+    "ppo_mini_batch_size x rollout.n); default: the whole step.", rich_help_panel=WEIGHT_PANEL)]
+MicroBatchSize = Annotated[Optional[int], typer.Option(
+    metavar="N", help="Rows per micro-batch (gradient accumulation); default: one micro-batch per mini-batch.",
+    rich_help_panel=WEIGHT_PANEL)]
+LossScaleFactor = Annotated[Optional[float], typer.Option(
+    metavar="F", help="The constant length normaliser: verl's loss_scale_factor (seq-mean-token-sum-norm), TRL's "
+    "max_completion_length (dr_grpo, default 512), SkyRL's max_seq_len (seq_mean_token_sum_norm).",
+    rich_help_panel=WEIGHT_PANEL)]
+EpsilonHigh = Annotated[Optional[float], typer.Option(
+    metavar="FLOAT", help="trl cispo: TRL's epsilon_high, which caps the IS ratio (default its epsilon, 0.2).",
+    rich_help_panel=WEIGHT_PANEL)]
+Thresholds = Annotated[Optional[list[str]], typer.Option(
+    "--threshold", metavar="CODE=WARN[,FAIL]", help="The verdict's level of a check at this measure or above, over "
+    "docs/debugging.md's defaults, e.g. --threshold all_equal_group=0.3,0.8 (off: never; repeatable).",
+    rich_help_panel=RUN_PANEL)]
+
 SETTINGS_OPTIONS = (  # (Config field, option, default) after --config, in this order, on every command that computes
     ("convention", Convention, "verl"), ("group_size", GroupSize, None),
     ("scale_rewards", ScaleRewardsOption, ScaleRewards.group), ("leave_one_out", LeaveOneOut, True),
@@ -222,7 +247,10 @@ SETTINGS_OPTIONS = (  # (Config field, option, default) after --config, in this 
     ("vapo_alpha", VapoAlpha, 0.05), ("value_lam", ValueLam, 1.0), ("reward_scale", RewardScale, 1.0),
     ("reward_bias", RewardBias, 0.0), ("reward_clip", RewardClip, None), ("adv_clip", AdvClip, None),
     ("stop_properly_penalty_coef", StopProperlyPenaltyCoef, None), ("batch_key", BatchKey, None), ("pad_width", PadWidth, None),
-    ("where", Where, None), ("columns", Columns, None),
+    ("loss_agg_mode", LossAggMode, None), ("mini_batch_size", MiniBatchSize, None),
+    ("micro_batch_size", MicroBatchSize, None), ("loss_scale_factor", LossScaleFactor, None),
+    ("epsilon_high", EpsilonHigh, None),
+    ("where", Where, None), ("columns", Columns, None), ("thresholds", Thresholds, None),
 )
 
 

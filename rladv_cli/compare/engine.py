@@ -79,19 +79,20 @@ class _Shared(RowSource):
 
 
 class _Spill:
-    """One run's advantages, appended chunk by chunk to a file: float32 per position, NaN where the run's
-    ``response_mask`` is 0 (its advantages are finite wherever it is 1: the pipeline checks)."""
+    """One run's compared values (``advantages``, or ``token_weight``), appended chunk by chunk to a file: float32
+    per position, NaN where the run's ``response_mask`` is 0 (they are finite wherever it is 1: the pipeline
+    checks)."""
 
-    def __init__(self, path: str):
-        self.path, self.tokens = path, 0
+    def __init__(self, path: str, compared: str):
+        self.path, self.tokens, self.compared = path, 0, compared
         self._file = open(path, "wb")
 
     def write(self, table: pa.Table) -> None:
         """The write pass's output table of one chunk (the contract's column names)."""
-        advantages = flat_values(table, "advantages", np.float32)
+        values = flat_values(table, self.compared, np.float32)
         valid = flat_values(table, "response_mask", np.int8) > 0
-        np.where(valid, advantages, np.float32(np.nan)).tofile(self._file)
-        self.tokens += advantages.size
+        np.where(valid, values, np.float32(np.nan)).tofile(self._file)
+        self.tokens += values.size
 
     def close(self) -> None:
         self._file.close()
@@ -121,6 +122,17 @@ class _Unspill:
 def _with_execution(cfg: Config, execution: dict) -> Config:
     """``cfg`` with compare's own execution settings (chunk rows, cache, device, threads), validated."""
     return Config(**{**cfg.model_dump(), **execution})
+
+
+def compared(named: Sequence[tuple[str, Config]]) -> str:
+    """What the runs are compared on: ``token_weight`` when every run weighs its tokens (``--loss-agg-mode``),
+    ``advantages`` when none does; a mix is a ``ConfigError``."""
+    weighed = [name for name, cfg in named if cfg.loss_mode is not None]
+    if weighed and len(weighed) < len(named):
+        plain = next(name for name, cfg in named if cfg.loss_mode is None)
+        raise ConfigError(f"run {weighed[0]!r} weighs its tokens (--loss-agg-mode) and run {plain!r} does not; give "
+                          "every run a --loss-agg-mode to compare token weights, or none to compare advantages")
+    return "token_weight" if weighed else "advantages"
 
 
 def _check_same_rows(named: Sequence[tuple[RunSpec, Config]]) -> None:
@@ -259,7 +271,7 @@ class _Done:
 def _one_run(stages, source: RowSource, spec: RunSpec, cfg: Config, folder: str,
              progress: Optional[Progress]) -> _Done:
     """Every pass of one run over ``source``, its advantages spilled into ``folder``; an error names the run."""
-    spill = _Spill(os.path.join(folder, f"{spec.slug}.f32"))
+    spill = _Spill(os.path.join(folder, f"{spec.slug}.f32"), spec.compared)
     started = time.perf_counter()
     try:
         report = stages.Pipeline(source, cfg, _named(progress, spec.name)).run(spill.write)
@@ -268,7 +280,13 @@ def _one_run(stages, source: RowSource, spec: RunSpec, cfg: Config, folder: str,
         raise
     finally:
         spill.close()
-    means = report.arrow_tables()[1]["advantage_mean"].to_numpy(zero_copy_only=False)
+    rows = report.arrow_tables()[1]
+    if spec.compared == "token_weight":  # the row's mean weight over its valid tokens, NaN without any
+        valid = (rows["actor_tokens"].to_numpy() - rows["rejected_tokens"].to_numpy()).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means = np.where(valid > 0, rows["weight_net"].to_numpy() / valid, np.nan)
+    else:
+        means = rows["advantage_mean"].to_numpy(zero_copy_only=False)
     return _Done(_run_summary(spec, cfg, report, time.perf_counter() - started), spill, means, report.inputs)
 
 
@@ -286,14 +304,16 @@ def compare_runs(inputs: "Sequence[PathLike] | PathLike", runs: "Mapping[str, Co
                  cache_mib: int = 512, device: str = "auto", threads: int = 1,
                  progress: Optional[Progress] = None) -> Comparison:
     """Run every named configuration over the same rows of ``inputs`` (files, or a frame as ``compute`` takes)
-    and compare their advantages (docs/compare.md); optionally write ``output`` (the input rows with one
-    ``advantages__<slug>`` column per run) and ``html_path`` (the page), atomically and together.
+    and compare their advantages, or their token weights when every run gives ``loss_agg_mode`` (docs/compare.md);
+    optionally write ``output`` (the input rows with one ``advantages__<slug>`` or ``token_weight__<slug>`` column
+    per run) and ``html_path`` (the page), atomically and together.
 
     ``runs``: ``{name: Config}`` or ``(name, Config)`` pairs, at least two, in the order the pairs are formed;
     their ``chunk_rows``, ``cache_mib``, ``device`` and ``threads`` are replaced by the arguments here. Every
     run must read the same rows (the same ``where`` and ``columns``)."""
     items = list(runs.items()) if isinstance(runs, Mapping) else list(runs)
-    specs = distinct([RunSpec(name, ()) for name, _ in items])
+    quantity = compared(items)
+    specs = distinct([RunSpec(name, (), quantity) for name, _ in items])
     execution = {"chunk_rows": chunk_rows, "cache_mib": cache_mib, "device": device, "threads": threads}
     named = [(spec, _with_execution(cfg, execution)) for spec, (_, cfg) in zip(specs, items)]
     _check_same_rows(named)
@@ -320,7 +340,7 @@ def compare_runs(inputs: "Sequence[PathLike] | PathLike", runs: "Mapping[str, Co
                 side = stack.enter_context(SideFiles())
                 comparing.run(chunk_rows, sink, progress)
                 result = Comparison(
-                    rladv_version=__version__, inputs=done[0].inputs, output=out,
+                    rladv_version=__version__, inputs=done[0].inputs, output=out, compared=quantity,
                     groups_by=None if not has_uid else f"{batch_key} and uid" if batch_key else "uid",
                     runs=[d.summary for d in done],
                     pairs=[_pair_summary(comparing, i, j, named) for i, j in comparing.tallies],

@@ -88,7 +88,9 @@ class Comparison(_Model):
 
     rladv_version: str
     inputs: Inputs
-    output: Optional[str] = Field(description="-o: the input rows with one advantages__<slug> column per run")
+    output: Optional[str] = Field(description="-o: the input rows with one <compared>__<slug> column per run")
+    compared: str = Field("advantages", description="what the pairs compare: advantages, or token_weight when every "
+                          "run gives --loss-agg-mode (docs/weights.md)")
     groups_by: Optional[str] = Field(description="what a group is: uid, or --batch-key and uid; null without uid")
     runs: list[RunSummary]
     pairs: list[PairSummary]
@@ -119,7 +121,8 @@ def render(c: Comparison, console) -> None:
     i = c.inputs
     written = f" -> {escape(c.output)}" if c.output else ""
     console.print(f"[bold]rladv compare[/bold]  {len(c.runs)} runs over {i.rows} rows, {i.tokens} tokens from "
-                  f"{len(i.paths)} file(s)" + escape(filter_line(i.filter)) + written)
+                  f"{len(i.paths)} file(s)" + escape(filter_line(i.filter)) + written
+                  + ("; compared on token_weight" if c.compared == "token_weight" else ""))
     runs = Table(title="runs", title_justify="left", header_style="bold", box=None)
     for col in ("run", "options", "verdict", "signal", "no signal: largest cause"):
         runs.add_column(col, justify="right" if col == "signal" else "left", overflow="fold")

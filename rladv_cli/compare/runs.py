@@ -22,6 +22,7 @@ class RunSpec:
 
     name: str
     args: tuple[str, ...]
+    compared: str = "advantages"  # or token_weight, when every run gives --loss-agg-mode
 
     @property
     def slug(self) -> str:
@@ -30,8 +31,9 @@ class RunSpec:
 
     @property
     def column(self) -> str:
-        """The output column of this run's advantages (``-o``)."""
-        return f"advantages__{self.slug}"
+        """The output column of this run's compared values (``-o``): ``advantages__<slug>`` or
+        ``token_weight__<slug>``."""
+        return f"{self.compared}__{self.slug}"
 
 
 def parse_spec(text: str) -> RunSpec:

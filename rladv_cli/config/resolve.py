@@ -12,7 +12,7 @@ from ..errors import ConfigError
 from ..estimators.registry import REFERENCE_DEFAULT
 from .settings import Config
 
-__all__ = ["column_names", "merge_verl_config", "refused_inert", "settings_from_flags"]
+__all__ = ["column_names", "merge_verl_config", "refused_inert", "settings_from_flags", "threshold_levels"]
 
 
 def settings_from_flags(params: Mapping[str, object]) -> dict:
@@ -26,7 +26,35 @@ def settings_from_flags(params: Mapping[str, object]) -> dict:
             settings[key] = _split(value)
         elif key == "columns":
             settings[key] = column_names(value)
+        elif key == "thresholds":
+            settings[key] = threshold_levels(value)
     return settings
+
+
+def threshold_levels(given: Optional[Sequence[str]]) -> Optional[dict[str, tuple[Optional[float], Optional[float]]]]:
+    """``["all_equal_group=0.3,0.8", "length_bias=off", ...]`` (``--threshold``, repeated) -> ``{code: (warn,
+    fail)}``; a missing FAIL keeps the default's, ``off`` is never. None or empty stays None."""
+    from ..report.verdict import THRESHOLDS, check_thresholds
+
+    if not given:
+        return None
+    out = {}
+    for item in given:
+        code, sep, levels = item.partition("=")
+        code = code.strip()
+        parts = [p.strip() for p in levels.split(",")]
+        if not sep or not code or not 1 <= len(parts) <= 2 or not all(parts):
+            raise ConfigError(f"--threshold {item}: write CODE=WARN or CODE=WARN,FAIL (numbers, or off)")
+        try:
+            values = [None if p == "off" else float(p) for p in parts]
+        except ValueError:
+            raise ConfigError(f"--threshold {item}: {levels} is not WARN[,FAIL] (numbers, or off)") from None
+        out[code] = (values[0], values[1] if len(values) == 2 else THRESHOLDS.get(code, (None, None))[1])
+    try:
+        check_thresholds(out)
+    except ValueError as err:
+        raise ConfigError(f"--threshold {err}") from None
+    return out
 
 
 def column_names(given: Optional[Sequence[str]]) -> Optional[dict[str, str]]:

@@ -14,6 +14,8 @@ from ..contract.schema import COLUMNS, OUTPUT_COLUMNS
 from ..errors import ConfigError
 from ..estimators.conventions import CONVENTIONS, DEFAULT, Convention, unknown_convention
 from ..estimators.registry import ESTIMATOR_SETTINGS, Estimator, Params, names_where
+from ..loss.modes import AGGREGATIONS, KNOBS, Aggregation, LossMode
+from ..report.verdict import THRESHOLDS, check_thresholds
 from .correction import parse_rollout_is, parse_rollout_rs
 
 INT_MAX = 2**31 - 1
@@ -21,7 +23,7 @@ KL_MODES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 # the contract's columns (read or written) that ``columns`` may give another name
 MAPPABLE = (*COLUMNS, *(c for c in OUTPUT_COLUMNS if c not in COLUMNS), "rollout_is_weights", "session_id",
             "output_index", "prompts")
-RUN_ONLY = frozenset({"chunk_rows", "cache_mib", "device", "threads"})  # how a run goes, never its numbers
+RUN_ONLY = frozenset({"chunk_rows", "cache_mib", "device", "threads", "thresholds"})  # never the numbers
 
 
 class Config(BaseModel):
@@ -90,6 +92,21 @@ class Config(BaseModel):
     stop_properly_penalty_coef: Optional[float] = Field(
         None, description="rows with truncated true: score times C for C in [0, 1], or replaced by C for C < 0 "
         "(OpenRLHF's ProRL stop-properly penalty; reads the truncated column)")
+    loss_agg_mode: Optional[str] = Field(
+        None, description="the trainer's loss aggregation, by its own name (verl: token-mean, ...; trl: dapo, ...; "
+        "docs/weights.md): writes token_weight, each token's coefficient on grad log pi in the loss")
+    mini_batch_size: Optional[int] = Field(
+        None, gt=0, le=INT_MAX, description="--loss-agg-mode: rows per optimizer step (mini-batch), consecutive "
+        "in dataset order within a step; default: the whole step")
+    micro_batch_size: Optional[int] = Field(
+        None, gt=0, le=INT_MAX, description="--loss-agg-mode: rows per micro-batch (gradient accumulation); "
+        "default: one micro-batch per mini-batch")
+    loss_scale_factor: Optional[float] = Field(
+        None, gt=0.0, description="--loss-agg-mode: the constant length normaliser (verl's loss_scale_factor, "
+        "TRL's max_completion_length, SkyRL's max_seq_len)")
+    epsilon_high: Optional[float] = Field(
+        None, gt=0.0, description="trl cispo: TRL's epsilon_high, the clamp of the IS ratio (default its epsilon, "
+        "0.2)")
     batch_key: Optional[str] = Field(None, description="column whose values split the dataset into independent batches")
     where: Optional[str] = Field(
         None, description="a SQL predicate over the input's columns (polars' SQL); only the rows it keeps are read, "
@@ -104,6 +121,9 @@ class Config(BaseModel):
         None, description="the files' own names of contract columns (contract name -> column, e.g. uid -> "
         "prompt_id): read under the contract's names, written back under the files'",
     )
+    thresholds: Optional[dict[str, tuple[Optional[float], Optional[float]]]] = Field(
+        None, description="the verdict's levels per check, code -> (warn, fail) at or above a measure (None: "
+        "never), over the defaults of docs/debugging.md (Levels); they change the verdict, never the numbers")
     chunk_rows: int = Field(512, gt=0, le=INT_MAX, description="rows held in memory at once; results do not depend on it")
     cache_mib: int = Field(
         512, ge=0, le=1 << 30,
@@ -139,6 +159,12 @@ class Config(BaseModel):
         twice = next((c for c in v.values() if list(v.values()).count(c) > 1), None)
         if twice is not None:
             raise ValueError(f"maps {twice} to two columns; each of your columns is one contract column")
+        return v
+
+    @field_validator("thresholds")
+    @classmethod
+    def _known_checks(cls, v: Optional[dict]) -> Optional[dict]:
+        check_thresholds(v or {})
         return v
 
     @field_validator("reward_components")
@@ -202,6 +228,15 @@ class Config(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _known_loss_mode(self) -> "Config":
+        if self.loss_agg_mode is not None:
+            self.aggregation.mode(self.loss_agg_mode)  # ConfigError naming the closest mode
+        if self.mini_batch_size and self.micro_batch_size and self.mini_batch_size % self.micro_batch_size:
+            raise ValueError(f"--micro-batch-size {self.micro_batch_size} does not divide --mini-batch-size "
+                             f"{self.mini_batch_size} (a mini-batch is a whole number of micro-batches)")
+        return self
+
+    @model_validator(mode="after")
     def _consistent(self) -> "Config":
         if self.kl_ctrl == "adaptive" and self.use_kl:  # a negative coefficient shapes (and steps) too
             if self.kl_horizon <= 0:
@@ -252,6 +287,21 @@ class Config(BaseModel):
         return CONVENTIONS[self.convention]
 
     @property
+    def levels(self) -> Mapping[str, tuple[Optional[float], Optional[float]]]:
+        """The verdict's thresholds: ``--threshold`` over the defaults (``report.verdict.THRESHOLDS``)."""
+        return {**THRESHOLDS, **(self.thresholds or {})}
+
+    @property
+    def aggregation(self) -> Aggregation:
+        """The convention's trainer's loss aggregation modes."""
+        return AGGREGATIONS[self.convention]
+
+    @property
+    def loss_mode(self) -> Optional[LossMode]:
+        """The loss aggregation mode that weighs the tokens (None: no token_weight)."""
+        return None if self.loss_agg_mode is None else self.aggregation.modes[self.loss_agg_mode]
+
+    @property
     def spec(self) -> Estimator:
         """The estimator's declaration under the convention."""
         return self.conv.estimators[self.estimator]
@@ -292,6 +342,13 @@ class Config(BaseModel):
             out.update(dict.fromkeys(("rollout_is_threshold", "rollout_is_batch_normalize"), "without --rollout-is token|sequence"))
         if self.overlong_buffer_len is None:
             out.update(dict.fromkeys(("overlong_penalty_factor", "max_resp_len"), "without --overlong-buffer-len"))
+        mode = self.loss_mode
+        if mode is None:
+            out.update(dict.fromkeys(("mini_batch_size", *KNOBS), "without --loss-agg-mode"))
+        else:
+            out.update({knob: f"with --loss-agg-mode {mode.name}, which reads "
+                        f"{', '.join(_flag(k) for k in ('mini_batch_size', *mode.reads))}"
+                        for knob in KNOBS if knob not in mode.reads})
         return out
 
     def changed(self) -> dict[str, Any]:
@@ -337,7 +394,7 @@ def setting_notes(settings: Mapping[str, Any]) -> list[str]:
 
 def _flag(name: str) -> str:
     """The command-line flag of setting ``name`` (``columns`` is ``--column``, one per mapped column)."""
-    return "--column" if name == "columns" else "--" + name.replace("_", "-")
+    return {"columns": "--column", "thresholds": "--threshold"}.get(name, "--" + name.replace("_", "-"))
 
 
 def command_flags(settings: Mapping[str, Any]) -> list[str]:

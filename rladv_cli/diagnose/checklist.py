@@ -112,7 +112,7 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
             html_path: Optional[PathLike] = None, columns: Optional[Mapping[str, str]] = None,
             batch_key: Optional[str] = None, epsilon: float = 1e-6, norm_adv_by_std: bool = True,
             groups_path: Optional[PathLike] = None, rows_path: Optional[PathLike] = None,
-            where: Optional[str] = None) -> Inspection:
+            where: Optional[str] = None, thresholds: Optional[Mapping[str, tuple]] = None) -> Inspection:
     """Stream a dataset (file, files or folder) and check it in the debugging order of docs/debugging.md; no torch.
 
     ``expected_n``: rows each uid group should have (verl's ``rollout.n``); ``kl_coef`` / ``kl_penalty``: check
@@ -123,7 +123,8 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
     it); ``epsilon`` / ``norm_adv_by_std``: grpo's settings, for ``epsilon_dominated_std``; ``groups_path`` /
     ``rows_path``: also write the tables behind the verdict there as Parquet (``report.tables``; the page and the
     tables appear together or not at all); ``where``: only the rows this SQL predicate keeps (``io.frames``,
-    held in memory). ``inputs`` may also be a frame (``io.frames``). Memory: one chunk of
+    held in memory); ``thresholds``: the verdict's levels per check over the defaults (``Config.thresholds``,
+    docs/debugging.md). ``inputs`` may also be a frame (``io.frames``). Memory: one chunk of
     ``chunk_rows`` rows plus a few scalars per row and per group.
     Raises ``InputError`` when the dataset cannot be read, ``ConfigError`` for bad arguments.
     """
@@ -180,7 +181,7 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
     else:
         steps = list(ds.paths)
     result = _summarise(ds, plan, est, rows, labels, sessions, bad_rows, bad_columns, expected_n, kl_coef, kl_penalty,
-                        steps, columns, (epsilon, norm_adv_by_std))
+                        steps, columns, (epsilon, norm_adv_by_std), thresholds)
     with SideFiles() as side:
         write_tables(side, result, (groups_path, rows_path))
         if html_path is not None:
@@ -227,7 +228,7 @@ def _flagged(rows: RowScalars, name: str) -> np.ndarray:
 def _summarise(ds: RowSource, plan: Plan, est: Optional[Estimator], rows: RowScalars, labels: Labels,
                sessions: set, bad_rows: list, bad_columns: list[str], expected_n: Optional[int],
                kl_coef: float, kl_penalty: str, steps: list[str], columns: Optional[Mapping[str, str]],
-               std_rule: tuple[float, bool]) -> Inspection:
+               std_rule: tuple[float, bool], thresholds: Optional[Mapping[str, tuple]] = None) -> Inspection:
     checks = _Checks(ds)
     name = est.name if est else None
     # ---- step 0: the data contract
@@ -352,7 +353,8 @@ def _summarise(ds: RowSource, plan: Plan, est: Optional[Estimator], rows: RowSca
     flags = checklist_flags(est, kl_coef, kl_penalty, columns, labels.batch_key,
                             ds.filter.where if ds.filter is not None else None)
     verdict, (group_table, row_table) = checklist_verdict(
-        rows, plan, est, uids, group_flags, checks.items, ds.paths, steps, flags, std_epsilon(est, *std_rule))
+        rows, plan, est, uids, group_flags, checks.items, ds.paths, steps, flags, std_epsilon(est, *std_rule),
+        thresholds)
     return Inspection(
         verdict=verdict,
         rows=ds.num_rows,

@@ -23,6 +23,20 @@ from .views import GroupView, compute_rows, group_view, read_row, render_group
 PathLike = str | os.PathLike
 
 
+class WeightDerivation(BaseModel):
+    """How the trainer's loss aggregation weighs the row's tokens (``--loss-agg-mode``; docs/weights.md)."""
+
+    trainer: str
+    option: str = Field(description="the trainer's setting that picks the mode")
+    mode: str
+    formula: str = Field(description="w_t = A_t · ρ_t · m_t · c_i, with the mode's c_i")
+    mini_batch: int = Field(description="the row's mini-batch, numbered from 0 in dataset order")
+    micro_batch: int
+    terms: dict[str, float] = Field(description="what c_i is made of, for this row")
+    scale: float = Field(description="c_i")
+    token_weight: list[float] = Field(description="per position: w_t (0 off the mask)")
+
+
 class Explanation(BaseModel):
     """The derivation of one row's advantages under one estimator."""
 
@@ -39,6 +53,7 @@ class Explanation(BaseModel):
     response_mask: list[int] = Field(description="the mask the estimator used (after rollout rejection)")
     input_advantages: Optional[list[Optional[float]]] = Field(
         None, description="the row's own advantages in the input (a trainer dump, an earlier output), when it has them")
+    weight: Optional[WeightDerivation] = Field(None, description="with --loss-agg-mode: what the row's tokens weigh")
 
 
 def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **settings) -> Explanation:
@@ -57,7 +72,8 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
     mine, report, _ = compute_rows(ds, est, np.array([row]), uid, settings)
     path, local = ds.locate(row)
     base = dict(estimator=estimator, path=path, row=local, uid=uid, advantages=mine["advantages"][0].as_py(),
-                response_mask=mine["response_mask"][0].as_py(), input_advantages=_given_advantages(one))
+                response_mask=mine["response_mask"][0].as_py(), input_advantages=_given_advantages(one),
+                weight=_weight(cfg, report, row, mine) if cfg.loss_mode is not None else None)
     whitening = {}
     if report.whitening:
         w = report.whitening[0] if len(report.whitening) == 1 else next(
@@ -70,11 +86,27 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
         return Explanation(**base, formula=derived.formula, constants=derived.constants, columns=[], tokens=[],
                            group=view)
     columns, tokens = list(derived.columns), [list(values) for values in derived.tokens]
+    if base["weight"] is not None:
+        columns.append("weight")
+        for values, w in zip(tokens, base["weight"].token_weight):
+            values.append(w)
     if base["input_advantages"] is not None:  # beside the advantage, for a replay's differing row
         columns.append("input's advantage")
         for values, given in zip(tokens, base["input_advantages"]):
             values.append(given)
     return Explanation(**base, formula=derived.formula, constants=derived.constants, columns=columns, tokens=tokens)
+
+
+def _weight(cfg: Config, report, row: int, out: pa.Table) -> WeightDerivation:
+    """The row's weighing from the run's row table (``mini_batch``, ``weight_scale``, ``weight_terms``) and its
+    output ``token_weight``."""
+    facts = report.arrow_tables()[1].slice(row, 1).to_pylist()[0]
+    agg = cfg.aggregation
+    return WeightDerivation(trainer=agg.trainer, option=agg.option, mode=cfg.loss_mode.name,
+                            formula=f"w_t = A_t · ρ_t · m_t · c_i, c_i = {cfg.loss_mode.formula}",
+                            mini_batch=facts["mini_batch"], micro_batch=facts["micro_batch"],
+                            terms={k: float(v) for k, v in (facts["weight_terms"] or {}).items()},
+                            scale=facts["weight_scale"], token_weight=out["token_weight"][0].as_py())
 
 
 def _row_values(row: pa.Table) -> dict[str, np.ndarray]:
@@ -109,6 +141,8 @@ def render_explanation(e: Explanation, console) -> None:
         if e.group is not None:
             render_group(e.group, console)
         console.print(f"row {e.row}: advantage {next((a for a in e.advantages if a), 0.0):.7g} on its actor tokens")
+        if e.weight is not None:
+            _render_weight(e, console)
         if e.input_advantages is not None:
             given = [v for v, m in zip(e.input_advantages, e.response_mask) if m]
             shown = f"{given[0]:.7g}" if given and len(set(given)) == 1 and given[0] is not None else ", ".join(
@@ -121,3 +155,18 @@ def render_explanation(e: Explanation, console) -> None:
     for values in e.tokens:
         table.add_row(*("" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v) for v in values))
     console.print(table)
+    if e.weight is not None:
+        _render_weight(e, console)
+
+
+def _render_weight(e: Explanation, console) -> None:
+    """The weighing: the mode, the formula, the row's batches and terms, c_i, and the weights on its tokens."""
+    w = e.weight
+    console.print(f"[bold]token weight[/bold]  {w.trainer} {w.option}={w.mode}")
+    console.print(f"  {w.formula}")
+    terms = ", ".join(f"{k} = {v:.7g}" for k, v in w.terms.items())
+    console.print(f"  mini-batch {w.mini_batch}, micro-batch {w.micro_batch}" + (f": {terms}" if terms else ""))
+    on = sorted({round(x, 12) for x, m in zip(w.token_weight, e.response_mask) if m})
+    shown = (f"{on[0]:.7g}" if len(on) == 1 else f"{len(on)} values from {on[0]:.7g} to {on[-1]:.7g}") if on else "-"
+    console.print(f"row {e.row}: c_i = {w.scale:.7g}; token_weight on its actor tokens: {shown} "
+                  f"(sum |w| {sum(abs(x) for x in w.token_weight):.7g})")

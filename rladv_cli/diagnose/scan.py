@@ -15,8 +15,9 @@ from ..contract.schema import COLUMNS
 from ..errors import ConfigError, InputError
 from ..io.read import Dataset
 
-# Columns inspect reads beyond the contract's: list<number> aligned with response_mask, and session ids.
-EXTRA_LISTS = ("token_level_rewards", "advantages")
+# Columns inspect reads beyond the contract's: list<number> aligned with response_mask (token_weight: an rladv
+# output's, docs/weights.md), and session ids.
+EXTRA_LISTS = ("token_level_rewards", "advantages", "token_weight")
 
 
 # ==================================================================================== numpy helpers
@@ -137,6 +138,7 @@ class Plan:
     tools: bool
     columns: list[str]
     prompts: bool = False  # a ``prompts`` column (token ids, text or an id): the uid-spans-prompts check
+    weights: bool = False  # a ``token_weight`` column: the verdict's gradient mass
 
     @property
     def basis(self) -> str:
@@ -242,6 +244,8 @@ def scan_chunk(t: pa.Table, plan: Plan, beta: float, kl_mode: str) -> dict[str, 
             dead_base=actor, dead_used=_seg_sum(m0 & m & (a == 0), off),
             dead_rejected=_seg_sum(m0 & ~m & (a == 0), off),
         )
+    if plan.weights:
+        out["w_abs"] = _seg_sum(np.abs(flat_values(t, "token_weight", np.float32).astype(np.float64)) * m, off)
     return out
 
 
@@ -275,12 +279,13 @@ def plan_of(ds: Dataset, kl_coef: float, batch_key: Optional[str] = None) -> tup
         score=score, uid="uid" in usable, attention="attention_mask" in usable, loss="loss_mask" in usable,
         kl=kl, tlr="token_level_rewards" in usable and not kl, advantages="advantages" in usable,
         session="session_id" in usable and "uid" in usable, tools="tool_rewards" in usable, columns=[],
-        prompts="prompts" in usable and "uid" in usable,
+        prompts="prompts" in usable and "uid" in usable, weights="token_weight" in usable,
     )
     wanted = {"response_mask", score, "uid" if plan.uid else None, "attention_mask" if plan.attention else None,
               "loss_mask" if plan.loss else None, "token_level_rewards" if plan.tlr else None,
               "advantages" if plan.advantages else None, "session_id" if plan.session else None,
-              "tool_rewards" if plan.tools else None, "prompts" if plan.prompts else None, batch_key}
+              "tool_rewards" if plan.tools else None, "prompts" if plan.prompts else None,
+              "token_weight" if plan.weights else None, batch_key}
     if kl:
         wanted |= {"old_log_probs", "ref_log_prob"}
     plan.columns = [c for c in schema.names if c in wanted]

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from ..estimators.registry import Estimator
 from ..report.tables import RowFacts, verdict_tables
-from ..report.verdict import Context, RowsToJudge, Verdict, judge
+from ..report.verdict import THRESHOLDS, Context, RowsToJudge, Verdict, judge
 from .findings import Check
 from .scan import Plan, RowScalars
 
@@ -43,25 +43,27 @@ def _commands(paths: Sequence[str], est: Optional[Estimator], flags: Sequence[st
 
 def checklist_verdict(rows: RowScalars, plan: Plan, est: Optional[Estimator], uids: Mapping[int, object],
                       group_flags: Mapping[str, np.ndarray], checks: list[Check], paths: Sequence[str],
-                      step_names: Sequence[str], flags: Sequence[str],
-                      epsilon: Optional[float]) -> tuple[Verdict, tuple[Optional[pa.Table], pa.Table]]:
+                      step_names: Sequence[str], flags: Sequence[str], epsilon: Optional[float],
+                      thresholds: Optional[Mapping[str, tuple]] = None) -> tuple[Verdict, tuple[Optional[pa.Table], pa.Table]]:
     """The verdict and the tables behind it (``verdict_tables``: groups, rows) on the valid rows: actor tokens (the mask before rejection), used tokens, zero advantages
     when the file has advantages, groups (``group_flags``: all-equal, and tied on scores) under the estimator
     (any group estimator without ``--estimator``). A failing check (a broken contract, a missing column) fails
-    it too and is named in its hints; without ``uid`` and an estimator it warns that no group was judged."""
+    it too and is named in its hints; without ``uid`` and an estimator it warns that no group was judged.
+    ``thresholds``: the levels per check over ``THRESHOLDS``."""
     row_command, by_uid = _commands(paths, est, flags)
     uses_groups = est.groups if est is not None else plan.uid
     ctx = Context(estimator=est.name if est else None, uses_groups=uses_groups,
                   singleton_rule=est.singleton if est else None, row_command=row_command,
                   group_command=lambda g: by_uid(uids[g]), step_names=list(step_names),
-                  epsilon=epsilon if uses_groups else None)
+                  epsilon=epsilon if uses_groups else None, thresholds={**THRESHOLDS, **(thresholds or {})},
+                  weighing="the file's token_weight" if plan.weights else None)
     judged = RowsToJudge(
         actor=rows["actor"], used=rows["used"], zero=rows["dead_used"] if plan.advantages else None,
         group=rows["gid"].astype(np.int64) if plan.uid else None,
         reward=rows["reward_total"] if plan.score is not None else None, all_equal=group_flags.get("all_equal_group"),
         score_equal=group_flags.get("score_equal") if plan.basis != "score" else None,
         dataset_row=rows["drow"].astype(np.int64), step=rows["step"].astype(np.int64) if "step" in rows else None,
-        kl=rows["kl_row"] if plan.kl else None)
+        kl=rows["kl_row"] if plan.kl else None, mass=rows["w_abs"] if plan.weights else None)
     no_uid = est is not None and est.groups and not plan.uid
     verdict = judge(judged, ctx, no_uid=no_uid)
     tables = verdict_tables(judged, ctx, RowFacts(

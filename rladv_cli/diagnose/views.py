@@ -118,11 +118,14 @@ class GroupView(_Model):
 def scope_of(est: Estimator, settings: dict) -> str:
     """Rows an estimator needs, with these settings (``Config`` fields), to give one row its exact advantage:
     the row, its group, or the whole dataset (batch whitening or a batch-wide scale; an adaptive KL coefficient
-    stepped batch by batch; rollout correction, whose batch statistics and checks take every row)."""
+    stepped batch by batch; rollout correction, whose batch statistics and checks take every row; token weights,
+    whose denominators take the row's mini-batch)."""
     adaptive_kl = settings.get("kl_coef") and settings.get("kl_ctrl") == "adaptive" and settings.get("batch_key")
     if est.whiten or est.batch_wide or adaptive_kl or settings.get("rollout_rs") or settings.get("rollout_is"):
         return "dataset"
     if est.row_advantage or settings.get("convention", DEFAULT) != DEFAULT:  # a trainer's own groups and matrices
+        return "dataset"
+    if settings.get("loss_agg_mode"):  # a token's weight depends on its whole mini-batch
         return "dataset"
     return "group" if est.groups else "row"
 

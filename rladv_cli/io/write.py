@@ -66,19 +66,23 @@ def writer_options(schema: pa.Schema) -> dict:
     return {"compression": COMPRESSION, "use_dictionary": scalar, "write_statistics": scalar}
 
 
-def output_schema(schema: pa.Schema, with_is_weights: bool) -> pa.Schema:
+def output_schema(schema: pa.Schema, with_is_weights: bool, with_token_weight: bool = False) -> pa.Schema:
     """Input columns in their order (rewritten masks as int8 lists), then the added columns (docs/contract.md §3)."""
-    added = computed_columns(with_is_weights)
+    added = computed_columns(with_is_weights, with_token_weight)
     fields = [pa.field(f.name, added.pop(f.name)) if f.name in added else f for f in schema]
     return pa.schema(fields + [pa.field(name, t) for name, t in added.items()], metadata=schema.metadata)
 
 
-def computed_columns(with_is_weights: bool) -> dict[str, pa.DataType]:
+def computed_columns(with_is_weights: bool, with_token_weight: bool = False) -> dict[str, pa.DataType]:
     """The output columns rladv computes, with their types; every other output column is an input column
     carried over unchanged."""
     f32, i8 = pa.list_(pa.float32()), pa.list_(pa.int8())
     added = {"token_level_rewards": f32, "response_mask": i8, "loss_mask": i8, "advantages": f32, "returns": f32}
-    return {**added, "rollout_is_weights": f32} if with_is_weights else added
+    if with_is_weights:
+        added["rollout_is_weights"] = f32
+    if with_token_weight:
+        added["token_weight"] = f32
+    return added
 
 
 class _RowGroups:

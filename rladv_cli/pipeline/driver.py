@@ -30,6 +30,8 @@ from ..contract.labels import Labels
 from ..errors import ComputeError, InputError, shown
 from ..io.read import RowSource
 from ..io.write import computed_columns, output_schema
+from ..loss.scale import RowFacts, Weighing, weigh
+from ..loss.scale import Settings as LossSettings
 from ..report import replay
 from ..report.diagnostics import RowTable, TokenSketches, first_rows, group_flags, row_outcomes
 from ..report.model import Report
@@ -64,20 +66,23 @@ class Pipeline:
         self.required = validation.required_columns(
             source.columns, cfg.conv.reads(est, names), kl=cfg.use_kl, rollout_correction=bool(rules or is_cfg),
             batch_key=cfg.batch_key, reward_components=cfg.reward_components or (),
-            tool_rewards=cfg.tool_reward_coef is not None, truncated=cfg.stop_properly_penalty_coef is not None,
+            tool_rewards=cfg.tool_reward_coef is not None,
+            # the gradient section reads the truncated column when the file has one
+            truncated=cfg.stop_properly_penalty_coef is not None or (cfg.loss_mode is not None and "truncated" in names),
         )
         validation.check_schema(source.paths[0], source.schema, self.required)
         if source.num_rows == 0:
             raise InputError(source.paths[0], "holds no rows")
         self.has_sessions = {"session_id", "output_index", "uid"} <= names
-        replay_columns, self.replay_skipped = replay.comparable(source.schema, set(computed_columns(is_cfg is not None)))
+        added = {"with_is_weights": is_cfg is not None, "with_token_weight": cfg.loss_mode is not None}
+        replay_columns, self.replay_skipped = replay.comparable(source.schema, set(computed_columns(**added)))
         fold = self.has_sessions and est.folds_sessions
         self.plan = Plan(
             cfg=cfg, est=est, chain=Chain(cfg, rules, is_cfg, self.device),
             # verl runs rollout correction (at least its metrics) whenever rollout log-probs are present
             correct={"old_log_probs", "rollout_log_probs"} <= names, group_key=group_key,
             grouped=group_key is not None or cfg.conv.blocks, fold=fold,
-            scan_columns=tuple(self._scan_columns(fold, group_key)), schema=output_schema(source.schema, is_cfg is not None),
+            scan_columns=tuple(self._scan_columns(fold, group_key)), schema=output_schema(source.schema, **added),
             replay_columns=tuple(replay_columns),
         )
         self.work = ShardWork(self.plan, source, progress)
@@ -90,6 +95,8 @@ class Pipeline:
         optional = ("attention_mask", "loss_mask", "uid", "old_log_probs", "rollout_log_probs", "tool_rewards")
         order = self.cfg.conv.order_column
         wanted = set(self.required) | {c for c in optional if c in names} | {group_key, order}
+        if self.cfg.loss_mode is not None and "truncated" in names:
+            wanted.add("truncated")
         if fold:
             wanted |= {"session_id", "output_index"}
         return [c for c in names if c in wanted]
@@ -119,8 +126,9 @@ class Pipeline:
         if self.plan.correct:
             check_correction_batches(self.rows, self.labels)
         known, grouped = self._group_pass(known, group_size)
+        weighing = self._weigh() if self.cfg.loss_mode is not None else None
         given = ("batch_id", "group_id", "reward_total", *(("session_total", "session_active") if fold else ()),
-                 *(("row_advantage",) if est.row_advantage else ()))
+                 *(("row_advantage",) if est.row_advantage else ()), *(("token_scale",) if weighing else ()))
         ill = (0.0, torch.zeros(0, dtype=torch.long))
         if (est.whiten and est.groups) or est.accumulate:
             known, ill = self._merge_group_statistics(self._map(map_shards, "group_statistics", given, known), known)
@@ -143,7 +151,7 @@ class Pipeline:
             rows=self.rows, labels=self.labels, known=known, flags=grouped["flags"], fold_source=grouped["fold"],
             whitening=entries, uid_merges=uid_merges, baseline_ill_conditioned=ill, correction_stats=correction,
             sketches=sketches, outcome_basis=outcome_basis, seconds=dict(self.seconds), mixed_blocks=blocks,
-            group_size=group_size,
+            group_size=group_size, weighing=weighing,
         ))
 
     def _map(self, map_shards: MapShards, stage: str, names: tuple[str, ...],
@@ -339,6 +347,24 @@ class Pipeline:
             params = replace(self.cfg.params(), group_size=group_size)
             self.rows.add(row_advantage=est.row_advantages()(reward, gid, batch_of_row, params))
         return replace(known, groups=groups.to(self.device)), grouped
+
+    def _weigh(self) -> Weighing:
+        """Each row's scale ``c_i`` under the loss aggregation mode (docs/weights.md), from the scan's token counts
+        in dataset order; the write pass multiplies the advantages by it (``token_scale``)."""
+        rows, cfg, labels = self.rows, self.cfg, self.labels
+
+        def locate(row: int) -> str:
+            path, local = self.source.locate(row)
+            return f"{shown(path)}: row {local}"
+
+        facts = RowFacts(step=rows["batch_id"].numpy(), loss_tokens=rows["actor"].numpy(), tokens=rows["used"].numpy(),
+                         width=(rows["length"] - rows["padding"]).numpy(),
+                         prompt=rows["group_id"].numpy() if self.plan.grouped else None,
+                         step_names=tuple(labels.batch_name(b) for b in range(len(labels.batches))), locate=locate)
+        weighing = weigh(cfg.loss_mode, facts, LossSettings(cfg.mini_batch_size, cfg.micro_batch_size,
+                                                            cfg.loss_scale_factor, cfg.epsilon_high))
+        self.rows.add(token_scale=torch.from_numpy(weighing.scale))
+        return weighing
 
     def _check_binary(self, reward: Tensor) -> None:
         """An estimator of 0/1 rewards stops at the first row whose total is neither, naming its file and row."""

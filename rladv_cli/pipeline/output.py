@@ -16,7 +16,7 @@ from ..tensors.batch import Batch
 
 
 def output_table(table: pa.Table, b: Batch, advantages: Tensor, returns: Tensor,
-                 is_weights: Optional[Tensor], schema: pa.Schema) -> pa.Table:
+                 is_weights: Optional[Tensor], schema: pa.Schema, token_weight: Optional[Tensor] = None) -> pa.Table:
     """The chunk's input columns plus rladv's columns, all lists sharing the chunk's row offsets
     (docs/contract.md §3)."""
     offsets = b.row_offsets.cpu().numpy()
@@ -39,6 +39,8 @@ def output_table(table: pa.Table, b: Batch, advantages: Tensor, returns: Tensor,
     }
     if is_weights is not None:
         added["rollout_is_weights"] = as_list(is_weights, pa.float32())
+    if token_weight is not None:
+        added["token_weight"] = as_list(token_weight, pa.float32())
     arrays = [added[name] if name in added else array_of(table[name]) for name in schema.names]
     return pa.Table.from_arrays(arrays, schema=schema)
 

@@ -330,9 +330,9 @@ class RayWorkers:
         cpus = int(share) if share >= 1 else max(round(share, 4), 0.0001)
         self.prefix = kept.prefix(len(groups), cpus) if keep_s > 0 else None
         kept.make_room(self.prefix, cpus * len(groups), available)
-        with_is = bool(config.rollout_is)
-        schema = output_schema(dataset.schema, with_is_weights=with_is)
-        carried = tuple(name for name in dataset.columns if name not in computed_columns(with_is))
+        added = {"with_is_weights": bool(config.rollout_is), "with_token_weight": config.loss_mode is not None}
+        schema = output_schema(dataset.schema, **added)
+        carried = tuple(name for name in dataset.columns if name not in computed_columns(**added))
         written = tuple(dataset.names.written(schema.names))  # the files' own names (--column)
         budget = (config.cache_mib << 20) // len(groups)
         self.plans = [ray.put(ray_worker.RunPlan(tuple(group), staging, {s.index: names[s.index] for s in group},

@@ -30,6 +30,7 @@ from ..estimators.registry import Estimator
 from ..io.read import Chunk, RowSource, Shard
 from ..report import replay
 from ..report.diagnostics import RowTable, TokenSketches
+from ..report.gradient import weight_rows
 from ..stages.chain import Chain, Prepared, Shaping, Timer, prepare
 from ..stages.shaping import kl_penalty
 from ..tensors import kernels
@@ -250,6 +251,8 @@ class ShardWork:
             if order in chunk.table.column_names:
                 validation.check_numbers(chunk.table, [order], chunk.path, chunk.start)
                 rows.add(order_key=torch.from_numpy(scalar_values(chunk.table, order, np.float64)))
+            if plan.cfg.loss_mode is not None and "truncated" in chunk.table.column_names:
+                rows.add(truncated=torch.from_numpy(scalar_values(chunk.table, "truncated", np.bool_)))
             if "tool_rewards" in chunk.table.column_names:
                 sums, calls = list_sums(chunk.table, "tool_rewards")
                 rows.add(tool_reward_sum=torch.from_numpy(sums), tool_calls=torch.from_numpy(calls))
@@ -322,11 +325,16 @@ class ShardWork:
                 advantages = torch.where(valid, advantages, torch.zeros_like(advantages))
                 returns = advantages if same else torch.where(valid, returns, torch.zeros_like(returns))
                 flags = {code: fn(b, inputs, params) for code, fn in checks.items()}
+                weights = None
+                if "token_scale" in at:  # docs/weights.md: w = A · ρ · m · c_i (A is 0 off the mask)
+                    weights = advantages * b.per_token(at["token_scale"].to(plan.chain.device))
+                    if b.rollout_is_weights is not None:
+                        weights = weights * b.rollout_is_weights
             # handed to the encoders before the chunk's statistics are taken, so they start on the first chunk
             # early and finish the last one while its statistics are taken; a non-finite value found then
             # still stops the run before anything is committed
             with timer("write"):
-                write(output_table(chunk.table, b, advantages, returns, b.rollout_is_weights, plan.schema))
+                write(output_table(chunk.table, b, advantages, returns, b.rollout_is_weights, plan.schema, weights))
             with timer("diagnostics"):
                 adv_rows = kernels.row_summary(advantages, valid, b.row_offsets)
                 ret_rows = adv_rows if same else kernels.row_summary(returns, valid, b.row_offsets)
@@ -337,6 +345,8 @@ class ShardWork:
                                 "advantages": advantages, "returns": returns}
                     rows.add(**replay.compare_chunk(chunk.table, list(plan.replay_columns), computed, valid,
                                                     b.row_offsets))
+                if weights is not None:
+                    rows.add(**weight_rows(weights, b))
             rows.add(**{f"adv_{k}": v for k, v in adv_rows.items()}, **{f"ret_{k}": v for k, v in ret_rows.items()},
                      **flags)
         return ShardResult(rows.columns(), sketches=sketches)

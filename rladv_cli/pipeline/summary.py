@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
+import pyarrow as pa
 import torch
 from torch import Tensor
 
@@ -23,7 +24,9 @@ from ..report.diagnostics import (RowTable, TokenSketches, WarningBuilder, distr
 from ..report.model import (KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens, example_command,
                             row_filter, row_stats)
 from ..report.tables import RowFacts, verdict_tables, write_tables
-from ..report.verdict import Context, RowsToJudge, Verdict, judge
+from ..loss.scale import Weighing
+from ..report.gradient import Gradient, WeighedRows, gradient
+from ..report.verdict import Context, RowsToJudge, Verdict, judge, label
 from .shard import Established, Plan
 
 # whitening warns when one float32 ulp of the batch mean moves advantages by this much (10 ulps: the 1e-5 tolerance)
@@ -37,8 +40,8 @@ class Finished:
     (``fold_source``, folded sessions only), the whitening entries per batch, the uids merged as verl's
     ``grpo_vectorized`` merges them (sets, first rows), the optimal-token baselines' worst rounding effect and
     the groups over ``ILL_CONDITIONED_SHIFT``, the rollout-correction statistics per batch, the write pass's
-    value sketches, the basis of the outcome split, the seconds per stage, and under a convention that cuts blocks
-    the first rows of the blocks that mix uids."""
+    value sketches, the basis of the outcome split, the seconds per stage, under a convention that cuts blocks
+    the first rows of the blocks that mix uids, and with ``--loss-agg-mode`` the weighing of the rows."""
 
     source: RowSource
     plan: Plan
@@ -58,6 +61,7 @@ class Finished:
     seconds: dict[str, float]
     mixed_blocks: Optional[Tensor] = None  # first rows of blocks (a blocks convention) holding several uids
     group_size: Optional[int] = None  # the blocks' size, under a convention that cuts blocks
+    weighing: Optional[Weighing] = None  # the loss aggregation's per-row scales (--loss-agg-mode)
 
     @property
     def groups(self):
@@ -91,7 +95,7 @@ def build_report(run: Finished) -> Report:
         correction = next(iter(per.values())) if len(per) == 1 else {"batches": per}
     total_s = run.seconds.get("total", 0.0)
     has_uid = run.plan.grouped
-    verdict, (group_table, row_table) = _verdict(run)
+    verdict, (group_table, row_table), grad = _verdict(run)
     return Report(
         rladv_version=__version__,
         verdict=verdict,
@@ -119,6 +123,7 @@ def build_report(run: Finished) -> Report:
         advantages=token_stats(rows, "adv"),
         returns=token_stats(rows, "ret"),
         distributions=distributions(rows, run.sketches, run.outcome_basis, rows["group_id"] if has_uid else None),
+        gradient=grad,
         warnings=warn.items,
         timing=Timing(
             seconds={k: round(v, 6) for k, v in run.seconds.items()},
@@ -191,9 +196,10 @@ def _conditioning_warnings(run: Finished, warn: WarningBuilder) -> None:
                  "advantages there differ from rladv's by about that much", ill_groups.numel(), first)
 
 
-def _verdict(run: Finished) -> tuple[Verdict, tuple]:
+def _verdict(run: Finished) -> tuple[Verdict, tuple, Optional[Gradient]]:
     """The verdict on the computed advantages (each row's actor, used and zero-advantage tokens, its group and
-    total reward R, its batch and KL) and the tables behind it (``report.tables``: groups, rows)."""
+    total reward R, its batch and KL, its gradient mass), the tables behind it (``report.tables``: groups, rows),
+    and with token weights the gradient section, whose hazards join the verdict."""
     rows, cfg, est, labels = run.rows, run.plan.cfg, run.plan.est, run.labels
     has_groups = run.known.groups is not None
     uid_of = {g: uid for (_, uid), g in labels.groups.items()}
@@ -213,12 +219,16 @@ def _verdict(run: Finished) -> tuple[Verdict, tuple]:
         score_equal=group_flags(rows["score_total"], rows["group_id"], run.groups.size)["all_equal_group"].numpy()
         if has_groups and not cfg.reward_components else None,
         dataset_row=np.arange(run.source.num_rows), step=step,
-        kl=rows["kl_row"].double().numpy() if cfg.kl_in_reward else None)
+        kl=rows["kl_row"].double().numpy() if cfg.kl_in_reward else None,
+        mass=rows["w_abs"].numpy() if run.weighing is not None else None)
+    agg = cfg.aggregation
     ctx = Context(estimator=cfg.estimator, uses_groups=est.groups, singleton_rule=est.singleton,
                   row_command=lambda r: example_command(paths, cfg, row=r),
                   group_command=lambda g: example_command(paths, cfg, uid=uid_of[g]) if cfg.conv.grouping == "uid"
                   else example_command(paths, cfg, row=int(first_rows(rows["group_id"], len(uid_of))[g])),
-                  step_names=step_names, epsilon=est.std_epsilon(cfg.epsilon, cfg.norm_adv_by_std))
+                  step_names=step_names, epsilon=est.std_epsilon(cfg.epsilon, cfg.norm_adv_by_std),
+                  thresholds=cfg.levels, weighing=f"{agg.trainer} {cfg.loss_agg_mode}" if cfg.loss_agg_mode else None)
+    grad = _gradient(run, judged, ctx, uid_of) if run.weighing is not None else None
     file_index, file_row = run.source.row_origins()
     padding = rows["padding"].numpy() if "padding" in rows else 0
     facts = RowFacts(score_total=rows["score_total"].double().numpy(),
@@ -227,7 +237,52 @@ def _verdict(run: Finished) -> tuple[Verdict, tuple]:
                      uids=[uid_of[g] for g in range(len(uid_of))] if has_groups else None,
                      adv_sum=rows["adv_sum"].numpy(), adv_count=rows["adv_count"].numpy(),
                      adv_min=rows["adv_min"].numpy(), adv_max=rows["adv_max"].numpy())
-    return judge(judged, ctx), verdict_tables(judged, ctx, facts)
+    groups, row_table = verdict_tables(judged, ctx, facts)
+    if run.weighing is not None:
+        row_table = _weight_columns(row_table, run)
+    return judge(judged, ctx, hazards=grad.hazards if grad else ()), (groups, row_table), grad
+
+
+def _weight_columns(table: pa.Table, run: Finished) -> pa.Table:
+    """The row table with each row's weighing (docs/weights.md): its mini- and micro-batch, ``weight_scale`` (c_i),
+    the terms c_i was made of (a struct), and its gradient mass and net sum of token weights."""
+    w, rows = run.weighing, run.rows
+    terms = pa.StructArray.from_arrays([pa.array(np.asarray(v, dtype=np.float64)) for v in w.terms.values()],
+                                       names=list(w.terms)) if w.terms else pa.nulls(table.num_rows, pa.struct([]))
+    added = {"mini_batch": pa.array(w.split.mini), "micro_batch": pa.array(w.split.micro),
+             "weight_scale": pa.array(w.scale.astype(np.float64)), "weight_terms": terms,
+             "weight_mass": pa.array(rows["w_abs"].numpy()),
+             "weight_net": pa.array((rows["w_pos"] + rows["w_neg"]).numpy())}
+    for name, values in added.items():
+        table = table.append_column(name, values)
+    return table
+
+
+def _gradient(run: Finished, judged: RowsToJudge, ctx: Context, uid_of: dict) -> Gradient:
+    """The gradient section (docs/weights.md) from the write pass's per-row weight sums, the verdict's causes
+    and the weighing; the truncated rows from the truncated column, else (overlong shaping on) the rows at least
+    --max-resp-len long."""
+    rows, cfg, w = run.rows, run.plan.cfg, run.weighing
+    width = (rows["length"] - rows["padding"]).numpy()
+    truncated, source = None, ""
+    if "truncated" in rows:
+        truncated, source = rows["truncated"].numpy(), "the truncated column"
+    elif cfg.overlong_buffer_len is not None and cfg.max_resp_len is not None:
+        truncated, source = width >= cfg.max_resp_len, f"rows of at least --max-resp-len {cfg.max_resp_len} positions"
+    has_groups = run.plan.grouped
+    weighed = WeighedRows(
+        mass=rows["w_abs"].numpy(), positive=rows["w_pos"].numpy(), negative=rows["w_neg"].numpy(),
+        tokens=rows["used"].numpy(), scale=w.scale, cause=label(judged, ctx).row_cause,
+        turn_mass=rows["w_turn"].numpy(), turn_tokens=rows["t_turn"].numpy(),
+        group=rows["group_id"].numpy() if has_groups else None,
+        group_names=[uid_of[g] for g in range(len(uid_of))] if has_groups else None,
+        truncated=truncated, truncated_source=source)
+    agg = cfg.aggregation
+    return gradient(weighed, trainer=agg.trainer, option=agg.option, mode=w.mode.name,
+                    default=w.mode.name == agg.default, formula=f"w_t = A_t · ρ_t · m_t · c_i, c_i = {w.mode.formula}",
+                    mini_batch_size=cfg.mini_batch_size, micro_batch_size=cfg.micro_batch_size,
+                    loss_scale_factor=cfg.loss_scale_factor, mini_batches=int(w.split.mini_rows.size), terms=w.terms,
+                    thresholds=ctx.thresholds, row_command=ctx.row_command)
 
 
 def _dead_signal_report(run: Finished) -> dict:

@@ -17,6 +17,7 @@ from .page import (Html, cards, charts, config_value, e, figure, kv, muted, num,
 # Section ids and titles, in page order.
 SECTIONS = (
     ("verdict-steps", "Verdict per step"),
+    ("gradient", "What each token weighs"),
     ("inputs", "Inputs"),
     ("config", "Configuration"),
     ("tokens", "Tokens"),
@@ -333,6 +334,65 @@ def _section_advantages(r: Report) -> str:
     return "\n".join(out)
 
 
+def _section_gradient(r: Report) -> str:
+    """The gradient section (docs/weights.md): the mode and its formula, the mass by cause, length, turn and
+    group, against the tokens' shares, and the figures behind the hazards."""
+    g = r.gradient
+    out = [kv([("trainer and mode", f"{g.trainer} {g.option}={g.mode}" + (" (its default)" if g.default else "")),
+               ("token weight", g.formula),
+               ("mini-batches", f"{num(g.mini_batches)}" + (f" of {num(g.mini_batch_size)} rows" if g.mini_batch_size
+                                                             else " (each step is one)")),
+               *([("micro-batches", f"{num(g.micro_batch_size)} rows each")] if g.micro_batch_size else []),
+               *((name, f"{num(lo)}" if lo == hi else f"{num(lo)} to {num(hi)}") for name, (lo, hi) in g.terms.items()),
+               ("gradient mass Σ|w|", g.mass), ("net Σw", g.net), ("positive share of the mass", pct(g.positive_share)),
+               ("tokens with a weight", g.weighted_tokens)])]
+    out.append(muted("Each token's weight is its coefficient on ∇log π in the loss the optimizer step minimises, at "
+                     "the old policy. A part whose mass share exceeds its token share weighs more per token than "
+                     "the batch's average."))
+
+    def shares(parts, first: str, name: str, caption: str) -> str:
+        if not parts:
+            return ""
+        labels = [p.part for p in parts]
+        chart = figure(caption, plots.paired(labels, [("tokens", [p.token_share for p in parts]),
+                                                      ("gradient mass", [p.mass_share for p in parts])],
+                                             first, "share (%)", name))
+        rows = [(p.part, p.rows, p.tokens, pct(p.token_share), pct(p.mass_share),
+                 "–" if p.positive_share is None else pct(p.positive_share)) for p in parts]
+        return charts(chart, "<div>" + table((first, "rows", "tokens", "token share", "mass share",
+                                              "positive part of its mass"), rows, align="lnnnnn") + "</div>")
+
+    out.append("<h3>By cause</h3>\n" + shares(g.by_cause, "cause", "mass-by-cause", "Mass by the verdict's cause"))
+    out.append("<h3>By response length</h3>\n" + muted("Rows with tokens in tenths by their actor tokens, shortest "
+                                                        "first.") + shares(g.by_length, "tokens per row",
+                                                                           "mass-by-length", "Mass by length tenth"))
+    if len(g.by_turn) > 1:
+        out.append("<h3>By turn</h3>\n" + muted("A turn is a span of actor tokens; tool observations separate them.")
+                   + shares(g.by_turn, "turn", "mass-by-turn", "Mass by turn"))
+    if g.top_groups:
+        out.append("<h3>The groups with the most mass</h3>\n" + table(
+            ("group", "rows", "tokens", "token share", "mass share", "net Σw"),
+            [(x.group, x.rows, x.tokens, pct(x.token_share), pct(x.mass_share), x.net) for x in g.top_groups],
+            align="lnnnnn"))
+    facts = []
+    if g.length_bias is not None:
+        lb = g.length_bias
+        facts.append(("length: one token of the longest rows against the average",
+                      f"{lb.factor:.3g}x ({lb.aggregation_factor:.3g}x from the aggregation alone; {num(lb.rows)} "
+                      f"rows of {num(lb.min_tokens)}+ tokens)"))
+    if g.concentration is not None:
+        c = g.concentration
+        facts.append(("mass on the heaviest 5% of rows", f"{pct(c.mass_share)} ({num(c.heaviest)} of {num(c.rows)} "
+                                                         f"rows; the heaviest alone {pct(c.top_share)})"))
+    if g.truncated is not None:
+        t = g.truncated
+        facts.append(("negative mass on truncated rows", f"{pct(t.negative_mass_share)} ({num(t.rows)} rows, "
+                                                         f"{pct(t.token_share)} of the tokens; {t.source})"))
+    if facts:
+        out.append("<h3>Hazard figures</h3>\n" + kv(facts))
+    return "\n".join(out)
+
+
 def _zero_advantages(r: Report) -> str:
     """Actor tokens whose advantage is exactly 0, by cause (the report's ``dead_signal``)."""
     d = r.dead_signal
@@ -368,6 +428,8 @@ def render_html(report: Report) -> str:
     }
     if r.verdict.steps:
         body["verdict-steps"] = verdict_steps(r.verdict)
+    if r.gradient is not None:
+        body["gradient"] = _section_gradient(r)
     if r.replay:
         body["replay"] = _section_replay(r)
     more = f" and {len(r.inputs.paths) - 1} more" if len(r.inputs.paths) > 1 else ""

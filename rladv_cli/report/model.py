@@ -8,6 +8,7 @@ from typing import Any, Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .gradient import Gradient, render_gradient
 from .tables import WithTables
 from .verdict import Verdict, render_verdict
 
@@ -238,6 +239,9 @@ class Report(_Model, WithTables):
     advantages: Stats
     returns: Stats
     distributions: Distributions
+    gradient: Optional[Gradient] = Field(
+        None, description="what each token weighs in the trainer's loss (--loss-agg-mode; docs/weights.md): the "
+        "gradient mass by cause, sign, length, group and turn, and its hazards")
     warnings: list[ReportWarning]
     timing: Timing
 
@@ -364,6 +368,8 @@ def render(report: Report, console) -> None:
         console.print(f"[dim]scores from {r.config['score_column']}; the dataset's {r.config['score_column_ignored']} "
                       "column is not read (the contract takes one of the two)[/dim]")
     render_verdict(r.verdict, console)
+    if r.gradient is not None:
+        render_gradient(r.gradient, console)
     t = Table(title="tokens and groups", show_header=False, box=None, pad_edge=False)
     t.add_row("actor / observation / padding", f"{r.tokens.actor} / {r.tokens.observation} / {r.tokens.padding}")
     t.add_row("rejected / used", f"{r.tokens.rejected} / {r.tokens.used}")

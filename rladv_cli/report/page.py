@@ -13,7 +13,7 @@ import os
 from typing import Any, Iterable, Optional, Sequence
 
 from . import plots
-from .verdict import FAIL_SHARE, WARN_SHARE, Verdict
+from .verdict import THRESHOLDS, Verdict
 from .verdict import pct as share
 
 
@@ -135,12 +135,21 @@ def verdict_card(v: Verdict) -> str:
                 f"{num(v.actor_tokens)} actor tokens: with learning signal, then by cause")]
     if v.basis == "groups":
         out.append(muted("Predicted from the groups and masks: the file has no advantages."))
+    weighed = v.signal_mass_share is not None
     if causes:
         out.append("<h3>Why the rest carries none</h3>\n" + table(
-            ("share", "tokens", "cause", "what", "example"), align="nnl", rows=[
+            ("share", "tokens", *(("gradient mass",) if weighed else ()), "cause", "what", "example"),
+            align="nnnl" if weighed else "nnl", rows=[
                 (Html(f'<span class="sw lv-{e(c.level)}"></span>{e(share(c.share))}'), c.tokens,
+                 *((share(c.mass_share or 0.0),) if weighed else ()),
                  Html(f'<code class="lvtext lv-{e(c.level)}">{e(c.code)}</code>'), c.message,
                  Html(f"<code>{e(c.example)}</code>") if c.example else "–") for c in causes]))
+    if v.hazards:
+        out.append('<h3>Gradient hazards (<a href="#gradient">what each token weighs</a>)</h3>\n' + table(
+            ("level", "hazard", "what", "example"), align="lll", rows=[
+                (Html(f'<span class="sw lv-{e(h.level)}"></span>{e(h.level)}'),
+                 Html(f'<code class="lvtext lv-{e(h.level)}">{e(h.code)}</code>'), h.message,
+                 Html(f"<code>{e(h.example)}</code>") if h.example else "–") for h in v.hazards]))
     if v.hints:
         out.append("<h3>Likely causes</h3>\n<ul>" + "".join(f"<li>{e(h)}</li>" for h in v.hints) + "</ul>")
     g = v.group_outcomes
@@ -154,7 +163,7 @@ def verdict_card(v: Verdict) -> str:
 
 STEP_SERIES = (  # caption, y label, lines (label, StepVerdict field, colour index), y scale, guides (y, text)
     ("Signal share per step", "tokens with signal (%)", (("signal share", "signal_share", 2),), "0-100%",
-     ((100 * (1 - WARN_SHARE), "warn below"), (100 * (1 - FAIL_SHARE), "fail below"))),
+     ((100 * (1 - THRESHOLDS["no_signal"][0]), "warn below"), (100 * (1 - THRESHOLDS["no_signal"][1]), "fail below"))),
     ("Tied groups per step", "groups of 2+ rows (%)", (("all-0 groups", "all_zero_share", 3),
                                                       ("all-top groups", "all_top_share", 1)), "0-100%", ()),
     ("Rejected share per step", "tokens rejected (%)", (("rejected share", "rejected_share", 4),), "%", ()),

@@ -128,6 +128,24 @@ def columns(labels: Sequence[str], values: Sequence[int], xlabel: str, ylabel: s
     return _inline(out[0], f"{ylabel} by {xlabel}", name)
 
 
+def paired(labels: Sequence[str], parts: Sequence[tuple[str, Sequence[float]]], xlabel: str, ylabel: str,
+           name: str) -> str:
+    """Side-by-side vertical bars per category, one colour per ``(label, shares)`` in ``parts`` (shares in
+    [0, 1], drawn as percentages), with a legend: e.g. each length tenth's share of the tokens and of the mass."""
+    width = 0.8 / max(1, len(parts))
+    with _figure() as (fig, out):
+        ax = fig.subplots()
+        for i, (label, shares) in enumerate(parts):
+            x = [k + (i - (len(parts) - 1) / 2) * width for k in range(len(labels))]
+            ax.bar(x, [100 * v for v in shares], width=width, color=COLORS[i % len(COLORS)], label=label)
+        _category_ticks(ax, labels)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.legend(frameon=False, fontsize=8.5)
+        ax.grid(axis="x", visible=False)
+    return _inline(out[0], f"{ylabel} by {xlabel}", name)
+
+
 def _category_ticks(ax, labels: Sequence[str]) -> None:
     """At most about 8 labels along an axis of ordered categories; long ones cut to their end and slanted."""
     every = max(1, len(labels) // 8)

@@ -17,21 +17,39 @@ disjoint shares of the actor tokens (the mask before rollout rejection), assigne
   rounding decide, not the task;
 - ``zero_advantage``: any other used token whose advantage is exactly 0 (known only from advantages).
 
-A cause's level scales with its share: at least ``FAIL_SHARE`` fails, at least ``WARN_SHARE`` warns, anything
-less is a note; the verdict's level is the same rule on the whole share without signal.
+Each cause's level comes from its own thresholds (``THRESHOLDS``: a share at or above ``warn`` warns, at or
+above ``fail`` fails, anything less is a note; docs/debugging.md says why each is where it is), and so does the
+share without signal as a whole (``no_signal``). With token weights (``--loss-agg-mode``), each cause also has its
+share of the gradient mass, and the gradient hazards (``report.gradient``) join the verdict with their levels.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Literal, Optional, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Callable, Literal, Mapping, Optional, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 Level = Literal["ok", "note", "warn", "fail"]
 LEVELS: tuple[Level, ...] = ("ok", "note", "warn", "fail")
-FAIL_SHARE = 0.5  # a cause holding half of the actor tokens or more fails the batch
-WARN_SHARE = 0.05  # one holding 5% or more warns; less is a note
+Limits = tuple[Optional[float], Optional[float]]  # (warn at or above, fail at or above); None: never
+Thresholds = Mapping[str, Limits]
+# Each check's measure and its levels (docs/debugging.md, "Levels"): a share of the actor tokens for the causes
+# and for no_signal, a factor for length_bias, a share of the gradient mass for the other two hazards.
+THRESHOLDS: Thresholds = MappingProxyType({
+    "no_signal": (0.50, 0.75),
+    "rejected": (0.10, 0.50),
+    "no_uid": (0.0, 0.0),
+    "singleton_group": (0.05, 0.50),
+    "all_equal_group": (0.50, 0.75),
+    "kl_only_group": (0.05, 0.50),
+    "epsilon_tie_group": (0.05, 0.50),
+    "zero_advantage": (0.10, 0.50),
+    "length_bias": (2.0, None),
+    "mass_concentration": (0.50, None),
+    "truncated_negative_mass": (0.50, None),
+})
 
 
 class _Model(BaseModel):
@@ -46,6 +64,19 @@ class VerdictCause(_Model):
     share: float = Field(description="of all actor tokens")
     rows: int = Field(description="rows it touches")
     groups: Optional[int] = Field(None, description="groups it touches (group causes)")
+    mass_share: Optional[float] = Field(None, description="of the gradient mass sum |token_weight| (with "
+                                        "--loss-agg-mode): what these tokens weigh in the update")
+    message: str
+    example: Optional[str] = Field(None, description="one command that shows an example")
+
+
+class VerdictHazard(_Model):
+    """A gradient hazard (docs/weights.md): how the loss aggregation spreads the update, not whether tokens
+    carry signal."""
+
+    code: str = Field(description="length_bias, mass_concentration or truncated_negative_mass")
+    level: Level
+    measure: float = Field(description="the figure its thresholds apply to (docs/debugging.md, Levels)")
     message: str
     example: Optional[str] = Field(None, description="one command that shows an example")
 
@@ -89,6 +120,10 @@ class Verdict(_Model):
     groups: Optional[int] = Field(None, description="uid groups (None without uid or for an estimator without groups)")
     signal_groups: Optional[int] = Field(None, description="groups with at least one row that carries signal")
     causes: list[VerdictCause] = Field(description="why the rest carries no signal, largest share first")
+    signal_mass_share: Optional[float] = Field(
+        None, description="of the gradient mass, on the tokens that carry signal (with --loss-agg-mode)")
+    hazards: list[VerdictHazard] = Field(default_factory=list, description="gradient hazards at warn or above "
+                                         "(with --loss-agg-mode)")
     hints: list[str] = Field(default_factory=list, description="the likely causes, named")
     group_outcomes: Optional[GroupOutcomes] = None
     steps: Optional[list[StepVerdict]] = Field(None, description="per training step, when there are several")
@@ -108,7 +143,8 @@ class RowsToJudge:
     row's number across the dataset (for the example commands); ``all_equal``: per group ``(G,)``, the groups
     the run found all-equal (default: equal ``reward``; ``gdpo`` compares its components); ``step``: dense step
     id (None: one step); ``kl``: per-row mean KL estimate (None without KL shaping); ``score_equal``: per group
-    ``(G,)``, the groups whose scores tie before shaping (None: the same as ``all_equal``)."""
+    ``(G,)``, the groups whose scores tie before shaping (None: the same as ``all_equal``); ``mass``: the row's
+    gradient mass ``Σ_t |token_weight|`` (None without token weights)."""
 
     actor: np.ndarray
     used: np.ndarray
@@ -120,6 +156,7 @@ class RowsToJudge:
     step: Optional[np.ndarray] = None
     kl: Optional[np.ndarray] = None
     score_equal: Optional[np.ndarray] = None
+    mass: Optional[np.ndarray] = None
 
 
 @dataclass(frozen=True)
@@ -127,7 +164,9 @@ class Context:
     """What ``judge`` says the verdict is about: the estimator (None: judged as a group estimator would be when
     ``uid`` exists), whether it forms groups, its singleton rule (the registry's text), the step names, and how
     to show an example: ``row_command(dataset_row)``, ``group_command(group_id)``; ``epsilon``: what the
-    estimator adds to the group std before dividing by it (None: it does not divide so)."""
+    estimator adds to the group std before dividing by it (None: it does not divide so); ``thresholds``: the
+    levels of the checks (``THRESHOLDS`` where a code is missing); ``weighing``: the trainer and loss mode the
+    token weights follow (e.g. "verl token-mean"), None without them."""
 
     estimator: Optional[str]
     uses_groups: bool
@@ -136,12 +175,35 @@ class Context:
     group_command: Callable[[int], str]
     step_names: Sequence[str] = ()
     epsilon: Optional[float] = None
+    thresholds: Thresholds = field(default_factory=lambda: THRESHOLDS)
+    weighing: Optional[str] = None
 
 
-def level_of(share: float) -> Level:
-    if share <= 0:
+def check_thresholds(given: Mapping[str, Limits]) -> None:
+    """``ValueError`` naming the first entry of ``given`` that is not a check's, or whose levels are not numbers
+    >= 0 with warn <= fail."""
+    import difflib
+
+    for code, (warn, fail) in given.items():
+        if code not in THRESHOLDS:
+            close = difflib.get_close_matches(code, list(THRESHOLDS), n=1)
+            raise ValueError(f"{code}: not a check of the verdict; " + (f"did you mean {close[0]}?" if close else
+                                                                       f"one of {', '.join(THRESHOLDS)}"))
+        if any(x is not None and not x >= 0 for x in (warn, fail)):
+            raise ValueError(f"{code}: a level's threshold is a number >= 0")
+        if warn is not None and fail is not None and fail < warn:
+            raise ValueError(f"{code}: fail at {fail:g} is below warn at {warn:g}")
+
+
+def level_for(code: str, measure: float, thresholds: Thresholds = THRESHOLDS) -> Level:
+    """The level of check ``code`` at ``measure``: ok at 0 or below, fail or warn at or above its thresholds
+    (``thresholds``, else ``THRESHOLDS``), a note below them."""
+    if measure <= 0:
         return "ok"
-    return "fail" if share >= FAIL_SHARE else "warn" if share >= WARN_SHARE else "note"
+    warn, fail = thresholds.get(code, THRESHOLDS[code])
+    if fail is not None and measure >= fail:
+        return "fail"
+    return "warn" if warn is not None and measure >= warn else "note"
 
 
 def pct(x: float) -> str:
@@ -304,8 +366,14 @@ def _cause_entries(rows: RowsToJudge, ctx: Context, split: _Split, actor_total: 
         else:
             msg = f"{n_tokens} other used token(s) in {int(hit.sum())} row(s) have advantage exactly 0"
             example = ctx.row_command(int(rows.dataset_row[first]))
-        out.append(VerdictCause(code=code, level=level_of(share), tokens=n_tokens, share=share, rows=int(hit.sum()),
-                                groups=groups, message=msg, example=example))
+        mass_share = None
+        if rows.mass is not None:
+            total = float(rows.mass.sum())
+            on = float(rows.mass[hit].sum()) if groups is not None else 0.0  # rejected and zero tokens weigh 0
+            mass_share = on / total if total > 0 else 0.0
+        out.append(VerdictCause(code=code, level=level_for(code, share, ctx.thresholds), tokens=n_tokens, share=share,
+                                rows=int(hit.sum()), groups=groups, mass_share=mass_share, message=msg,
+                                example=example))
     out.sort(key=lambda c: (-c.share, -(c.groups or 0)))
     return out
 
@@ -330,6 +398,15 @@ def _hints(ctx: Context, split: _Split, causes: list[VerdictCause], outcomes: Op
     if "rejected" in by and by["rejected"].level == "fail":
         hints.append("rollout rejection removes most actor tokens: is the threshold too tight for this policy gap?")
     return hints
+
+
+def _step_level(split: _Split, actor: int, signal: float, thresholds: Thresholds) -> Level:
+    """A step's level: its share without signal, or its worst cause, at their thresholds."""
+    if not actor:
+        return "fail"
+    levels = [level_for("no_signal", 1 - signal, thresholds)]
+    levels += [level_for(code, int(tokens.sum()) / actor, thresholds) for code, tokens in split.causes.items()]
+    return max(levels, key=LEVELS.index)
 
 
 def _steps(rows: RowsToJudge, ctx: Context, no_uid: bool) -> Optional[list[StepVerdict]]:
@@ -357,7 +434,7 @@ def _steps(rows: RowsToJudge, ctx: Context, no_uid: bool) -> Optional[list[StepV
         outcomes = _outcomes(split)
         out.append(StepVerdict(
             step=name, rows=int(sel.size), actor_tokens=actor, signal_share=signal,
-            level=level_of(1 - signal) if actor else "fail",
+            level=_step_level(split, actor, signal, ctx.thresholds),
             singleton_share=None if split.singleton is None else float(split.singleton[split.present].mean()),
             all_zero_share=None if outcomes is None else outcomes.all_zero,
             all_top_share=None if outcomes is None else outcomes.all_top,
@@ -414,10 +491,13 @@ def label(rows: RowsToJudge, ctx: Context, *, no_uid: bool = False) -> Labels:
     return Labels(split.signal, cause.astype(np.int8), group_signal, group_cause)
 
 
-def judge(rows: RowsToJudge, ctx: Context, *, no_uid: bool = False) -> Verdict:
-    """The verdict on ``rows``: the signal's share of actor tokens, rows and groups, and the causes of the rest.
+def judge(rows: RowsToJudge, ctx: Context, *, no_uid: bool = False,
+          hazards: Sequence[VerdictHazard] = ()) -> Verdict:
+    """The verdict on ``rows``: the signal's share of actor tokens, rows and groups, the causes of the rest and,
+    with token weights, their shares of the gradient mass.
 
-    ``no_uid``: a group estimator was chosen and the dataset has no ``uid`` column."""
+    ``no_uid``: a group estimator was chosen and the dataset has no ``uid`` column; ``hazards``: the gradient
+    hazards found (``report.gradient``), which raise the level as causes do."""
     split = _split(rows, ctx, no_uid)
     actor_total = int(rows.actor.sum())
     signal_tokens = int(split.signal.sum())
@@ -432,23 +512,28 @@ def judge(rows: RowsToJudge, ctx: Context, *, no_uid: bool = False) -> Verdict:
         with_signal = np.zeros(split.present.size, dtype=bool)
         with_signal[rows.group.astype(np.int64)[split.signal > 0]] = True
         signal_groups = int(with_signal.sum())
-    level = level_of(1 - share) if actor_total else "fail"
+    level = level_for("no_signal", 1 - share, ctx.thresholds) if actor_total else "fail"
     hints = _hints(ctx, split, causes, outcomes, n_rows)
     if hints and any("every row has its own uid" in h or "every reward is 0" in h for h in hints):
         level = "fail"
-    for c in causes:  # the verdict is at least as severe as its worst cause
+    for c in (*causes, *hazards):  # the verdict is at least as severe as its worst cause or hazard
         if LEVELS.index(c.level) > LEVELS.index(level):
             level = c.level
+    signal_mass = None
+    if rows.mass is not None:
+        signal_mass = max(0.0, 1.0 - sum(c.mass_share or 0.0 for c in causes)) if float(rows.mass.sum()) > 0 else 0.0
     under = (f"under {ctx.estimator}" if ctx.estimator else "under a group estimator" if ctx.uses_groups
              else "under an estimator without groups")
     parts = [f"{signal_rows} of {n_rows} rows"] + ([f"{signal_groups} of {groups} groups"] if groups is not None else [])
     headline = (f"{pct(share)} of actor tokens ({', '.join(parts)}) carry learning signal {under}"
                 if actor_total else "no actor tokens: nothing to learn from")
+    if signal_mass is not None and actor_total:
+        headline += f"; they hold {pct(signal_mass)} of the gradient mass ({ctx.weighing})"
     return Verdict(level=level, headline=headline, estimator=ctx.estimator,
                    basis="advantages" if rows.zero is not None else "groups", actor_tokens=actor_total,
                    signal_tokens=signal_tokens, signal_share=share, rows=n_rows, signal_rows=signal_rows,
-                   groups=groups, signal_groups=signal_groups, causes=causes, hints=hints, group_outcomes=outcomes,
-                   steps=_steps(rows, ctx, no_uid))
+                   groups=groups, signal_groups=signal_groups, causes=causes, signal_mass_share=signal_mass,
+                   hazards=list(hazards), hints=hints, group_outcomes=outcomes, steps=_steps(rows, ctx, no_uid))
 
 
 # ==================================================================================== terminal
@@ -465,13 +550,18 @@ def render_verdict(v: Verdict, console) -> None:
     style = _STYLE[v.level]
     basis = "" if v.basis == "advantages" else " (predicted from groups and masks: no advantages in the file)"
     console.print(f"[{style}]verdict {v.level.upper()}[/{style}]: {escape(v.headline)}{basis}")
-    if v.causes or v.hints:
+    if v.causes or v.hints or v.hazards:
         grid = Table.grid(padding=(0, 1))
         grid.add_column(justify="right", no_wrap=True)
         grid.add_column(overflow="fold")
         for c in v.causes:
-            text = f"{c.code}: {escape(c.message)}" + (f"\n[dim]e.g. {escape(c.example)}[/dim]" if c.example else "")
+            mass = "" if c.mass_share is None else f" [dim](gradient mass {pct(c.mass_share)})[/dim]"
+            text = (f"{c.code}: {escape(c.message)}{mass}"
+                    + (f"\n[dim]e.g. {escape(c.example)}[/dim]" if c.example else ""))
             grid.add_row(f"[{_STYLE[c.level]}]{pct(c.share)}[/{_STYLE[c.level]}]", text)
+        for h in v.hazards:
+            text = f"{h.code}: {escape(h.message)}" + (f"\n[dim]e.g. {escape(h.example)}[/dim]" if h.example else "")
+            grid.add_row(f"[{_STYLE[h.level]}]{h.level}[/{_STYLE[h.level]}]", text)
         for h in v.hints:
             grid.add_row("[bold]->[/bold]", escape(h))
         console.print(grid)

@@ -55,7 +55,7 @@ def test_explain_takes_every_setting_that_decides_the_numbers():
     for name in ("compute", "explain", "inspect"):
         params = {p.name for p in commands[name].params}
         assert set(Config.model_fields) - RUN_ONLY <= params, name
-    assert {"chunk_rows", "cache_mib", "device", "threads"} == RUN_ONLY
+    assert {"chunk_rows", "cache_mib", "device", "threads", "thresholds"} == RUN_ONLY
 
 
 def test_explain_reads_a_verl_config_and_refuses_what_it_leaves_inert(tmp_path):

@@ -67,7 +67,11 @@ def test_fail_on_sets_the_exit_code_of_inspect(zero):
     assert len(res.stderr.strip().splitlines()) == 1
     clean = SAMPLES / "multiturn.parquet"  # a warning verdict at most
     assert rladv("inspect", clean, "--fail-on", "fail").exit_code == 0
-    assert rladv("inspect", SAMPLES / "groups.parquet", "--estimator", "grpo", "--fail-on", "warn").exit_code == 1
+    # groups.parquet: 17% of its tokens in all-equal groups, a note at the default 50%, a warning at 10%
+    assert rladv("inspect", SAMPLES / "groups.parquet", "--estimator", "grpo", "--fail-on", "warn").exit_code == 0
+    strict = rladv("inspect", SAMPLES / "groups.parquet", "--estimator", "grpo", "--fail-on", "warn",
+                   "--threshold", "all_equal_group=0.1")
+    assert strict.exit_code == 1 and strict.stderr.startswith("Verdict WARN reached --fail-on warn")
     assert rladv("inspect", zero, "--fail-on", "sometimes").exit_code == 2
 
 

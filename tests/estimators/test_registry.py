@@ -91,10 +91,12 @@ def test_every_estimator_is_documented(name):
 
 
 def _spelled_names() -> list[str]:
-    """``path:line: 'name'`` for each string literal outside rladv_cli/estimators/ that is an estimator's name."""
+    """``path:line: 'name'`` for each string literal outside rladv_cli/estimators/ that is an estimator's name
+    (rladv_cli/loss/modes.py is the registry of the trainers' loss modes, whose names are the trainers' own:
+    TRL's loss_type ``grpo`` is not the estimator)."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path.relative_to(PACKAGE).parts[0] == "estimators":
+        if path.relative_to(PACKAGE).parts[0] == "estimators" or path.relative_to(PACKAGE).parts == ("loss", "modes.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in ESTIMATORS:

@@ -174,7 +174,9 @@ def test_every_estimator_matches_the_local_engine(served, request, tmp_path, est
     dict(estimator="grpo", rollout_rs="token_k1,seq_max_k2", rollout_rs_threshold="0.5_2.0,2.5",
          rollout_is="token", rollout_is_batch_normalize=True, batch_key="step"),
     dict(estimator="rloo", overlong_buffer_len=4, max_resp_len=16, overlong_penalty_factor=0.5),
-], ids=["kl", "adaptive-kl", "rollout-rejection", "overlong"])
+    dict(estimator="grpo", rollout_rs="token_k1", rollout_rs_threshold="0.5_2.0", rollout_is="token",
+         batch_key="step", loss_agg_mode="seq-mean-token-sum-norm"),
+], ids=["kl", "adaptive-kl", "rollout-rejection", "overlong", "token-weights"])
 def test_stages_match_the_local_engine(served, shards, tmp_path, settings):
     local, distributed = run_both(shards, tmp_path, served, **settings)
     assert_same(shards, tmp_path, local, distributed)

@@ -102,7 +102,8 @@ CASES = {
     "groups-adaptive-kl-per-step": ("groups", dict(kl_coef=0.05, kl_ctrl="adaptive", batch_key="step")),
     "multiturn-kl-rollout-rs": ("multiturn", dict(kl_coef=0.01, rollout_rs="token_k1,seq_max_k2",
                                                   rollout_rs_threshold="0.5_2.0,2.5")),
-    "multiturn-gae": ("multiturn", dict(estimator="gae", lam=0.95)),
+    "multiturn-gae": ("multiturn", dict(estimator="gae", lam=0.95, loss_agg_mode="seq-mean-token-sum-norm",
+                                        mini_batch_size=16, micro_batch_size=4)),
     "multiturn-rollout-rs-per-batch": ("multiturn+steps", dict(rollout_rs="token_k1", rollout_rs_threshold="0.7_1.3",
                                                                batch_key="step")),
     "padded-rloo": ("padded", dict(estimator="rloo")),
@@ -144,7 +145,9 @@ def test_page_is_well_formed_complete_and_offline(runs, pages, case):
     assert_offline(text, page)
     # the replay section only when the input holds columns to replay (tests/report/test_replay.py)
     # the per-step verdict only with several steps (tests/report/test_html_verdict.py)
-    shown = {"replay": bool(report.replay), "verdict-steps": bool(report.verdict.steps)}
+    # the gradient section only with --loss-agg-mode (tests/loss)
+    shown = {"replay": bool(report.replay), "verdict-steps": bool(report.verdict.steps),
+             "gradient": report.gradient is not None}
     assert re.findall(r"<h2>(.*?)</h2>", text) == [title for sid, title in SECTIONS if shown.get(sid, True)]
     for warning in report.warnings:
         assert warning.code in page.plain and f"{warning.count:,}" in page.plain
@@ -192,6 +195,17 @@ def test_the_page_shows_the_reports_numbers(runs, pages):
     for part in splits.by_outcome + splits.by_length:
         assert part.label in text and f"{part.mean:.6g}" in text
     assert f"{splits.sign.mass_positive:.6g}" in text
+
+
+@pytest.mark.slow  # renders every case's page (the pages fixture)
+def test_the_gradient_section_shows_the_reports_figures(runs, pages):
+    g = runs["multiturn-gae"][2].gradient
+    text = Page(pages["multiturn-gae"]).plain
+    assert "What each token weighs" in text and g.formula in text and f"{g.mass:.6g}" in text
+    for part in g.by_cause + g.by_length + g.by_turn:
+        assert part.part in text
+    assert "F (the micro-batch's padded width)" in text
+    assert "What each token weighs" not in Page(pages["multiturn-kl-rollout-rs"]).plain
 
 
 @pytest.mark.slow  # renders every case's page (the pages fixture)

@@ -118,7 +118,7 @@ def assert_card(text: str, v: Verdict) -> None:
 
 
 # ----------------------------------------------------------------- (a) clean sample files
-@pytest.mark.parametrize("sample, estimator, level", [("padded", "rloo", "ok"), ("groups", "grpo", "warn")])
+@pytest.mark.parametrize("sample, estimator, level", [("padded", "rloo", "ok"), ("groups", "grpo", "note")])
 def test_the_card_on_a_clean_sample(tmp_path, sample, estimator, level):
     data = copy_sample(tmp_path, f"{sample}.parquet")
     report = rladv_cli.compute_file([data], output=tmp_path / "out.parquet", html_path=tmp_path / "r.html",
@@ -170,9 +170,11 @@ def test_the_card_fails_when_every_score_is_0(tmp_path):
 
 
 def test_the_screenshot_batch_fails_with_several_causes(tmp_path):
+    """78% of the tokens without signal fail (docs/debugging.md, Levels: 75%); its causes warn on their own."""
     _, report = rladv_cli.compute(pq.read_table(verdict_batch(tmp_path)), estimator="grpo", device="cpu")
     v = report.verdict
-    assert v.level == "fail" and v.signal_share < 0.5
+    assert v.level == "fail" and v.signal_share < 0.25
+    assert [c.level for c in v.causes][:2] == ["warn", "warn"]
     assert [c.code for c in v.causes][:2] == ["all_equal_group", "singleton_group"]
     assert v.group_outcomes.all_zero > 0.5 and v.group_outcomes.all_top > 0
     assert_card(render_html(report), v)
