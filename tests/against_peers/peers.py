@@ -2,7 +2,7 @@
 
 ``RLADV_PEER_SRC`` names a folder holding the trainers' packages as released (``trl/``, ``openrlhf/``,
 ``skyrl/``, ``nemo_rl/``): ``bash tests/data/fetch_peers.sh DIR`` fills it (``pip download --no-deps`` of trl
-1.16.0, openrlhf 0.11.2 and skyrl 0.3.0, NeMo-RL's two files at its commit 7ea279a). Each module is loaded from its
+1.16.0, openrlhf 0.11.2 and skyrl 0.3.0, NeMo-RL's advantage and loss files at its commit 7ea279a). Each module is loaded from its
 file under its own name, with stub modules standing in for the heavy imports it makes at import time (ray,
 deepspeed, transformers, loguru, ...), which the functions under test never call.
 """
