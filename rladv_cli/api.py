@@ -23,6 +23,7 @@ from .io.write import (AtomicParquetWriter, SideFiles, check_output_path, check_
 from .report.model import Report
 
 if TYPE_CHECKING:
+    import pandas as pd
     import polars as pl
 
 PathLike = str | os.PathLike
@@ -61,13 +62,14 @@ def _config(config: Optional[Config], settings: dict) -> Config:
     return config.model_copy(update=settings) if settings else config
 
 
-def compute(table: "pa.Table | pl.DataFrame | pl.LazyFrame", config: Optional[Config] = None, *,
+def compute(table: "pa.Table | pl.DataFrame | pl.LazyFrame | pd.DataFrame", config: Optional[Config] = None, *,
             progress: Optional[Callable] = None, pad_widths: Optional[Mapping[object, int]] = None,
-            **settings) -> "tuple[pa.Table | pl.DataFrame, Report]":
-    """Advantages for an Arrow table or a polars frame: ``(its rows with rladv's columns added, report)``.
+            **settings) -> "tuple[pa.Table | pl.DataFrame | pd.DataFrame, Report]":
+    """Advantages for an Arrow table or a polars or pandas frame: ``(its rows with rladv's columns added, report)``.
 
     A pyarrow ``Table`` gives a ``Table``; a polars ``DataFrame`` or ``LazyFrame`` gives a polars ``DataFrame``
-    over the output's Arrow buffers. A ``LazyFrame`` is streamed: its query runs once per pass, ``chunk_rows`` rows
+    over the output's Arrow buffers; a pandas ``DataFrame`` (read through Arrow, its index dropped) gives a pandas
+    ``DataFrame``. A ``LazyFrame`` is streamed: its query runs once per pass, ``chunk_rows`` rows
     at a time, as a file is read (docs/python-api.md, "Frames").
 
     ``settings`` are ``Config`` fields (``estimator="grpo", kl_coef=0.01, ...``) and override ``config``.
@@ -81,7 +83,9 @@ def compute(table: "pa.Table | pl.DataFrame | pl.LazyFrame", config: Optional[Co
     source = frames.open_rows(table, cfg.columns, cfg.where)
     out, report = run_in_memory(source, cfg, progress, pad_widths)
     out = out.rename_columns(source.names.written(out.column_names))
-    return (frames.to_polars(out) if frames.is_polars(table) else out), report
+    if frames.is_polars(table):
+        return frames.to_polars(out), report
+    return (out.to_pandas() if frames.is_pandas(table) else out), report
 
 
 def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config] = None, *,
@@ -98,8 +102,7 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
     Parquet (``report.tables``). ``config_source`` (what a verl YAML contributed) is recorded in the report's
     ``config``."""
     cfg = _config(config, settings)
-    framed = isinstance(inputs, pa.Table) or frames.is_polars(inputs)
-    if framed and output is None:
+    if frames.is_frame(inputs) and output is None:
         raise OutputError("a frame has no file name to derive the output's from; give output=PATH")
     dataset = frames.open_rows(inputs, cfg.columns, cfg.where)
     out = str(output) if output is not None else default_output(

@@ -10,6 +10,8 @@ rewritten, the values shared).
 """
 from __future__ import annotations
 
+import re
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
 LAZY_NAME = "<lazyframe>"
 FRAME_NAME = "<frame>"
 TABLE_NAME = "<table>"
+PANDAS_NAME = "<pandas>"
 
 
 def _polars():
@@ -35,10 +38,27 @@ def _polars():
 
 def is_polars(obj: Any) -> bool:
     """A polars ``DataFrame`` or ``LazyFrame`` (without importing polars when it is not loaded)."""
-    import sys
-
     pl = sys.modules.get("polars")
     return pl is not None and isinstance(obj, (pl.DataFrame, pl.LazyFrame))
+
+
+def is_pandas(obj: Any) -> bool:
+    """A pandas ``DataFrame`` (without importing pandas when it is not loaded)."""
+    pd = sys.modules.get("pandas")
+    return pd is not None and isinstance(obj, pd.DataFrame)
+
+
+def is_frame(obj: Any) -> bool:
+    """Rows held by the caller rather than named by paths: an Arrow table, a polars or a pandas frame."""
+    return isinstance(obj, pa.Table) or is_polars(obj) or is_pandas(obj)
+
+
+def _from_pandas(frame: Any) -> pa.Table:
+    """A pandas frame's columns as Arrow (its index dropped: rows are numbered by position), standard types."""
+    try:
+        return standard(pa.Table.from_pandas(frame, preserve_index=False))
+    except (pa.ArrowException, ValueError, TypeError) as err:
+        raise InputError(PANDAS_NAME, f"cannot be read as Arrow columns: {str(err).splitlines()[0]}") from None
 
 
 def _standard_type(t: pa.DataType) -> pa.DataType:
@@ -73,15 +93,18 @@ def to_polars(table: pa.Table) -> "pl.DataFrame":
 
 
 def source_of(frame: Any, columns: Optional[Mapping[str, str]] = None) -> RowSource:
-    """The rows of an Arrow table, a polars DataFrame (both in memory) or a polars LazyFrame (streamed)."""
+    """The rows of an Arrow table, a polars or pandas DataFrame (in memory) or a polars LazyFrame (streamed)."""
     if isinstance(frame, pa.Table):
         return TableSource(frame, TABLE_NAME, columns=columns)
+    if is_pandas(frame):
+        return TableSource(_from_pandas(frame), PANDAS_NAME, columns=columns)
     pl = _polars()
     if isinstance(frame, pl.LazyFrame):
         return LazySource(frame, columns=columns)
     if isinstance(frame, pl.DataFrame):
         return TableSource(standard(frame.to_arrow()), FRAME_NAME, columns=columns)
-    raise TypeError(f"expected a pyarrow Table or a polars DataFrame or LazyFrame, got {type(frame).__name__}")
+    raise TypeError(f"expected a pyarrow Table, a polars DataFrame or LazyFrame or a pandas DataFrame, "
+                    f"got {type(frame).__name__}")
 
 
 class LazySource(RowSource):
@@ -160,7 +183,7 @@ class Filter:
 
 def open_rows(inputs: Any, columns: Optional[Mapping[str, str]] = None, where: Optional[str] = None) -> RowSource:
     """The rows a command reads: files (``Dataset``) or a frame (``source_of``), only those ``where`` keeps."""
-    framed = isinstance(inputs, pa.Table) or is_polars(inputs)
+    framed = is_frame(inputs)
     if where is None:
         return source_of(inputs, columns) if framed else Dataset(inputs, columns=columns)
     if framed:
@@ -168,10 +191,61 @@ def open_rows(inputs: Any, columns: Optional[Mapping[str, str]] = None, where: O
     return _filtered_files(Dataset(inputs, columns=columns), where)
 
 
+# A predicate is over the input's own columns. A subquery could name a table function (read_csv, read_parquet,
+# ...), and polars opens such a file while it parses the text, before any row is seen: SELECT and VALUES are
+# refused anywhere, a query's other first words (FROM, WITH, TABLE) right after a parenthesis, and any call of a
+# function named read_* or scan_*.
+QUERY_WORDS = ("select", "values")
+QUERY_STARTS = ("from", "with", "table")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+
+
+def _bare_words(text: str, backslash: bool) -> Iterator[tuple[str, str, str]]:
+    """``text``'s words outside quoted literals and identifiers (``'...'``, ``"..."``, backquotes; a doubled
+    quote continues them, and so does a backslash-escaped one when ``backslash``), each with the characters
+    just before and just after it (spaces skipped)."""
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in "'\"`":
+            i += 1
+            while i < n:
+                if backslash and text[i] == "\\":
+                    i += 2
+                elif text[i] == c and text[i + 1:i + 2] == c:
+                    i += 2
+                elif text[i] == c:
+                    break
+                else:
+                    i += 1
+            i += 1
+        elif (found := _WORD.match(text, i)) is not None:
+            i = found.end()
+            yield found.group(), text[:found.start()].rstrip()[-1:], text[i:].lstrip()[:1]
+        else:
+            i += 1
+
+
+def refuse_queries(where: str) -> None:
+    """Refuse a predicate that holds a subquery or calls a table function: it would read something other than
+    the input. Quoted text is skipped under both quoting rules a SQL dialect may use (a doubled quote; a
+    backslash too), and a word seen outside quotes under either is refused: no way of quoting hides one."""
+    for backslash in (False, True):
+        for word, before, after in _bare_words(where, backslash):
+            low = word.lower()
+            if low in QUERY_WORDS or (low in QUERY_STARTS and before == "("):
+                raise ConfigError(f"--where {where!r} holds a subquery ({word.upper()}); --where is a predicate over "
+                                  "the input's own columns and reads nothing else")
+            if after == "(" and low.startswith(("read_", "scan_")):
+                raise ConfigError(f"--where {where!r} calls {word}, which reads a file; --where is a predicate "
+                                  "over the input's own columns and reads nothing else")
+
+
 def _predicate(where: str) -> "pl.Expr":
     pl = _polars()
     if not where.strip():
         raise ConfigError("--where is empty; give a SQL predicate, e.g. --where \"step >= 100\"")
+    refuse_queries(where)
     try:
         return pl.sql_expr(where)
     except (pl.exceptions.PolarsError, ValueError) as err:
@@ -226,8 +300,9 @@ def _filtered_frame(frame: Any, columns: Optional[Mapping[str, str]], where: str
         source = LazySource(frame.filter(expr), columns=columns)
         source.filter = Filter(where, read, source.num_rows)
         return source
-    df = frame if isinstance(frame, pl.DataFrame) else pl.from_arrow(frame, rechunk=False)
-    name = FRAME_NAME if isinstance(frame, pl.DataFrame) else TABLE_NAME
+    name = FRAME_NAME if isinstance(frame, pl.DataFrame) else PANDAS_NAME if is_pandas(frame) else TABLE_NAME
+    df = frame if isinstance(frame, pl.DataFrame) else pl.from_arrow(
+        _from_pandas(frame) if is_pandas(frame) else frame, rechunk=False)
     kept = _collect(df.lazy().with_row_index(ROW_INDEX).filter(expr), where, name, df.columns)
     _kept_some(kept.height, name, where, df.height)
     rows = kept[ROW_INDEX].to_numpy().astype(np.int64)

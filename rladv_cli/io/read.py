@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..contract.schema import COLUMNS as CONTRACT_COLUMNS
-from ..errors import InputError
+from ..errors import ConfigError, InputError
 
 if TYPE_CHECKING:  # the writer takes the chunks a ReadOnce keeps (it is never imported for reading)
     from .write import AtomicParquetWriter
@@ -234,6 +234,21 @@ class RowSource:
         return file_index, np.arange(int(counts.sum()), dtype=np.int64) - starts[file_index]
 
 
+def _paths(inputs: object) -> list:
+    """``inputs`` as a list of paths: one path, or a sequence of them; anything else is refused by its type
+    (a frame read as a sequence would give its column names as paths)."""
+    if isinstance(inputs, (str, os.PathLike)):
+        return [inputs]
+    kind = type(inputs).__name__
+    if not isinstance(inputs, Sequence) or isinstance(inputs, bytes):
+        raise ConfigError(f"the input ({kind}) is not a path or a list of paths (compute, compute_file, "
+                          "compare_runs and inspect also take a pyarrow Table or a polars or pandas DataFrame)")
+    bad = next((i for i, p in enumerate(inputs) if not isinstance(p, (str, os.PathLike))), None)
+    if bad is not None:
+        raise ConfigError(f"input {bad} ({type(inputs[bad]).__name__}) is not a path; give paths as str or Path")
+    return list(inputs)
+
+
 class Dataset(RowSource):
     """One Parquet file, several files, folders of ``*.parquet`` or glob patterns (each sorted), read as one
     sequence of rows. ``inputs`` is one path or pattern, or a sequence of them (kept as given in ``inputs``);
@@ -241,7 +256,7 @@ class Dataset(RowSource):
 
     def __init__(self, inputs: str | os.PathLike | Sequence[str | os.PathLike],
                  columns: "Mapping[str, str] | None" = None):
-        inputs = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+        inputs = _paths(inputs)
         self.inputs = inputs
         if not inputs:
             raise InputError("DATASET", "no input given")

@@ -154,6 +154,9 @@ def output_names(dataset: Dataset, out_dir: Path) -> list[str]:
         raise OutputError(f"-o {out_dir} is a file; --engine ray writes a folder")
     if not out_dir.parent.is_dir():
         raise OutputError(f"-o {out_dir}: folder {out_dir.parent} does not exist")
+    if out_dir.is_dir() and any(Path(p).parent.resolve() == out_dir.resolve() for p in dataset.paths):
+        raise OutputError(f"-o {out_dir} holds input files; --engine ray writes its shards and {REPORT_NAME} into a "
+                          "folder of their own, where the next run over the inputs does not read them as input")
     out_dir.mkdir(exist_ok=True)
     if not os.access(out_dir, os.W_OK):
         raise OutputError(f"-o {out_dir}: folder is not writable")

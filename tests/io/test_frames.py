@@ -226,3 +226,79 @@ def test_where_on_frames():
     assert eager.equals(out)
     first = int(np.flatnonzero(pq.read_table(GROUPS)["step"].to_numpy() == 101)[0])
     assert report.row_table["file_row"][0] == first
+
+
+# ------------------------------------------------------------------------------------------------ hostile --where
+READERS = [
+    "uid IN (SELECT a FROM read_csv('{secret}'))",
+    "EXISTS (SELECT 1 FROM read_parquet('{secret}'))",
+    "uid IN (FROM read_csv('{secret}'))",
+    "uid IN (VALUES ('x'))",
+    "uid IN ( (WITH t AS (SELECT 1) TABLE t))",
+    "read_csv ('{secret}') IS NULL",
+    "uid = 'a\\'' OR uid IN (select a from read_csv('{secret}')) OR uid = ''",  # quoted under one rule only
+]
+
+
+@pytest.mark.parametrize("where", READERS)
+def test_where_never_reads_another_file(tmp_path, monkeypatch, where):
+    """A subquery or a table function is refused before polars sees the text (polars opens the file it names
+    while parsing), in every command that takes --where; nothing is written."""
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a\n" + "\n".join(pl.read_parquet(GROUPS)["uid"].unique().to_list()) + "\n")
+    monkeypatch.setattr(pl, "sql_expr", lambda *a: pytest.fail("polars parsed the predicate"))
+    where = where.format(secret=secret)
+    out = tmp_path / "o.parquet"
+    for args in (("compute", GROUPS, "--estimator", "grpo", "-o", out), ("inspect", GROUPS),
+                 ("compare", GROUPS, *(a for e in ("grpo", "rloo") for a in ("--run", f"{e}: --estimator {e} --where \"{where}\"")))):
+        res = rladv(*args, *(() if args[0] == "compare" else ("--where", where)))
+        assert res.exit_code == 2 and len(res.output.splitlines()) == 1, res.output
+        assert res.output.startswith(f"Error: --where {where!r} ") and "reads nothing else" in res.output, res.output
+    with pytest.raises(rladv_cli.ConfigError, match="reads nothing else"):
+        rladv_cli.compute(pq.read_table(GROUPS), estimator="grpo", where=where)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["secret.csv"]
+
+
+@pytest.mark.parametrize("where, kept", [
+    ("(uid IS DISTINCT FROM 'nope') AND step = 101", 33),
+    ("extract(year from date '2026-01-02') = 2026 AND step = 101", 33),
+    ("'select' <> 'values' AND \"step\" = 101", 33),
+])
+def test_where_keeps_words_a_predicate_may_hold(where, kept):
+    out, report = rladv_cli.compute(pq.read_table(GROUPS), estimator="grpo", where=where, device="cpu")
+    assert out.num_rows == kept and report.inputs.filter.rows_kept == kept
+
+
+# ------------------------------------------------------------------------------------------------ pandas
+def test_a_pandas_frame_is_read_through_arrow_and_given_back_as_pandas(tmp_path):
+    pd = pytest.importorskip("pandas")
+    table = pq.read_table(GROUPS)
+    arrow_out, _ = rladv_cli.compute(table, estimator="grpo", device="cpu")
+    frame = pd.DataFrame({name: table[name].to_pylist() for name in table.column_names})  # lists as Python lists
+    out, report = rladv_cli.compute(frame, estimator="grpo", device="cpu")
+    assert isinstance(out, pd.DataFrame) and report.inputs.rows == 65
+    assert [list(a) for a in out["advantages"]] == arrow_out["advantages"].to_pylist()
+    kept, _ = rladv_cli.compute(frame, estimator="grpo", device="cpu", where="step = 101")
+    assert len(kept) == 33
+    cli = tmp_path / "cli.parquet"
+    assert rladv("compute", GROUPS, "--estimator", "grpo", "-o", cli, "-q").exit_code == 0
+    rladv_cli.compute_file(table.to_pandas(), output=str(tmp_path / "pd.parquet"), estimator="grpo", device="cpu")
+    assert pq.read_table(tmp_path / "pd.parquet").equals(pq.read_table(cli))
+    # a column header naming a file is not read as a path
+    (tmp_path / "uid").write_bytes(GROUPS.read_bytes())
+    with pytest.raises(rladv_cli.InputError, match="<pandas>: column .*missing"):
+        rladv_cli.compute(pd.DataFrame({str(tmp_path / "uid"): [1]}), estimator="grpo")
+
+
+@pytest.mark.parametrize("inputs, message", [
+    ({"a": 1}, r"the input \(dict\) is not a path or a list of paths"),
+    (np.array([str(GROUPS)]), r"the input \(ndarray\) is not a path"),
+    ([str(GROUPS), 3], r"input 1 \(int\) is not a path"),
+    (b"groups.parquet", r"the input \(bytes\) is not a path"),
+])
+def test_other_inputs_are_refused_by_their_type(tmp_path, inputs, message):
+    with pytest.raises(rladv_cli.ConfigError, match=message):
+        rladv_cli.compute_file(inputs, estimator="grpo", output=str(tmp_path / "o.parquet"))
+    with pytest.raises(rladv_cli.ConfigError, match=message):
+        rladv_cli.validate(inputs)
+    assert list(tmp_path.iterdir()) == []

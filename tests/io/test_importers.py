@@ -61,9 +61,42 @@ def test_sequence_level_rows_compute_with_every_outcome_estimator(tmp_path):
     ('{"input": "p", "score": 1.0, "step": 1}\n[1, 2]\n', "line 2: not a JSON object"),
     ('{"input": "p", "score": 1.0, "step": 1}\n{"input": "p", "step": 1}\n', "line 2: no score (verl writes"),
     ('{"input": "p", "score": "high", "step": 1}\n', "line 1: score is 'high'; a number is needed"),
+    ('{"input": "p", "score": 1.0, "step": "3"}\n', "line 1: step is '3'; verl writes the training step, an integer"),
+    ('{"input": "p", "score": 1.0, "step": 1.5}\n', "line 1: step is 1.5; verl writes the training step"),
+    ('{"input": "p", "score": 1, "step": 1, "hits": 1}\n{"input": "p", "score": 0, "step": 1}\n'
+     '{"input": "p", "score": 0, "step": 1, "hits": "wrong"}\n',
+     "line 3: hits is text where the lines before hold an integer; a field keeps one JSON type"),
+    ('{"input": "p", "score": 1, "step": 1, "hits": true}\n{"input": "p", "score": 0, "step": 1, "hits": 0}\n',
+     "line 2: hits is an integer where the lines before hold true/false"),
+    ('{"input": "p", "score": 1, "step": 2, "acc": 1}\n',  # the good file 1.jsonl has acc true/false
+     "line 1: acc is an integer where "),
+    ('{"input": "p", "score": 1, "step": 1, "extra": {"k": 1}}\n{"input": "p", "score": 0, "step": 1, "extra": [1]}\n',
+     "line 2: extra is a list where the lines before hold an object"),
 ])
 def test_bad_lines_are_one_line_errors_and_nothing_is_written(tmp_path, text, message):
     assert_refused(tmp_path, "verl-jsonl", ROLLOUTS / "1.jsonl", "2.jsonl", text, message)
+
+
+def test_carried_fields_keep_their_values_and_types(tmp_path):
+    """Nulls, integers next to fractions, and nested values whose members change type are read as written:
+    polars alone would make 1 the text "1" beside "x", and fail on objects of two shapes."""
+    lines = [{"input": "p", "score": 1, "step": 2, "n": 1, "info": {"k": 1}, "tags": [1], "note": None},
+             {"input": "p", "score": 0.5, "step": 2, "n": 2.5, "info": {"k": "x", "j": None}, "tags": ["a"]}]
+    (tmp_path / "2.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    res = rladv("convert", "--from", "verl-jsonl", tmp_path / "2.jsonl", "-o", tmp_path / "o.parquet")
+    assert res.exit_code == 0, res.output
+    t = pq.read_table(tmp_path / "o.parquet")
+    assert t.column_names == ["uid", "score", "step", "input", "n", "info", "tags", "note"]
+    assert t["n"].type == pa.float64() and t["n"].to_pylist() == [1.0, 2.5]
+    assert [json.loads(v) for v in t["info"].to_pylist()] == [lines[0]["info"], lines[1]["info"]]
+    assert [json.loads(v) for v in t["tags"].to_pylist()] == [[1], ["a"]] and t["note"].null_count == 2
+    assert t["score"].to_pylist() == [1.0, 0.5] and t["step"].to_pylist() == [2, 2]
+    # a field a later file holds in another type: that file's line, and the file that held it first
+    (tmp_path / "3.jsonl").write_text(json.dumps({**lines[0], "step": 3, "n": "many"}) + "\n")
+    res = rladv("convert", "--from", "verl-jsonl", tmp_path, "-o", tmp_path / "p.parquet")
+    assert res.exit_code == 2 and res.output == (f"Error: {tmp_path / '3.jsonl'}: line 1: n is text where "
+                                                 f"{tmp_path / '2.jsonl'} holds a number; a field keeps one JSON "
+                                                 "type through the log\n") and not (tmp_path / "p.parquet").exists()
 
 
 def assert_refused(tmp_path, fmt, good, bad_name, text, message):

@@ -73,6 +73,10 @@ def _entry(**change) -> str:
     (_entry(reward="1.0"), "line 1: reward is '1.0'; a number is needed"),
     (_entry(tail_version=1.5), "line 1: tail_version is 1.5; AReaL writes an integer"),
     (_entry(prompt=[1, 2]), "line 1: prompt is not text (AReaL writes the decoded tokens)"),
+    (_entry() + _entry(seqlen=-9), "line 2: seqlen is -9; AReaL writes at least 1"),
+    (_entry(prompt_len=-1), "line 1: prompt_len is -1; AReaL writes at least 0"),
+    (_entry(head_version=-2), "line 1: head_version is -2; AReaL writes at least -1"),
+    (_entry(prompt_len=9, seqlen=9), "line 1: prompt_len 9 leaves no completion token of seqlen 9 (AReaL dumps"),
 ])
 def test_bad_areal_lines_are_one_line_errors_and_nothing_is_written(tmp_path, text, message):
     folder = tmp_path / "rollout"

@@ -127,8 +127,10 @@ def test_the_all_subset_has_no_advantages_and_converts_without_them(tmp_path):
     assert res.exit_code == 2 and "differ from" in res.output and not (tmp_path / "m.parquet").exists()
 
 
-def _line(**change) -> str:
+def _line(root: dict | None = None, **change) -> str:
+    """The first episode with node 1 changed (``change``) and node 0 (``root``)."""
     entry = episodes(STEP1)[0]
+    entry["traces"][0]["nodes"][0].update(root or {})
     node = entry["traces"][0]["nodes"][1]
     for k, v in change.items():
         if k == "group":
@@ -145,6 +147,8 @@ def _line(**change) -> str:
     (_line(logprobs=[-0.5]), "line 1: trace 0: node 1: logprobs is not 6 numbers (one per sampled token"),
     (_line(advantages=[0.1] * 7), "line 1: trace 0: node 1: advantages is not 6 numbers"),
     (_line(parent=1), "line 1: trace 0: node 1: parent is 1, not another node's index"),
+    (_line(root={"parent": 1}), "line 1: trace 0: nodes 0 -> 1 -> 0 form a loop of parent links (a trace's nodes "
+                                "form a tree)"),  # no node is a leaf: no branch would be read, and none was said
 ])
 def test_bad_prime_rl_lines_are_one_line_errors_and_nothing_is_written(tmp_path, text, message):
     step = tmp_path / "rollouts"

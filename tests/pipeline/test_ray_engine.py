@@ -333,6 +333,27 @@ def test_a_failed_run_removes_only_the_output_folder_it_created(ray_instance, tm
     assert sorted(os.listdir(tmp_path)) == ["bad", "kept"]
 
 
+@pytest.mark.parametrize("where", ["same", "file's folder", "symlinked folder"])
+def test_the_ray_engine_never_writes_into_its_input_folder(tmp_path, where):
+    """-o naming the folder the inputs are listed in (the folder itself, the folder of a file given, a link to
+    it) is refused before Ray starts: the shards and report.json would be read as input by the next run."""
+    pytest.importorskip("ray")
+    folder = write_shards(rollouts(np.random.default_rng(5)), tmp_path / "rollouts")
+    before = {p: p.read_bytes() for p in folder.iterdir()}
+    source = str(folder / "part-00.parquet") if where == "file's folder" else str(folder)
+    out = folder
+    if where == "symlinked folder":
+        out = tmp_path / "link"
+        out.symlink_to(folder)
+    res = runner.invoke(app, ["compute", source, "--estimator", "grpo", "--engine", "ray", "-o", str(out),
+                              "--report", str(tmp_path / "r.json")])
+    assert res.exit_code == 2 and res.output == (
+        f"Error: -o {out} holds input files; --engine ray writes its shards and report.json into a folder of their "
+        "own, where the next run over the inputs does not read them as input\n"), res.output
+    assert {p: p.read_bytes() for p in folder.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["rollouts"] + (["link"] if out != folder else []))
+
+
 def test_output_folder_and_names(tmp_path):
     from rladv_cli.pipeline.ray_engine import default_output_dir, output_names
 

@@ -57,6 +57,8 @@ import itertools
 import os
 from typing import Optional, Sequence
 
+import pyarrow as pa
+
 from ...errors import InputError
 from ..write import AtomicParquetWriter, check_output_path, signals_deferred
 from .common import CHUNK_ROWS, SEQUENCE_LEVEL, TOKEN_CHUNK_ROWS, Format, Imported, Options, files_of
@@ -83,13 +85,11 @@ def convert_log(fmt: str, sources: Sequence[str | os.PathLike], out: str | os.Pa
     if fmt != "slime" and (trust_pickle or reward_key is not None):
         raise InputError(fmt, f"{'--trust-pickle' if trust_pickle else '--reward-key'} is for slime's torch.save "
                          "files; this format is JSON or Parquet")
-    options = Options(trust_pickle=trust_pickle, reward_key=reward_key)
     out = os.fspath(out)
     files = files_of(form, sources)
     check_output_path(out, files)
-    if form.check is not None:
-        for path in files:
-            form.check(path)
+    found = form.check(files) if form.check is not None else None
+    options = Options(trust_pickle=trust_pickle, reward_key=reward_key, found=found)
     tables = ((path, table, note) for path in files for table, note in form.read(path, options))
     first = next(tables, None)
     if first is None:
@@ -100,7 +100,12 @@ def convert_log(fmt: str, sources: Sequence[str | os.PathLike], out: str | os.Pa
         for path, table, note in itertools.chain([first], tables):
             if table.schema.names != schema.names:
                 raise InputError(path, f"fields {table.schema.names} differ from {files[0]}'s {schema.names}")
-            sink.write(table.cast(schema))
+            try:
+                table = table.cast(schema)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+                raise InputError(path, f"a field's values do not fit its type in {files[0]}: "
+                                 f"{str(err).splitlines()[0]}") from None
+            sink.write(table)
             rows, notes = rows + table.num_rows, notes | {note}
         sink.finish()
         with signals_deferred():

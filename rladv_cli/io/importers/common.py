@@ -23,11 +23,13 @@ SEQUENCE_LEVEL = ("no token lists: rladv computes it at sequence level (one posi
 
 @dataclass(frozen=True)
 class Options:
-    """What a format may need beyond its files: ``trust_pickle`` (slime's ``torch.save`` files) and
-    ``reward_key`` (slime's dict rewards, its ``--reward-key``)."""
+    """What a format may need beyond its files: ``trust_pickle`` (slime's ``torch.save`` files), ``reward_key``
+    (slime's dict rewards, its ``--reward-key``), and ``found``, what the format's check of every file found
+    (verl's: each field's JSON type across the files)."""
 
     trust_pickle: bool = False
     reward_key: Optional[str] = None
+    found: object = None
 
 
 @dataclass
@@ -44,16 +46,17 @@ class Imported:
 
 @dataclass(frozen=True)
 class Format:
-    """One trainer's log: ``find(folder)`` its files in a folder, ``order`` their step order, ``check(path)`` a
-    pass before anything is written (a bad line raises), ``read(path, options)`` Arrow tables of contract
-    rows, each with a note for ``describe(files, notes, options) -> (sources, absent)``."""
+    """One trainer's log: ``find(folder)`` its files in a folder, ``order`` their step order, ``check(files)`` a
+    pass over every file before anything is written (a bad line raises; what it returns reaches ``read`` as
+    ``Options.found``), ``read(path, options)`` Arrow tables of contract rows, each with a note for
+    ``describe(files, notes, options) -> (sources, absent)``."""
 
     name: str
     find: Callable[[Path], list[str]]
     order: Callable[[str], tuple]
     read: Callable[[str, Options], Iterator[tuple[pa.Table, object]]]
     describe: Callable[[list[str], set, Options], tuple[dict[str, str], str]]
-    check: Optional[Callable[[str], None]] = None
+    check: Optional[Callable[[list[str]], object]] = None
     what: str = ""  # the files a folder is read for, for "folder holds no ..."
 
 
@@ -116,6 +119,15 @@ def json_lines(path: str) -> Iterator[tuple[int, dict]]:
             if not isinstance(entry, dict):
                 raise InputError(path, f"line {number}: not a JSON object")
             yield number, entry
+
+
+def each_file(check: Callable[[str], None]) -> Callable[[list[str]], None]:
+    """A format's ``check`` of every file from a check of one."""
+    def check_all(files: list[str]) -> None:
+        for path in files:
+            check(path)
+
+    return check_all
 
 
 def check_lines(path: str, required: Sequence[str], writer: str = "verl", check=None) -> None:

@@ -13,7 +13,7 @@ from ...contract.columns import prompt_keys
 from ...errors import InputError
 from ..frames import standard
 from . import common
-from .common import Format, Options, check_lines, globbed, nested_as_json, number, numbered
+from .common import Format, Options, check_lines, each_file, globbed, nested_as_json, number, numbered
 
 NAME = re.compile(r"train_data_step(\d+)")
 REQUIRED = ("rewards", "input_lengths", "token_ids", "token_loss_mask", "sample_loss_mask", "advantages",
@@ -114,5 +114,5 @@ def _describe(files: list[str], notes: set, options: Options) -> tuple[dict[str,
     return dict(SOURCES), ABSENT
 
 
-NEMO_RL = Format("nemo-rl", globbed("train_data_step*.jsonl"), numbered(NAME.pattern), _read, _describe, _check,
+NEMO_RL = Format("nemo-rl", globbed("train_data_step*.jsonl"), numbered(NAME.pattern), _read, _describe, each_file(_check),
                  "train_data_step*.jsonl")

@@ -75,7 +75,27 @@ def _nodes(trace: dict) -> tuple[str | None, list]:
         parent = node.get("parent")
         if parent is not None and (not integer(parent) or not 0 <= parent < len(nodes) or parent == i):
             return f"{where}: parent is {parent!r}, not another node's index", []
-    return None, nodes
+    loop = _loop(nodes)
+    return (f"nodes {' -> '.join(map(str, loop))} form a loop of parent links (a trace's nodes form a tree)"
+            if loop else None), nodes
+
+
+def _loop(nodes: list[dict]) -> list[int] | None:
+    """The first loop of parent links (its node indices, the first repeated at the end), or None for a forest.
+    Each node is walked up once: a walk stops at a root or at a node already known to reach one."""
+    rooted: set[int] = set()
+    for start in range(len(nodes)):
+        path: list[int] = []
+        on_path: set[int] = set()
+        at = start
+        while at is not None and at not in rooted:
+            if at in on_path:
+                return path[path.index(at):] + [at]
+            path.append(at)
+            on_path.add(at)
+            at = nodes[at].get("parent")
+        rooted.update(path)
+    return None
 
 
 def _reward(trace: dict) -> tuple[str | None, float]:
@@ -113,9 +133,7 @@ def _branches(nodes: list) -> Iterator[tuple[int, list[dict], list[bool]]]:
     trained: set[int] = set()
     for index, leaf in enumerate(i for i in range(len(nodes)) if i not in parents):
         ids, at = [], leaf
-        while at is not None:
-            if len(ids) > len(nodes):
-                raise ValueError("the nodes' parent links form a cycle")
+        while at is not None:  # the links form a tree (_nodes): the walk ends at a root
             ids.append(at)
             at = nodes[at].get("parent")
         ids.reverse()
@@ -155,22 +173,18 @@ def _rows(entry: dict, step: int) -> Iterator[tuple[int | None, str | None, dict
         if problem:
             yield t, problem, {}
             return
-        try:
-            for b, path, mask in _branches(nodes):
-                tokens = [x for node in path for x in node.get("token_ids", [])]
-                start = mask.index(True)  # the tokens before the first trained one are the prompt
-                cut = {name: None if values is None else values[start:] for name, values in (
-                    ("rollout_log_probs", _spread(path, "logprobs")), ("advantages", _spread(path, "advantages")),
-                    ("ref_log_prob", _spread(path, "reference_logprobs")))}
-                yield t, None, {
-                    "uid": group["id"], "step": step, "score": reward, "responses": tokens[start:],
-                    "response_mask": [int(m) for m in mask[start:]], **cut, "episode_id": entry.get("id"),
-                    "trace_id": trace.get("id"), "branch": b, "agent": agent.get("name"),
-                    "env": env.get("name") or env.get("id"), "dispatch_step": work.get("step"),
-                    "stop_condition": trace.get("stop_condition")}
-        except ValueError as err:
-            yield t, str(err), {}
-            return
+        for b, path, mask in _branches(nodes):
+            tokens = [x for node in path for x in node.get("token_ids", [])]
+            start = mask.index(True)  # the tokens before the first trained one are the prompt
+            cut = {name: None if values is None else values[start:] for name, values in (
+                ("rollout_log_probs", _spread(path, "logprobs")), ("advantages", _spread(path, "advantages")),
+                ("ref_log_prob", _spread(path, "reference_logprobs")))}
+            yield t, None, {
+                "uid": group["id"], "step": step, "score": reward, "responses": tokens[start:],
+                "response_mask": [int(m) for m in mask[start:]], **cut, "episode_id": entry.get("id"),
+                "trace_id": trace.get("id"), "branch": b, "agent": agent.get("name"),
+                "env": env.get("name") or env.get("id"), "dispatch_step": work.get("step"),
+                "stop_condition": trace.get("stop_condition")}
 
 
 def _read(path: str, options: Options) -> Iterator[tuple[pa.Table, tuple[bool, ...]]]:

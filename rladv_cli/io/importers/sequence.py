@@ -10,38 +10,67 @@ import pyarrow as pa
 
 from ...errors import InputError
 from ..frames import standard
-from .common import (CHUNK_ROWS, SEQUENCE_LEVEL, Format, Options, check_lines, digest, globbed, integer, number,
+from .common import (CHUNK_ROWS, SEQUENCE_LEVEL, Format, Options, check_lines, digest, each_file, globbed, integer, number,
                      numbered, numeric)
 
 
 # ------------------------------------------------------------------------------------------------ verl
-def _verl_line(entry: dict) -> str | None:
-    if not number(entry["score"]):
-        return f"score is {entry['score']!r}; a number is needed"
-    return None
+# A line's fields by JSON type, and the polars type each is read as (nested values as JSON text).
+KINDS = ((bool, "true/false", "Boolean"), (int, "an integer", "Int64"), (float, "a number", "Float64"),
+         (str, "text", "String"), (list, "a list", "String"), (dict, "an object", "String"))
 
 
-def _verl_check(path: str) -> None:
-    check_lines(path, ("input", "score", "step"), "verl", _verl_line)
+def _kind(value) -> str:
+    return next(name for t, name, _ in KINDS if isinstance(value, t))
+
+
+def _verl_fields(files: list[str]) -> dict[str, str | None]:
+    """Every field of verl's rollout JSONL files with its JSON type (None: always null), each line checked: the
+    fields verl writes, a number ``score``, an integer ``step``, and every field of one type through the files
+    (integers and fractions are numbers). A bad line is an error naming it, as polars' reader would not."""
+    kinds: dict[str, tuple[str | None, str]] = {}  # name -> (type, the file that first held it)
+
+    def line(entry: dict) -> str | None:
+        if not number(entry["score"]):
+            return f"score is {entry['score']!r}; a number is needed"
+        if not integer(entry["step"]):
+            return f"step is {entry['step']!r}; verl writes the training step, an integer"
+        for name, value in entry.items():
+            kind = None if value is None else _kind(value)
+            had, seen = kinds.setdefault(name, (None, path))
+            if kind is None or kind == had:
+                continue
+            if had is None:
+                kinds[name] = (kind, path)
+            elif {had, kind} == {"an integer", "a number"}:
+                kinds[name] = ("a number", seen)
+            else:
+                held = "the lines before hold" if seen == path else f"{seen} holds"
+                return f"{name} is {kind} where {held} {had}; a field keeps one JSON type through the log"
+        return None
+
+    for path in files:  # line() checks the lines of this file
+        check_lines(path, ("input", "score", "step"), "verl", line)
+    return {name: kind for name, (kind, _) in kinds.items()}
 
 
 def _verl_read(path: str, options: Options) -> Iterator[tuple[pa.Table, bool]]:
     """One verl rollout JSONL file as Arrow tables: uid (its own, else the prompt), score float32, step int64,
-    every other field carried (nested ones as JSON text); with whether the file had a uid."""
+    every other field of the log carried in the type its values have (``Options.found``: nested ones as JSON
+    text; null where this file lacks it); with whether the file had a uid."""
     import polars as pl
 
+    types = {name: getattr(pl, t) for _, name, t in KINDS}
+    kinds: dict = options.found
     try:
-        frame = pl.scan_ndjson(path, infer_schema_length=None)
-        names = frame.collect_schema().names()
-        own = "uid" in names
+        frame = pl.scan_ndjson(path, schema={n: pl.Null if k is None else types[k] for n, k in kinds.items()})
+        own = "uid" in kinds
         uid = pl.col("uid" if own else "input").cast(pl.String)
-        kept = [c for c in names if c not in ("uid", "score", "step")]
+        kept = [c for c in kinds if c not in ("uid", "score", "step")]
         query = frame.select(uid.alias("uid"), pl.col("score").cast(pl.Float32), pl.col("step").cast(pl.Int64),
                              *[pl.col(c) for c in kept])
         for df in query.collect_batches(chunk_size=CHUNK_ROWS):
-            nested = [pl.col(c).map_elements(json.dumps, return_dtype=pl.String) for c, t in df.schema.items()
-                      if t.is_nested()]
-            yield standard((df.with_columns(nested) if nested else df).to_arrow()), own
+            yield standard(df.to_arrow()), own
     except pl.exceptions.PolarsError as err:
         raise InputError(path, f"cannot be read as verl's rollout JSONL: {str(err).splitlines()[0]}") from None
 
@@ -56,7 +85,7 @@ def _step_order(p: str):
     return numeric(Path(p).stem)
 
 
-VERL = Format("verl-jsonl", globbed("*.jsonl"), _step_order, _verl_read, _verl_describe, _verl_check, "*.jsonl")
+VERL = Format("verl-jsonl", globbed("*.jsonl"), _step_order, _verl_read, _verl_describe, _verl_fields, "*.jsonl")
 
 
 # ------------------------------------------------------------------------------------------------ trl
@@ -120,12 +149,20 @@ TRL = Format("trl", globbed("completions_*.parquet"), numbered(r"completions_(\d
 AREAL_REQUIRED = ("task_id", "sample_idx", "seqlen", "prompt_len", "head_version", "tail_version", "reward",
                   "prompt", "completion")
 AREAL_INTEGERS = ("task_id", "sample_idx", "seqlen", "prompt_len", "head_version", "tail_version")
+# AReaL writes only samples with a completion token (seqlen >= 1, prompt_len < seqlen); head_version is the least
+# of the tokens' versions, which is -1 on prompt tokens
+AREAL_LEAST = {"head_version": -1, "seqlen": 1}
 
 
 def _areal_line(entry: dict) -> str | None:
     for name in AREAL_INTEGERS:
         if not integer(entry[name]):
             return f"{name} is {entry[name]!r}; AReaL writes an integer"
+        if entry[name] < AREAL_LEAST.get(name, 0):
+            return f"{name} is {entry[name]}; AReaL writes at least {AREAL_LEAST.get(name, 0)}"
+    if entry["prompt_len"] >= entry["seqlen"]:
+        return (f"prompt_len {entry['prompt_len']} leaves no completion token of seqlen {entry['seqlen']} (AReaL "
+                "dumps only samples with one)")
     if not number(entry["reward"]):
         return f"reward is {entry['reward']!r}; a number is needed"
     for name in ("prompt", "completion"):
@@ -179,5 +216,5 @@ def _areal_describe(files: list[str], notes: set, options: Options) -> tuple[dic
             SEQUENCE_LEVEL + "; the dump holds no advantages and no log-probs, so there is nothing to replay")
 
 
-AREAL = Format("areal", _areal_find, _areal_order, _areal_read, _areal_describe, _areal_check,
+AREAL = Format("areal", _areal_find, _areal_order, _areal_read, _areal_describe, each_file(_areal_check),
                "rollout/{version}/*.jsonl, {version}/*.jsonl or *.jsonl")
