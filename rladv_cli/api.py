@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
@@ -101,6 +102,7 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
     appear together or not at all; so do ``groups_path`` / ``rows_path``, the tables behind the verdict as
     Parquet (``report.tables``). ``config_source`` (what a verl YAML contributed) is recorded in the report's
     ``config``."""
+    started = time.perf_counter()
     cfg = _config(config, settings)
     if frames.is_frame(inputs) and output is None:
         raise OutputError("a frame has no file name to derive the output's from; give output=PATH")
@@ -129,7 +131,7 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
 
                     pipeline = stages.Pipeline(dataset, cfg, progress)
                     report = finish_report(pipeline.run(sink.write), out, config_source, report_path, html_path,
-                                           side, (groups_path, rows_path))
+                                           side, (groups_path, rows_path), started)
                     sink.finish()
                     with signals_deferred():
                         sink.commit()

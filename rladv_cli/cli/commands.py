@@ -2,9 +2,13 @@
 ``Error: ...`` line and exit code 2."""
 from __future__ import annotations
 
+import dataclasses
+import functools
 import io
 import json
 import math
+import os
+import signal
 import sys
 import textwrap
 from contextlib import contextmanager, redirect_stderr
@@ -27,7 +31,19 @@ HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 
 
 class _OneLineErrors(HelpGroup):
-    """Usage errors (unknown option, bad choice, missing argument) as one ``Error: ...`` line, exit code 2."""
+    """Usage errors (unknown option, bad choice, missing argument) as one ``Error: ...`` line, exit code 2; a
+    reader of stdout that went away (``| head``) ends the command as SIGPIPE ends a process, exit 141, not
+    click's 1, which is ``--fail-on``'s (docs/compute.md, "Errors and exit codes")."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            try:  # later writes and the final flush go nowhere instead of failing again
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError, io.UnsupportedOperation):
+                pass
+            raise SystemExit(128 + signal.SIGPIPE) from None
 
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         if not standalone_mode:
@@ -54,7 +70,7 @@ class _OneLineErrors(HelpGroup):
 app = typer.Typer(
     cls=_OneLineErrors,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings=HELP_OPTIONS,
 )
@@ -77,6 +93,30 @@ def _root(version: Annotated[bool, typer.Option(
       rladv inspect sample_data/groups.parquet --estimator grpo
       rladv explain sample_data/multiturn.parquet --row 3 --estimator gae
     """
+
+
+@functools.cache
+def _console_type():
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich would exit 1; the command group exits as SIGPIPE does
+            raise BrokenPipeError
+
+    return _Console
+
+
+def _console(stderr: bool = False):
+    """A rich console on stdout (or stderr) for the commands' tables."""
+    return _console_type()(stderr=stderr)
+
+
+def _stdout(values: dict[str, Optional[Path]]) -> Optional[str]:
+    """Which of ``values`` (option -> path) is ``-``, stdout; two of them is an error."""
+    dashed = [option for option, value in values.items() if value is not None and str(value) == "-"]
+    if len(dashed) > 1:
+        _fail(f"{' and '.join(dashed)} both name stdout (-); give all but one of them a file name")
+    return dashed[0] if dashed else None
 
 
 def _fail(message: str) -> None:
@@ -104,7 +144,7 @@ def compute(
     estimator: Estimator = None,
     output: Annotated[Optional[Path], typer.Option("-o", "--output", parser=path, metavar="PATH", help="Output Parquet (default DATASET.adv.parquet); with --engine ray, the output folder (default DATASET.adv).")] = None,
     report: Annotated[Optional[Path], typer.Option(parser=path, metavar="PATH", help="Also write the report as JSON here (- writes it to stdout, and the summary to stderr).")] = None,
-    html: Annotated[Optional[Path], typer.Option(parser=path, metavar="PATH", help="Also write a self-contained HTML report (plots inline) here.")] = None,
+    html: Annotated[Optional[Path], typer.Option(parser=path, metavar="PATH", help="Also write a self-contained HTML report (plots inline) here (- writes it to stdout, and the summary to stderr).")] = None,
     groups_out: GroupsOut = None,
     rows_out: RowsOut = None,
     config: VerlConfig = None,
@@ -115,6 +155,7 @@ def compute(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.", rich_help_panel=RUN_PANEL)] = False,
     strict_replay: Annotated[bool, typer.Option("--strict-replay", help="Exit 1 unless the input's own token_level_rewards/advantages/returns (a trainer dump) agree with this run's (the output is written either way).")] = False,
     fail_on: FailOnOption = FailOn.never,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout (as --report -) and no summary.")] = False,
     engine: Annotated[Engine, typer.Option(metavar=choices(Engine), help="local: this process, one output file; ray: a Ray cluster, one output file per input file.", rich_help_panel=RUN_PANEL)] = Engine.local,
     ray_address: Annotated[Optional[str], typer.Option(envvar="RAY_ADDRESS", metavar="HOST:PORT", help="--engine ray: the cluster to join (default: a local one for the run).", rich_help_panel=RUN_PANEL)] = None,
     ray_workers: Annotated[Optional[int], typer.Option(metavar="N", help="--engine ray: workers, each holding a share of the input files and of the free CPUs for the whole run (default: one per free CPU, at most one per file).", rich_help_panel=RUN_PANEL)] = None,
@@ -130,16 +171,15 @@ def compute(
       rladv compute rollouts.parquet --estimator gae --lam 0.95 --html report.html
       rladv compute rollouts.parquet --estimator grpo -q --report - > report.json
     """
-    from rich.console import Console
-
     from ..api import compute_file
     from ..report.model import render
 
     cfg, source = _resolve_config(ctx, config, engine)
-    to_stdout = report is not None and str(report) == "-"
-    err = Console(stderr=True)
-    paths, report_path = [str(p) for p in dataset], None if to_stdout else report
-    with progress(err, enabled=not quiet and err.is_terminal) as show:
+    to_stdout = _stdout({"--json": Path("-") if as_json else None, "--report": report, "--html": html})
+    err = _console(stderr=True)
+    paths = [str(p) for p in dataset]
+    report_path, html = (None if to_stdout == "--report" else report), (None if to_stdout == "--html" else html)
+    with progress(err, enabled=not (quiet or as_json) and err.is_terminal) as show:
         if engine is Engine.ray:
             from ..pipeline.ray_engine import compute_ray
 
@@ -153,15 +193,19 @@ def compute(
                                                rows_path=rows_out))
     for note in cfg.notes:  # after the run: an error stays the only line a failed run prints
         err.print(f"Note: {one_line(note)}", markup=False, highlight=False, soft_wrap=True)
-    if not quiet:
+    if not (quiet or as_json):
         if source and (source["ignored"] or source["notes"]):
             for note in source["notes"]:
                 err.print(f"[dim]--config: {note}[/dim]")
             if source["ignored"]:
                 err.print(f"[dim]--config: keys rladv does not use: {', '.join(source['ignored'])}[/dim]")
-        render(result, err if to_stdout else Console())
-    if to_stdout:
+        render(result, err if to_stdout else _console())
+    if to_stdout in ("--report", "--json"):
         typer.echo(result.to_json(), nl=False)
+    elif to_stdout == "--html":
+        from ..report.html import render_html
+
+        typer.echo(render_html(result), nl=False)
     if strict_replay and not (result.replay and result.replay["agree"]):
         replay = result.replay
         why = ("the input holds none of token_level_rewards, rollout_is_weights, advantages, returns to compare"
@@ -242,6 +286,7 @@ def validate(
     estimator: Annotated[Optional[str], typer.Option(metavar="NAME", help="Also check the columns this estimator needs (rladv estimators lists them).")] = None,
     kl: Annotated[bool, typer.Option("--kl", help="Also check the columns KL shaping needs.")] = False,
     column: Columns = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was checked and every problem as JSON (exit 2 when there are problems).")] = False,
 ) -> None:
     """Check a dataset against the data contract. Nothing is computed (no torch).
 
@@ -253,6 +298,9 @@ def validate(
 
     columns = _columns(column)
     summary = _run(lambda: run_validate([str(p) for p in dataset], estimator, kl=kl, columns=columns))
+    if as_json:
+        typer.echo(json.dumps({"ok": summary.ok, **dataclasses.asdict(summary)}, indent=2))
+        raise typer.Exit(code=0 if summary.ok else 2)
     if summary.ok:
         typer.echo(f"ok: {summary.rows} rows, {summary.tokens} tokens in {len(summary.paths)} file(s)")
         if "uid" not in summary.columns and estimator is None:
@@ -282,7 +330,7 @@ def inspect(
     fail_on: FailOnOption = FailOn.never,
     show_all: Annotated[bool, typer.Option("--all", help="List the passing checks too (otherwise one line names them).")] = False,
     chunk_rows: Annotated[int, typer.Option(metavar="N", help="Rows held in memory at once.")] = 8192,
-    html: Annotated[Optional[Path], typer.Option(parser=path, metavar="PATH", help="Also write the checklist and findings as a self-contained HTML page here.")] = None,
+    html: Annotated[Optional[Path], typer.Option(parser=path, metavar="PATH", help="Also write the checklist and findings as a self-contained HTML page here (- writes it to stdout, and the checklist to stderr).")] = None,
     groups_out: GroupsOut = None,
     rows_out: RowsOut = None,
     config: VerlConfig = None,
@@ -297,8 +345,6 @@ def inspect(
       rladv inspect rollouts.parquet --uid prompt-7 --estimator grpo
       rladv inspect rollouts.parquet --row 12 --estimator gae --lam 0.95
     """
-    from rich.console import Console
-
     from ..config.settings import RUN_ONLY, Config
     from ..diagnose import checklist
     from ..diagnose.findings import render_inspection
@@ -323,7 +369,8 @@ def inspect(
     if export is not None and convention.name != "verl":
         _fail(f"--export writes a reproducer for verl's rules; --convention {convention.name} computes a group "
               "over the whole batch, so export the batch (or its rows with rladv compute --where)")
-    console = Console()
+    to_stdout = _stdout({"--json": Path("-") if as_json else None, "--html": html})
+    console = _console(stderr=to_stdout == "--html")
     if row is None and uid is None:
         _only_typed(ctx, ("config", "kl_coef", "kl_penalty", "columns", "batch_key", "epsilon", "norm_adv_by_std",
                           "where", "thresholds"),
@@ -334,13 +381,22 @@ def inspect(
             _fail(f"--kl-coef must be a finite number, got {kl_coef}")
         columns = merged.get("columns")
         result = _run(lambda: checklist.inspect(paths, expected_n=expected_n, kl_coef=kl_coef, kl_penalty=kl_penalty,
-                                                estimator=name, chunk_rows=chunk_rows, html_path=html, columns=columns,
+                                                estimator=name, chunk_rows=chunk_rows, columns=columns,
+                                                html_path=None if to_stdout == "--html" else html,
                                                 groups_path=groups_out, rows_path=rows_out, where=merged.get("where"),
                                                 batch_key=merged.get("batch_key"),
                                                 epsilon=merged.get("epsilon", Config.model_fields["epsilon"].default),
                                                 norm_adv_by_std=merged.get("norm_adv_by_std", True),
                                                 thresholds=merged.get("thresholds")))
         typer.echo(result.to_json(), nl=False) if as_json else render_inspection(result, console, show_all)
+        if to_stdout == "--html":
+            from ..diagnose.html import render_inspection_html
+
+            typer.echo(render_inspection_html(result), nl=False)
+        if result.invalid_rows:  # after the checklist that lists them: compute refuses such a dataset
+            where = result.paths[0] if len(result.paths) == 1 else f"{len(result.paths)} files"
+            _fail(f"{result.invalid_rows} of {result.rows} rows of {where} break the data contract, "
+                  "so rladv compute refuses the dataset (the invalid_rows check above; rladv validate lists them all)")
         _exit_on_verdict(result.verdict, fail_on)
         return
     if html is not None:
@@ -392,8 +448,6 @@ def explain(
       rladv explain rollouts.parquet --row 3 --estimator gae --lam 0.95
       rladv explain rollouts.parquet --row 3 --config ppo_trainer.yaml --json
     """
-    from rich.console import Console
-
     from ..config.settings import RUN_ONLY
     from ..diagnose.explain import explain as run_explain
     from ..diagnose.explain import render_explanation
@@ -401,7 +455,7 @@ def explain(
     cfg, _ = _resolve_config(ctx, config)
     options = cfg.model_dump(exclude={"estimator", *RUN_ONLY})
     result = _run(lambda: run_explain([str(p) for p in dataset], row, cfg.estimator, **options))
-    typer.echo(result.model_dump_json(indent=2)) if as_json else render_explanation(result, Console())
+    typer.echo(result.model_dump_json(indent=2)) if as_json else render_explanation(result, _console())
 
 
 @app.command(cls=HelpCommand, context_settings=HELP_OPTIONS)
@@ -410,7 +464,7 @@ def compare(
     dataset: Datasets,
     run: Annotated[list[str], typer.Option("--run", metavar='"NAME: OPTIONS"', help="One run: its name, a colon, then compute's settings for it (--estimator, --config, --gamma, ...), as one quoted argument. Give it once per run, at least twice.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as one JSON object instead of tables.")] = False,
-    html: Annotated[Optional[Path], typer.Option(parser=path, metavar="PATH", help="Also write a self-contained HTML page here: per pair, the scatter of the token advantages and the groups that differ most.")] = None,
+    html: Annotated[Optional[Path], typer.Option(parser=path, metavar="PATH", help="Also write a self-contained HTML page here: per pair, the scatter of the token advantages and the groups that differ most (- writes it to stdout, and the tables to stderr).")] = None,
     output: Annotated[Optional[Path], typer.Option("-o", "--output", parser=path, metavar="PATH", help="Also write the input rows with one advantages__NAME column per run (token_weight__NAME when every run gives --loss-agg-mode) as Parquet here.")] = None,
     chunk_rows: Annotated[int, typer.Option(metavar="N", help="Rows held in memory at once, for every run (results do not depend on it).", rich_help_panel=RUN_PANEL)] = 512,
     cache_mib: Annotated[int, typer.Option(metavar="MIB", help="Keep the decoded dataset in memory for every run when it fits this many MiB (0: each pass re-reads it).", rich_help_panel=RUN_PANEL)] = 512,
@@ -425,8 +479,6 @@ def compare(
       rladv compare runs/ --run "a: --estimator grpo" --run "b: --estimator rloo"
       rladv compare r/ --run "a: --config c.yaml" --run "b: --estimator rloo" --json
     """
-    from rich.console import Console
-
     from ..compare.engine import compare_runs
     from ..compare.model import render
     from ..compare.runs import parse_specs, run_context
@@ -442,9 +494,11 @@ def compare(
         runs.append((spec.name, cfg))
         notes += [f"run {spec.name!r}: --config: {note}" for note in (source or {}).get("notes", ())]
         notes += [f"run {spec.name!r}: {note}" for note in cfg.notes]
-    err = Console(stderr=True)
+    to_stdout = _stdout({"--json": Path("-") if as_json else None, "--html": html})
+    err = _console(stderr=True)
     with progress(err, enabled=not (quiet or as_json) and err.is_terminal) as show:
-        result = _run(lambda: compare_runs([str(p) for p in dataset], runs, output=output, html_path=html,
+        result = _run(lambda: compare_runs([str(p) for p in dataset], runs, output=output,
+                                           html_path=None if to_stdout == "--html" else html,
                                            chunk_rows=chunk_rows, cache_mib=cache_mib, device=device.value,
                                            threads=threads, progress=show))
     for note in notes:  # after the runs: an error stays the only line a failed comparison prints
@@ -452,7 +506,11 @@ def compare(
     if as_json:
         typer.echo(result.to_json(), nl=False)
     elif not quiet:
-        render(result, Console())
+        render(result, err if to_stdout else _console())
+    if to_stdout == "--html":
+        from ..compare.html import render_html
+
+        typer.echo(render_html(result), nl=False)
 
 
 @contextmanager
@@ -483,8 +541,6 @@ def offpolicy(
       rladv offpolicy r.parquet --rollout-rs token_k1 --thresholds 0.5_2.0,0.8_1.25
       rladv offpolicy r.parquet --rollout-rs seq_max_k2 --thresholds 2.0,4.0 --json
     """
-    from rich.console import Console
-
     from ..diagnose.offpolicy import render, sweep
 
     specs = [t.strip() for t in (thresholds or "").split(",") if t.strip()] + list(threshold or [])
@@ -493,14 +549,14 @@ def offpolicy(
     if chunk_rows < 1:
         _fail(f"--chunk-rows must be at least 1, got {chunk_rows}")
     columns = _columns(column)
-    err = Console(stderr=True)
+    err = _console(stderr=True)
     with progress(err, enabled=not as_json and err.is_terminal) as show:
         result = _run(lambda: sweep([str(p) for p in dataset], rollout_rs, specs, chunk_rows=chunk_rows, progress=show,
                                     columns=columns))
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
     else:
-        render(result, Console())
+        render(result, _console())
 
 
 @app.command(cls=HelpCommand, context_settings=HELP_OPTIONS)

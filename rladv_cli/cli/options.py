@@ -95,14 +95,35 @@ RowsOut = Annotated[Optional[Path], typer.Option(
     parser=path, metavar="PATH", help="Also write the verdict's table of rows (file, row, uid, totals, tokens, "
     "advantage mean/min/max, cause) as Parquet here.")]
 
+def _names(of: Callable[[], list[str]]) -> Callable[[str], list[str]]:
+    """Shell completion (``rladv --install-completion``) of an option's value among the names ``of()`` gives."""
+    return lambda incomplete: sorted(n for n in dict.fromkeys(of()) if n.startswith(incomplete))
+
+
+def _estimator_names() -> list[str]:
+    return [*ESTIMATORS, *(n for c in CONVENTIONS.values() for n in c.estimators)]
+
+
+def _loss_modes() -> list[str]:
+    from ..loss.modes import AGGREGATIONS
+
+    return [mode for a in AGGREGATIONS.values() for mode in a.modes]
+
+
+def _kl_modes() -> list[str]:
+    from ..config.settings import KL_MODES
+
+    return [*KL_MODES, *(f"{m}+" for m in KL_MODES)]
+
+
 Estimator = Annotated[Optional[str], typer.Option(
-    metavar="NAME", help=f"Advantage estimator, by its trainer's name; verl's and rladv's: {', '.join(ESTIMATORS)} "
+    autocompletion=_names(_estimator_names), metavar="NAME", help=f"Advantage estimator, by its trainer's name; verl's and rladv's: {', '.join(ESTIMATORS)} "
     "(rladv estimators [--convention NAME] describes them; or from --config, whose default is gae).")]
 VerlConfig = Annotated[Optional[Path], typer.Option(
     "--config", parser=path, metavar="YAML", help="A verl trainer YAML (or its algorithm: section); flags given "
     "here win.")]
 Convention = Annotated[str, typer.Option(
-    metavar="NAME", help=f"Follow this trainer's rules: {', '.join(CONVENTIONS)} (grouping, estimators, epsilons, "
+    autocompletion=_names(lambda: list(CONVENTIONS)), metavar="NAME", help=f"Follow this trainer's rules: {', '.join(CONVENTIONS)} (grouping, estimators, epsilons, "
     "KL placement; docs/conventions.md).", rich_help_panel=ESTIMATOR_PANEL)]
 GroupSize = Annotated[Optional[int], typer.Option(
     metavar="N", help="trl, openrlhf: rows per group, cut as consecutive blocks in file order (default: the uid "
@@ -125,7 +146,7 @@ RppMaskMode = Annotated[MaskMode, typer.Option(
     "0.9.1) or reset it (verl before 0.9, the chapter).", rich_help_panel=ESTIMATOR_PANEL)]
 KLCoef = Annotated[float, typer.Option(metavar="FLOAT", help="KL-in-reward coefficient; 0 turns KL shaping off.",
                                        rich_help_panel=SHAPING_PANEL)]
-KLPenalty = Annotated[str, typer.Option(metavar="MODE", help="KL estimate: kl|k1, abs, mse|k2, low_var_kl|k3, or "
+KLPenalty = Annotated[str, typer.Option(autocompletion=_names(_kl_modes), metavar="MODE", help="KL estimate: kl|k1, abs, mse|k2, low_var_kl|k3, or "
                                         "MODE+.", rich_help_panel=SHAPING_PANEL)]
 KLCtrlOption = Annotated[KLCtrl, typer.Option(metavar=choices(KLCtrl), help="KL coefficient controller.",
                                               rich_help_panel=SHAPING_PANEL)]
@@ -208,7 +229,7 @@ Columns = Annotated[Optional[list[str]], typer.Option(
     "COLUMN, e.g. --column uid=prompt_id (repeatable).", rich_help_panel=RUN_PANEL)]
 
 LossAggMode = Annotated[Optional[str], typer.Option(
-    metavar="MODE", help="Write token_weight, each token's coefficient on grad log pi in the trainer's loss, under "
+    autocompletion=_names(_loss_modes), metavar="MODE", help="Write token_weight, each token's coefficient on grad log pi in the trainer's loss, under "
     "its aggregation mode by its own name: verl token-mean (default), token-sum, seq-mean-token-sum, "
     "seq-mean-token-mean, seq-mean-token-sum-norm; trl dapo (default), grpo, bnpo, dr_grpo, cispo, sapo, luspo, "
     "vespo; openrlhf token-mean, seq-mean-token-mean; nemo_rl token_level, sequence_level; skyrl token_mean, "

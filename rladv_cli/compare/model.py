@@ -116,7 +116,7 @@ def _share(x: Optional[float]) -> str:
 def render(c: Comparison, console) -> None:
     """The comparison on a terminal: a table of the runs, one of the pairs, and the groups that differ most."""
     from rich.markup import escape
-    from rich.table import Table
+    from ..report.terminal import Table
 
     i = c.inputs
     written = f" -> {escape(c.output)}" if c.output else ""

@@ -129,7 +129,7 @@ def _given_advantages(row: pa.Table) -> Optional[list[Optional[float]]]:
 
 def render_explanation(e: Explanation, console) -> None:
     """Print the derivation: formula, constants, then the per-token table or the group."""
-    from rich.table import Table
+    from ..report.terminal import Table
 
     console.print(f"[bold]{e.estimator}[/bold]  {e.path}:{e.row}" + (f"  uid {e.uid}" if e.uid else ""))
     for line in e.formula:
@@ -149,7 +149,7 @@ def render_explanation(e: Explanation, console) -> None:
                 "-" if v is None else f"{v:.7g}" for v in given)
             console.print(f"the input's advantage{'s' if len(set(given)) > 1 else ''} on those tokens: {shown or '-'}")
         return
-    table = Table(header_style="bold")
+    table = Table(header_style="bold underline", box=None, pad_edge=False)  # no rules: 80 columns hold 9 numbers
     for col in e.columns:
         table.add_column(col, justify="right")
     for values in e.tokens:

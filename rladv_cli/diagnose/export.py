@@ -86,7 +86,7 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
     data, script = os.path.join(folder, "group.parquet"), os.path.join(folder, "command.txt")
     try:
         for target in (data, script):
-            check_output_path(target, ds.paths, option="--export")
+            check_output_path(target, ds.paths, option="--export", parquet=False)
         with SideFiles() as files:  # both files, or neither
             files.write(data, parquet.getvalue().to_pybytes())
             files.write(script, text)

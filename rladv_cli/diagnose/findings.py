@@ -204,7 +204,7 @@ def render_inspection(ins: Inspection, console, show_all: bool = False) -> None:
     the checklist (status, code, count, first rows) in the debugging order; passing checks in one line unless
     ``show_all``."""
     from rich.markup import escape
-    from rich.table import Table
+    from ..report.terminal import Table
 
     console.print(
         f"[bold]rladv inspect[/bold]  {ins.rows} rows ({ins.invalid_rows} invalid) from {len(ins.paths)} file(s)"

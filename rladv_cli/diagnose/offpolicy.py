@@ -124,7 +124,7 @@ def _group_effects(gid: torch.Tensor, valid: torch.Tensor, kept: torch.Tensor, g
 
 def render(result: Sweep, console) -> None:
     """The sweep as a rich table, one line per (option, threshold)."""
-    from rich.table import Table
+    from ..report.terminal import Table
 
     console.print(f"{result.rows} rows, {result.valid_tokens} valid tokens"
                   + (f", {result.groups} groups" if result.groups is not None else "")

@@ -346,7 +346,7 @@ def render_row(view: RowView, console, *, max_tokens: int = 200) -> None:
     """Print a ``RowView`` as a table, one line per position, coloured by span (assistant green, observation
     cyan, rejected red, padding dim). Rows longer than ``max_tokens`` show the first and last tokens of each
     span and one summary line for the middle."""
-    from rich.table import Table
+    from ..report.terminal import Table
 
     v = view
     spans = ", ".join(f"{s.kind} {s.start}-{s.end - 1}" for s in v.spans[:12])
@@ -511,7 +511,7 @@ def _why(est: Estimator, members: list[GroupMember], stats: list[GroupStat], tab
 
 def render_group(view: GroupView, console) -> None:
     """Print a ``GroupView``: the estimator's formula, group statistics, one line per member, and the reasons."""
-    from rich.table import Table
+    from ..report.terminal import Table
 
     v = view
     console.print(f"[bold]uid {v.uid}[/bold]  estimator [cyan]{v.estimator}[/cyan] (computed on: {v.scope})")

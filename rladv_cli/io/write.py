@@ -37,13 +37,24 @@ def default_output(inputs: Sequence[str | os.PathLike]) -> str:
     return str(p.with_name(p.name.removesuffix(".parquet") + ".adv.parquet"))
 
 
-def check_output_path(out: str, inputs: Sequence[str | os.PathLike], option: str = "-o") -> None:
-    """Refuse to write onto one of the ``inputs``, a folder, a FIFO or device, into a missing folder, or into a
-    folder we cannot write."""
+# names of formats a Parquet output is not, which a user may expect rladv to write from the name
+NOT_PARQUET = (".csv", ".tsv", ".json", ".jsonl", ".ndjson", ".txt", ".html", ".htm", ".arrow", ".feather", ".ipc",
+               ".xlsx", ".pt", ".pkl", ".npy", ".npz")
+
+
+def check_output_path(out: str, inputs: Sequence[str | os.PathLike], option: str = "-o", parquet: bool = True) -> None:
+    """Refuse stdout (``-``), a ``parquet`` output named as another format (``out.csv``), writing onto one of the
+    ``inputs``, a folder, a FIFO or device, into a missing folder, or into a folder we cannot write."""
+    if out == "-":
+        raise OutputError(f"{option} -: this file is not written to stdout; give a file name")
     target = Path(out)
     for p in inputs:
         if target.exists() and target.resolve() == Path(p).resolve():
             raise OutputError(f"{option} {out} is one of the inputs; rladv never writes onto its input")
+    suffix = target.suffix.lower()
+    if parquet and suffix in NOT_PARQUET:
+        raise OutputError(f"{option} {out}: rladv writes Parquet here, not {suffix[1:]}; give a .parquet name "
+                          "(polars converts it: pl.read_parquet(PATH) then .write_csv, .write_json, ...)")
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
         raise OutputError(f"{option} {out}: folder {folder} does not exist")
@@ -384,12 +395,15 @@ def write_json_atomic(path: str, text: str) -> None:
         files.commit()
 
 
+PARQUET_SIDE_FILES = ("--groups-out", "--rows-out")
+
+
 def check_side_outputs(output: Optional[str], inputs: Sequence[str], side: "dict[str, object]") -> None:
     """The files a run writes beside ``output`` (``side``: flag -> path or None) are writable, none is an input,
     and all of them name different files."""
     for flag, path in side.items():
         if path is not None:
-            check_output_path(str(path), inputs, flag)
+            check_output_path(str(path), inputs, flag, parquet=flag in PARQUET_SIDE_FILES)
     given = [os.path.abspath(p) for p in (output, *side.values()) if p is not None]
     twice = next((p for p in given if given.count(p) > 1), None)
     if twice is not None:

@@ -26,6 +26,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -64,6 +65,7 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
     shape on the cluster (``KeptWorkers``; docs/ray.md, "Kept workers"). Output shards appear
     under their final names only once every shard succeeded. The actors run on CPU (``device`` ``auto`` means
     ``cpu`` here)."""
+    started = time.perf_counter()
     if config.where is not None:  # its kept rows are held in memory, which the workers do not share
         raise ConfigError("--where needs --engine local (the rows it keeps are held in this process)")
     ray = _import_ray()
@@ -105,7 +107,7 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
                     report = pipeline.run(None, pool)
                     pool.settle()
                     report = finish_report(report, str(out_dir), config_source, report_path, html_path, side,
-                                           (groups_path, rows_path))
+                                           (groups_path, rows_path), started)
                     side.write(out_dir / REPORT_NAME, report.to_json())
                     with signals_deferred():  # the shards, report.json, --report and --html: all or none
                         for name in names:
@@ -150,6 +152,8 @@ def output_names(dataset: Dataset, out_dir: Path) -> list[str]:
     twice = next((n for n in names if names.count(n) > 1), None)
     if twice is not None:
         raise OutputError(f"two input files would both be written to {twice}; give files with distinct names")
+    if str(out_dir) == "-":
+        raise OutputError("-o -: --engine ray writes a folder, not stdout; give a folder name")
     if out_dir.exists() and not out_dir.is_dir():
         raise OutputError(f"-o {out_dir} is a file; --engine ray writes a folder")
     if not out_dir.parent.is_dir():

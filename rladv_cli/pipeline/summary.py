@@ -4,6 +4,7 @@ settings' notes and what a verl YAML contributed, and writes the JSON and HTML f
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -449,14 +450,18 @@ def _kl_report(run: Finished, warn: WarningBuilder) -> KL:
 
 
 def finish_report(report: Report, output: str, config_source: Optional[dict], report_path, html_path,
-                  side: Optional[SideFiles] = None, tables_out: tuple = (None, None)) -> Report:
-    """``report`` with its output, the settings' notes (``Config.notes``) and what a verl YAML contributed,
-    written as JSON and HTML where asked, and the tables behind its verdict (``tables_out``: the groups' and the
-    rows' Parquet paths): staged in ``side`` (renamed by its ``commit``), else at once."""
+                  side: Optional[SideFiles] = None, tables_out: tuple = (None, None),
+                  started: Optional[float] = None) -> Report:
+    """``report`` with its output, the settings' notes (``Config.notes``), what a verl YAML contributed and the
+    run's wall time since ``started`` (``time.perf_counter``), written as JSON and HTML where asked, and the
+    tables behind its verdict (``tables_out``: the groups' and the rows' Parquet paths): staged in ``side``
+    (renamed by its ``commit``), else at once."""
     notes = setting_notes(report.config)
     config = {**report.config, **({"notes": notes} if notes else {}),
               **({"verl_config": config_source} if config_source else {})}
-    report = report.model_copy(update={"output": output, "config": config})
+    timing = report.timing if started is None else report.timing.model_copy(
+        update={"wall_seconds": round(time.perf_counter() - started, 6)})
+    report = report.model_copy(update={"output": output, "config": config, "timing": timing})
     if report_path is None and html_path is None and tables_out == (None, None):
         return report
     with SideFiles() as own:

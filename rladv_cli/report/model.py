@@ -129,9 +129,13 @@ class ReportWarning(_Model):
 
 
 class Timing(_Model):
-    seconds: dict[str, float]
-    tokens_per_second: float
+    seconds: dict[str, float] = Field(description="per stage, summed over the passes; total: the passes, from the "
+                                      "first to the report")
+    tokens_per_second: float = Field(description="tokens over seconds.total")
     device: str
+    wall_seconds: Optional[float] = Field(None, description="the whole call that wrote the output, from its start to "
+                                          "the report: also reading ahead, the torch import and the writer's commit "
+                                          "(None for an in-memory compute)")
 
 
 class Histogram(_Model):
@@ -295,7 +299,7 @@ TERMINAL_BATCHES = 6  # per-batch rollout-correction columns the terminal shows 
 
 def _rejection_table(rr: dict[str, Any]):
     """The rollout-correction metrics: one column, or with ``--batch-key`` one column per batch."""
-    from rich.table import Table
+    from .terminal import Table
 
     value = lambda v: _fmt(v) if isinstance(v, (int, float)) else str(v)  # noqa: E731
     per_batch = rr.get("batches") if isinstance(rr.get("batches"), dict) else None
@@ -352,7 +356,7 @@ def replay_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
 
 def render(report: Report, console) -> None:
     """Print the report with rich: inputs, tokens, groups, scores, KL, advantages, warnings, timing."""
-    from rich.table import Table
+    from .terminal import Table
     from rich.text import Text
 
     r = report
@@ -426,5 +430,10 @@ def render(report: Report, console) -> None:
         console.print(w)
     else:
         console.print("[green]no warnings[/green]")
-    secs = ", ".join(f"{k} {v:.3f}s" for k, v in r.timing.seconds.items())
-    console.print(f"[dim]{secs}; {r.timing.tokens_per_second:,.0f} tokens/s on {r.timing.device}[/dim]")
+    secs = ", ".join(f"{k} {v:.3f}s" for k, v in r.timing.seconds.items() if k != "total")
+    wall = r.timing.wall_seconds
+    total = r.timing.seconds.get("total", 0.0)
+    run = (f"; passes {total:.3f}s of a {wall:.3f}s run (the rest: the torch import, reading ahead, the report); "
+           f"{r.tokens.total / wall:,.0f} tokens/s over the run" if wall else
+           f"; passes {total:.3f}s; {r.timing.tokens_per_second:,.0f} tokens/s")
+    console.print(f"[dim]{secs}{run} on {r.timing.device}[/dim]")

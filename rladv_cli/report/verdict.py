@@ -545,7 +545,7 @@ def render_verdict(v: Verdict, console) -> None:
     """The verdict on a terminal: one line with its level, then a line per cause (share, code, what, an example
     command), the likely causes, and with several steps a table of them."""
     from rich.markup import escape
-    from rich.table import Table
+    from .terminal import Table
 
     style = _STYLE[v.level]
     basis = "" if v.basis == "advantages" else " (predicted from groups and masks: no advantages in the file)"

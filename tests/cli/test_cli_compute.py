@@ -327,7 +327,9 @@ def test_html_report_is_written_with_the_output_and_never_onto_it(tmp_path):
     text = html.read_text()
     assert "rladv run report" in text and "score_on_masked_position" in text
     before = listing(tmp_path)
-    assert_one_line_error(rladv("compute", inp, "--estimator", "grpo", "-o", html, "--html", html), "different files")
+    assert_one_line_error(rladv("compute", inp, "--estimator", "grpo", "-o", html, "--html", html), "not html")
+    out = tmp_path / "o.parquet"
+    assert_one_line_error(rladv("compute", inp, "--estimator", "grpo", "-o", out, "--html", out), "different files")
     assert listing(tmp_path) == before
 
 
@@ -364,3 +366,13 @@ def test_the_progress_bar_shows_rows_per_second():
             time.sleep(0.02)
         console.print()
     assert "scan pass" in buf.getvalue() and "rows/s" in buf.getvalue()
+
+
+def test_compute_json_prints_the_report_and_nothing_else(tmp_path):
+    """--json: stdout is the report (the file --report writes, byte for byte), no summary; the output is written."""
+    data = copy_sample(tmp_path, "groups.parquet")
+    res = rladv("compute", data, "--estimator", "grpo", "-o", tmp_path / "o.parquet", "--json",
+                "--report", tmp_path / "r.json")
+    assert res.exit_code == 0 and res.stderr == ""
+    assert res.stdout == (tmp_path / "r.json").read_text()
+    assert json.loads(res.stdout)["config"]["estimator"] == "grpo" and (tmp_path / "o.parquet").exists()

@@ -116,6 +116,40 @@ def test_the_executable_leaves_with_the_commands_code_and_flushed_output(tmp_pat
     assert read(tmp_path / "o.parquet").num_rows == read(inp).num_rows
 
 
+@pytest.mark.slow  # fresh interpreters
+@pytest.mark.parametrize("args", [["inspect", SAMPLES / "groups.parquet", "--estimator", "grpo"],
+                                  ["explain", SAMPLES / "groups.parquet", "--row", "0", "--estimator", "grpo"],
+                                  ["estimators"]])
+def test_a_reader_that_went_away_ends_the_command_as_sigpipe_does(args):
+    """``rladv inspect ... | head`` whose reader is gone: exit 141 (128 + SIGPIPE) and nothing on stderr, not
+    the 1 that --fail-on gives. The read end is closed before the command writes, so its first write fails."""
+    proc = subprocess.Popen([sys.executable, "-m", "rladv_cli", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 141 and err == b"", err
+
+
+@pytest.mark.slow  # fresh interpreters
+@pytest.mark.parametrize("words, expected", [
+    ("rladv comp", ["compute", "compare"]),
+    ("rladv compute x.parquet --estimator rl", ["rloo", "rloo_vectorized"]),
+    ("rladv compute x.parquet --convention nemo", ["nemo_rl"]),
+    ("rladv explain x --loss-agg-mode seq-mean-token-s", ["seq-mean-token-sum", "seq-mean-token-sum-norm"]),
+    ("rladv inspect x --kl-penalty low", ["low_var_kl", "low_var_kl+"]),
+])
+def test_shell_completion_completes_commands_options_and_names(words, expected):
+    """What bash asks the script --install-completion installs: the commands, and the names of estimators,
+    conventions, loss modes and KL estimates as values."""
+    env = {**os.environ, "_RLADV_COMPLETE": "complete_bash", "COMP_WORDS": words,
+           "COMP_CWORD": str(len(words.split()) - 1)}
+    done = subprocess.run([sys.executable, "-m", "rladv_cli"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.split() == expected, done.stdout + done.stderr
+    script = subprocess.run([sys.executable, "-m", "rladv_cli", "--show-completion", "bash"], capture_output=True,
+                            text=True, timeout=60)
+    assert "_RLADV_COMPLETE=complete_bash" in script.stdout
+
+
 SETTINGS = ("ARROW_DEFAULT_MEMORY_POOL", "OPENBLAS_NUM_THREADS", "RAY_task_events_report_interval_ms")
 
 

@@ -171,3 +171,22 @@ def test_inspect_refuses_settings_it_would_not_use(tmp_path):
     assert_one_line_error(rladv("inspect", inp, "--uid", uid, "--lam", "0.9"),
                           "--lam has no effect with --estimator grpo")
     assert rladv("inspect", inp, "--kl-coef", "0.1", "--kl-penalty", "k3").exit_code == 0
+
+
+@pytest.mark.parametrize("broken", [[3], list(range(65))])
+def test_inspect_exits_2_after_the_checklist_when_rows_break_the_contract(tmp_path, broken):
+    """One bad row or all of them: the checklist still prints (it is what says which), then one Error line and
+    exit 2, as validate, since compute refuses such a dataset; --json prints the checklist as well."""
+    t = read(copy_sample(tmp_path, "groups.parquet"))
+    masks = t["response_mask"].to_pylist()
+    for r in broken:
+        masks[r] = [2] * len(masks[r])
+    path = tmp_path / "bad.parquet"
+    pq.write_table(t.set_column(t.column_names.index("response_mask"), "response_mask",
+                                pa.array(masks, pa.list_(pa.int8()))), path)
+    res = rladv("inspect", path, "--estimator", "grpo", "--json")
+    assert res.exit_code == 2
+    assert json.loads(res.stdout)["invalid_rows"] == len(broken)
+    assert res.stderr == (f"Error: {len(broken)} of 65 rows of {path} break the data contract, so rladv compute "
+                          "refuses the dataset (the invalid_rows check above; rladv validate lists them all)\n")
+    assert rladv("inspect", copy_sample(tmp_path, "groups.parquet")).exit_code == 0

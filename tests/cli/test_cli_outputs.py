@@ -203,3 +203,38 @@ def test_a_failed_write_names_the_file_and_leaves_nothing(tmp_path):
         assert run.stderr.strip() in [f"Error: {out_dir / name}: File too large" for name in named], run.stderr
         assert os.listdir(out_dir) == []
     assert inp.read_bytes() == (SAMPLES / "multiturn.parquet").read_bytes()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-o", "out.csv"], "-o out.csv: rladv writes Parquet here, not csv; give a .parquet name"),
+    (["-o", "OUT.JSON"], "-o OUT.JSON: rladv writes Parquet here, not json"),
+    (["-o", "-"], "-o -: this file is not written to stdout; give a file name"),
+    (["-o", "o.parquet", "--groups-out", "g.csv"], "--groups-out g.csv: rladv writes Parquet here, not csv"),
+    (["-o", "o.parquet", "--rows-out", "-"], "--rows-out -: this file is not written to stdout"),
+    (["-o", "o.parquet", "--report", "-", "--html", "-"], "--report and --html both name stdout (-)"),
+])
+def test_outputs_named_as_another_format_or_stdout_are_refused(tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    data = copy_sample(tmp_path, "groups.parquet")
+    res = rladv("compute", data, "--estimator", "grpo", *args)
+    assert_one_line_error(res)
+    assert res.exit_code == 2 and res.output.startswith(f"Error: {message}"), res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["groups.parquet"]
+
+
+def test_html_to_stdout(tmp_path, monkeypatch):
+    """--html - writes the page to stdout and what would be there to stderr, in compute, inspect and compare;
+    no file named '-' appears."""
+    monkeypatch.chdir(tmp_path)
+    data = copy_sample(tmp_path, "groups.parquet")
+    runs = ["--run", "a: --estimator grpo", "--run", "b: --estimator rloo"]
+    for args, summary in ((["compute", data, "--estimator", "grpo", "-o", "o.parquet"], "rladv 0.1.0  estimator grpo"),
+                          (["inspect", data, "--estimator", "grpo"], "rladv inspect  65 rows"),
+                          (["compare", data, *runs], "rladv compare  2 runs")):
+        res = rladv(*args, "--html", "-")
+        assert res.exit_code == 0, res.output
+        assert res.stdout.startswith("<!DOCTYPE html>") and res.stdout.rstrip().endswith("</html>"), res.stdout[:80]
+        assert res.stderr.startswith(summary), res.stderr[:80]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["groups.parquet", "o.parquet"]
+    res = rladv("inspect", data, "--json", "--html", "-")
+    assert res.exit_code == 2 and res.output == "Error: --json and --html both name stdout (-); give all but one of them a file name\n"

@@ -2,6 +2,11 @@
 each kind), in the words compute would use for the first."""
 from __future__ import annotations
 
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 
 import pytest
 
@@ -82,3 +87,23 @@ def test_every_missing_input_is_named_at_once(tmp_path, estimator, extra, missin
             continue
         line = assert_one_line_error(rladv(*command), str(inp))
         assert ", ".join(missing) in line
+
+
+def test_validate_json_lists_what_was_checked_and_every_problem(tmp_path):
+    """--json: the ValidationSummary as one object, exit 0 when valid and 2 when rows break the contract."""
+    data = copy_sample(tmp_path, "groups.parquet")
+    ok = rladv("validate", data, "--json")
+    assert ok.exit_code == 0 and json.loads(ok.stdout) == {
+        "ok": True, "paths": [str(data)], "rows": 65, "tokens": 1850, "problems": [],
+        "columns": ["uid", "responses", "response_mask", "score", "old_log_probs", "ref_log_prob", "step"]}
+    t = read(data)
+    masks = t["response_mask"].to_pylist()
+    masks[3], masks[9] = [2] * len(masks[3]), [3] * len(masks[9])
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(t.set_column(2, "response_mask", pa.array(masks, pa.list_(pa.int8()))), bad)
+    res = rladv("validate", bad, "--json")
+    found = json.loads(res.stdout)
+    assert res.exit_code == 2 and not found["ok"] and res.stderr == ""
+    assert found["problems"] == [{"column": "response_mask", "kind": "mask value other than 0 or 1", "count": 2,
+                                  "rows": [f"{bad}:3", f"{bad}:9"], "example": f"{bad}: row 3, column "
+                                  "response_mask: has value 2; masks must be 0 or 1"}]
