@@ -71,18 +71,15 @@ def _labels_array(values: Sequence[object]) -> pa.Array:
 
 
 def _coded(codes: np.ndarray, values: Sequence[object]) -> pa.Array:
-    """``values[codes]`` without a Python object per row: the values once, as a dictionary-encoded column
-    when they are strings (polars reads it as a categorical)."""
-    dictionary = _labels_array(values)
-    indices = arrow_of(np.asarray(codes), pa.int32())
-    if pa.types.is_string(dictionary.type):
-        return pa.DictionaryArray.from_arrays(indices, dictionary)
-    return dictionary.take(indices)
+    """``values[codes]`` without a Python object per row: the values once, then taken. Plain strings, not a
+    dictionary column (polars would read it as a categorical, which a join with the user's string column
+    refuses); the Parquet writer still dictionary-encodes them on disk."""
+    return _labels_array(values).take(arrow_of(np.asarray(codes), pa.int32()))
 
 
 def _cause(codes: np.ndarray) -> pa.Array:
-    """Causes (indices into ``CAUSES``) as a dictionary-encoded string column."""
-    return pa.DictionaryArray.from_arrays(arrow_of(codes, pa.int8()), _strings(CAUSES))
+    """Causes (indices into ``CAUSES``) as a string column."""
+    return _coded(codes, CAUSES)
 
 
 def _group_moments(x: Optional[np.ndarray], g: np.ndarray, size: np.ndarray) -> tuple[pa.Array, pa.Array]:

@@ -302,3 +302,15 @@ def test_other_inputs_are_refused_by_their_type(tmp_path, inputs, message):
     with pytest.raises(rladv_cli.ConfigError, match=message):
         rladv_cli.validate(inputs)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_verdict_tables_join_the_users_frames_on_uid():
+    """uid, file, step and cause are plain strings (a categorical column refuses a join with a string one), in
+    compute's and inspect's tables and in the Parquet files --rows-out writes."""
+    frame = pl.read_parquet(GROUPS)
+    _, report = rladv_cli.compute(frame, estimator="grpo", device="cpu")
+    inspected = rladv_cli.inspect(str(GROUPS), estimator="grpo")
+    for table in (report.row_table, report.group_table, inspected.row_table, inspected.group_table):
+        assert {table.schema[c] for c in ("uid", "step", "cause")} == {pl.String}
+        joined = frame.select("uid", "score").join(table.select("uid", "cause").unique("uid"), on="uid")
+        assert joined.height == frame.height
