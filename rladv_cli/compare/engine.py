@@ -251,7 +251,7 @@ def _pair_summary(comparing: _Comparing, i: int, j: int, named: Sequence[tuple[R
             explain=[example_command(paths, cfg_a, row=g.row), example_command(paths, cfg_b, row=g.row)]))
     return PairSummary(
         a=spec_a.name, b=spec_b.name, tokens=t.tokens, tokens_only_a=t.tokens_only_a, tokens_only_b=t.tokens_only_b,
-        correlation=t.moments.correlation, rows=t.rows, sign_flips=t.flips, sign_flip_share=t.flip_share,
+        correlation=t.moments.correlation, scale=t.moments.scale, rows=t.rows, sign_flips=t.flips, sign_flip_share=t.flip_share,
         weight_changed=t.changed, weight_changed_share=t.changed_share, mean_abs_diff=t.mean_abs_diff,
         max_abs_diff=t.max_abs_diff, groups=groups).with_sample(*t.sample.points())
 

@@ -11,6 +11,8 @@ from ..report.page import Html, cards, charts, e, figure, kv, muted, num, page, 
 SCATTER_DPI = 150
 DEFINITIONS = (
     ("correlation", "Pearson's r of the two runs' advantages over the tokens whose response_mask is 1 in both."),
+    ("B rescales A", "shown when B = k × A on every token valid in both: a correlation of 1 says B is A scaled and "
+                     "shifted; this says it is A scaled, by k."),
     ("rows flipped", "rows whose advantage (the mean over the row's own valid tokens) is > 0 in one run and < 0 in "
                      "the other, of the rows with valid tokens in both."),
     ("weight > 2x", "tokens whose advantage's magnitude changes by more than 2x: |b| > 2|a| or |a| > 2|b|. 0 in one "
@@ -83,6 +85,7 @@ def _pair(c, k: int) -> str:
         groups = f"<h3>{e(title)}</h3>\n{groups}"
     figures = kv([("tokens valid in both", p.tokens), ("valid in A only / B only", f"{num(p.tokens_only_a)} / "
                    f"{num(p.tokens_only_b)}"), ("correlation", p.correlation),
+                  *([("B rescales A", f"B = {p.scale:.6g} × A on every token")] if p.scale is not None else []),
                   ("rows flipped", f"{pct(p.sign_flip_share)} ({num(p.sign_flips)} of {num(p.rows)})"),
                   ("weight > 2x", f"{pct(p.weight_changed_share)} ({num(p.weight_changed)})"),
                   ("mean |A-B| / max |A-B|", f"{num(p.mean_abs_diff)} / {num(p.max_abs_diff)}")])

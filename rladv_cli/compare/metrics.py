@@ -5,6 +5,9 @@ For runs A and B, over the tokens valid in both (``response_mask`` 1 in both run
 
 - correlation: Pearson's ``r = S_ab / sqrt(S_aa · S_bb)`` with ``S_xy = Σ (x - x̄)(y - ȳ)``, accumulated in
   float64 chunk by chunk with Chan's pairwise update (``Moments``); None when either run's advantages are constant;
+- scale: ``k = Σab / Σaa`` when ``B = k·A`` on every token, i.e. ``1 - (Σab)² / (Σaa Σbb) <= PROPORTIONAL`` (the
+  uncentred sums from the same moments); a correlation of 1 says B is an affine function of A, the scale that
+  it is A scaled (rloo against Dr. GRPO on groups of one size n: ``n / (n - 1)``);
 - weight changed: ``|b| > 2|a|`` or ``|a| > 2|b|`` (either way round: the rule is symmetric). A token whose
   advantage is 0 in one run and not in the other counts (its weight grew from nothing, or went to nothing);
   one that is 0 in both does not; exactly 2x does not;
@@ -27,6 +30,7 @@ from typing import Optional
 import numpy as np
 
 SAMPLE_SIZE = 2000  # points of each pair's scatter
+PROPORTIONAL = 1e-10  # 1 - cos²(A, B) at most: float32 rounding of the same ratio stays far below it
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,16 @@ class Moments:
         return Moments(n, self.mean_a + da * other.n / n, self.mean_b + db * other.n / n,
                        self.s_aa + other.s_aa + da * da * w, self.s_bb + other.s_bb + db * db * w,
                        self.s_ab + other.s_ab + da * db * w)
+
+    @property
+    def scale(self) -> Optional[float]:
+        """``k`` with ``b = k·a`` on every pair (module docstring), or None when no such ``k`` holds."""
+        ab = self.s_ab + self.n * self.mean_a * self.mean_b
+        aa = self.s_aa + self.n * self.mean_a ** 2
+        bb = self.s_bb + self.n * self.mean_b ** 2
+        if self.n == 0 or aa <= 0 or bb <= 0 or 1.0 - ab * ab / (aa * bb) > PROPORTIONAL:
+            return None
+        return ab / aa
 
     @property
     def correlation(self) -> Optional[float]:

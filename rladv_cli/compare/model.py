@@ -59,6 +59,8 @@ class PairSummary(_Model):
     tokens_only_b: int = Field(description="valid in B only")
     correlation: Optional[float] = Field(description="Pearson's r of the token advantages; null when either run's "
                                          "are constant")
+    scale: Optional[float] = Field(None, description="k when B = k·A on every token valid in both (B only rescales A); "
+                                   "null otherwise")
     rows: int = Field(description="rows with valid tokens in both runs")
     sign_flips: int = Field(description="rows whose mean advantage is > 0 in one run and < 0 in the other")
     sign_flip_share: Optional[float] = Field(description="of those rows")
@@ -129,7 +131,7 @@ def render(c: Comparison, console) -> None:
     for r in c.runs:
         style = _STYLE[r.level]
         causes = "-" if not r.causes else f"{r.causes[0].code} {pct(r.causes[0].share)}" + (
-            f" +{len(r.causes) - 1}" if len(r.causes) > 1 else "")
+            f" (+{len(r.causes) - 1} more)" if len(r.causes) > 1 else "")
         runs.add_row(escape(r.name), escape(r.options), f"[{style}]{r.level.upper()}[/{style}]",
                      f"[{style}]{pct(r.signal_share)}[/{style}]", causes)
     console.print(runs)
@@ -140,6 +142,9 @@ def render(c: Comparison, console) -> None:
         pairs.add_row(escape(p.a), escape(p.b), f"{p.tokens:,}", _num(p.correlation, ".4f"), _share(p.sign_flip_share),
                       _share(p.weight_changed_share), _num(p.mean_abs_diff, ".4g"))
     console.print(pairs)
+    for p in c.pairs:
+        if p.scale is not None and p.correlation is not None:
+            console.print(f"{escape(p.b)} = {p.scale:.6g} x {escape(p.a)} on every token valid in both: B rescales A")
     if c.groups_by is None:
         console.print("[dim]no uid column: no groups to rank[/dim]")
         return

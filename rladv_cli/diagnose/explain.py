@@ -54,6 +54,8 @@ class Explanation(BaseModel):
     input_advantages: Optional[list[Optional[float]]] = Field(
         None, description="the row's own advantages in the input (a trainer dump, an earlier output), when it has them")
     weight: Optional[WeightDerivation] = Field(None, description="with --loss-agg-mode: what the row's tokens weigh")
+    arithmetic: Optional[str] = Field(None, description="a group estimator's advantage of the row written out with its "
+                                      "group's totals (estimators that declare it)")
 
 
 def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **settings) -> Explanation:
@@ -84,7 +86,8 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
         # trainer groups otherwise: then the formula and the row's advantage, computed over the whole dataset)
         view = group_view(ds.paths, uid, estimator=estimator, **settings) if cfg.conv.grouping == "uid" else None
         return Explanation(**base, formula=derived.formula, constants=derived.constants, columns=[], tokens=[],
-                           group=view)
+                           group=view, arithmetic=_arithmetic(est, cfg, view, path, local,
+                                                              {"session_id", "output_index"} <= set(one.column_names)))
     columns, tokens = list(derived.columns), [list(values) for values in derived.tokens]
     if base["weight"] is not None:
         columns.append("weight")
@@ -95,6 +98,20 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
         for values, given in zip(tokens, base["input_advantages"]):
             values.append(given)
     return Explanation(**base, formula=derived.formula, constants=derived.constants, columns=columns, tokens=tokens)
+
+
+def _arithmetic(est, cfg: Config, view: Optional[GroupView], path: str, row: int, sessions: bool) -> Optional[str]:
+    """The row's advantage written out with its group's reward totals (verl's rules, the group's rows in the
+    row's batch, no multi-output ``sessions`` folded), for an estimator that declares how (``arithmetic``)."""
+    written = est.row_arithmetic()
+    if written is None or view is None or view.error or cfg.conv.name != "verl":
+        return None
+    me = next(m for m in view.members if m.path == path and m.row == row)
+    mine = [m for m in view.members if m.batch == me.batch]
+    if any(m.reward_total is None for m in mine) or (est.folds_sessions and sessions):
+        return None
+    totals = np.array([m.reward_total for m in mine], dtype=np.float64)
+    return f"row {row}: {written(float(me.reward_total), totals, cfg.params())}"
 
 
 def _weight(cfg: Config, report, row: int, out: pa.Table) -> WeightDerivation:
@@ -140,6 +157,8 @@ def render_explanation(e: Explanation, console) -> None:
     if e.group is not None or not e.columns:
         if e.group is not None:
             render_group(e.group, console)
+        if e.arithmetic is not None:
+            console.print(e.arithmetic)
         console.print(f"row {e.row}: advantage {next((a for a in e.advantages if a), 0.0):.7g} on its actor tokens")
         if e.weight is not None:
             _render_weight(e, console)

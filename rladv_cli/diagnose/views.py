@@ -425,7 +425,8 @@ def group_view(inputs: Sequence[PathLike] | PathLike, uid: str, *, estimator: st
     different groups: ``groups`` has one entry per batch. A failing computation (e.g. ``grpo_passk`` on a
     singleton) is reported in ``error``, not raised.
     """
-    est = Config(estimator=estimator, **settings).spec
+    cfg = Config(estimator=estimator, **settings)
+    est = cfg.spec
     ds = open_rows(inputs, settings.get("columns"), settings.get("where"))
     table, index = group_rows(ds, uid)
     for i in range(table.num_rows):
@@ -467,7 +468,7 @@ def group_view(inputs: Sequence[PathLike] | PathLike, uid: str, *, estimator: st
         std = math.sqrt(math.fsum((x - mean) ** 2 for x in vals) / (len(vals) - 1)) if len(vals) > 1 else None
         stats.append(GroupStat(batch=b, size=n, mean=mean, std=std, all_equal=len(vals) > 1 and len(set(vals)) == 1,
                                singleton=n == 1))
-    return GroupView(uid=str(uid), estimator=est.name, scope=scope, formula=f"{est.summary}; baseline: {est.baseline}",
+    return GroupView(uid=str(uid), estimator=est.name, scope=scope, formula=f"{est.summary_for(cfg.params())}; baseline: {est.baseline}",
                      members=members, groups=stats, why=_why(est, members, stats, table, out), error=error)
 
 

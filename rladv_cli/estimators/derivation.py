@@ -32,7 +32,7 @@ Row = Mapping[str, np.ndarray]
 def by_group(est: Estimator, row: Row, params: Params, whitening: dict) -> Derivation:
     """A group estimator's row: its formula, baseline and singleton rule; the group view shows the members."""
     constants = {**whitening, **({"epsilon": params.epsilon} if "epsilon" in est.settings else {})}
-    return Derivation(formula=[est.summary, f"baseline: {est.baseline}", f"singleton: {est.singleton}"],
+    return Derivation(formula=[est.summary_for(params), f"baseline: {est.baseline}", f"singleton: {est.singleton}"],
                       constants=constants, by_group=True)
 
 

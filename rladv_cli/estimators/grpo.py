@@ -1,6 +1,9 @@
 """Group Relative Policy Optimization (Shao et al. 2024, arXiv:2402.03300): verl's ``grpo`` and ``grpo_vectorized``."""
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 from torch import Tensor
 
 from ..tensors.batch import Batch
@@ -36,3 +39,18 @@ def grpo_vectorized(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tenso
     std = g.seq_std[at].masked_fill(single, 1.0)
     advantages = batch.per_token((inputs.reward_total - mean) / (std + params.epsilon)) * batch.response_mask
     return advantages, advantages
+
+
+def arithmetic(r: float, totals: np.ndarray, params: Params) -> str:
+    """The row's ``(R − μ) / (σ + ε)`` (or ``R − μ``) with its group's numbers; a singleton's ``μ = 0, σ = 1``."""
+    n = totals.size
+    mean, std = (float(totals.mean()), float(totals.std(ddof=1))) if n > 1 else (0.0, 1.0)
+    if not params.norm_adv_by_std:
+        return f"R - mean = {r:.7g} - {mean:.7g} = {r - mean:.7g}"
+    return f"(R - mean) / (std + eps) = ({r:.7g} - {mean:.7g}) / ({std:.7g} + {params.epsilon:g}) = " \
+           f"{(r - mean) / (std + params.epsilon):.7g}"
+
+
+def arithmetic_vectorized(r: float, totals: np.ndarray, params: Params) -> str:
+    """``grpo_vectorized`` divides by the std whatever ``--norm-adv-by-std`` says."""
+    return arithmetic(r, totals, replace(params, norm_adv_by_std=True))

@@ -91,6 +91,9 @@ class Estimator:
     components: it reads per-row reward components (``--reward-components``) instead of the score
     row_checks: warning code -> ``module:function`` flagging the rows where one of its quirks bit
     explain:   ``module:function`` giving ``rladv explain``'s derivation of one row (``derivation.Derivation``)
+    arithmetic: ``module:function``, ``fn(r, totals, params) -> str``: a group estimator's advantage of the row whose
+               total is ``r`` written out with its group's totals (``(n,)`` float64, the row's among them)
+    summary_without_std: ``summary`` when ``--no-norm-adv-by-std`` turns its division by the std off
     row_advantage: ``fn(total, group, batch, params) -> (B,)``: each row's scalar advantage computed over the whole
                dataset at once (``(B,)`` row totals, dense group and batch ids, in dataset order, on the CPU), as a
                trainer computes it on its batch's matrix of rewards; it reaches the estimator as
@@ -125,6 +128,8 @@ class Estimator:
     biased_whitening: bool = False
     min_group_setting: str | None = None
     binary_rewards: bool = False
+    arithmetic: str | None = None
+    summary_without_std: str | None = None
 
     def __post_init__(self) -> None:
         unknown = (set(self.needs) - set(INPUTS)) | (set(self.group_statistics) - set(GROUP_STATISTICS))
@@ -169,6 +174,14 @@ class Estimator:
 
     def derivation(self) -> Callable:
         return _load(self.explain)
+
+    def row_arithmetic(self) -> Callable | None:
+        return _load(self.arithmetic) if self.arithmetic else None
+
+    def summary_for(self, params: "Params") -> str:
+        """``summary``, or ``summary_without_std`` when the settings turn the std division off."""
+        off = self.summary_without_std and "norm_adv_by_std" in self.settings and not params.norm_adv_by_std
+        return self.summary_without_std if off else self.summary
 
     def min_group(self, params: Params) -> int:
         """The smallest group it computes with these settings: ``min_group_size``, or the value of its
@@ -230,26 +243,27 @@ ESTIMATORS: dict[str, Estimator] = {
             baseline="group mean (divided by group std unless --no-norm-adv-by-std)",
             singleton="advantage R/(1+eps): the raw score, not 0",
             summary="(R - mean_g) / (std_g + eps) per uid group",
-            folds_sessions=True,
+            summary_without_std="R - mean_g per uid group (--no-norm-adv-by-std: not divided by the std; Dr. GRPO)",
+            folds_sessions=True, arithmetic="grpo:arithmetic",
         ),
         _group(
             "grpo_vectorized", "grpo:grpo_vectorized", family="group", group_statistics=("seq_sum", "seq_std"), int_uids=True,
             settings=("epsilon",),
             baseline="group mean / group std (always; verl ignores the std flag here)",
             singleton="advantage R/(1+eps): the raw score, not 0",
-            summary="grpo through verl's group_mean_std; always divides by std",
+            summary="grpo through verl's group_mean_std; always divides by std", arithmetic="grpo:arithmetic_vectorized",
         ),
         _group(
             "rloo", "rloo:rloo", family="leave-one-out", group_statistics=("mean",),
             baseline="mean of the other rows of the group (leave-one-out)",
             singleton="advantage R: the raw score is kept",
-            summary="R_i - mean of the other n-1 rows",
+            summary="R_i - mean of the other n-1 rows", arithmetic="rloo:arithmetic",
         ),
         _group(
             "rloo_vectorized", "rloo:rloo_vectorized", family="leave-one-out", group_statistics=("seq_sum",),
             baseline="mean of the other rows of the group (leave-one-out)",
             singleton="advantage 0",
-            summary="(c R_i - S_g) / (c - 1); singletons get 0",
+            summary="(c R_i - S_g) / (c - 1); singletons get 0", arithmetic="rloo:arithmetic_vectorized",
         ),
         Estimator(
             "reinforce_plus_plus", "reinforce:reinforce_plus_plus", (), family="reward-to-go", needs=(), whiten=True,
@@ -295,6 +309,7 @@ ESTIMATORS: dict[str, Estimator] = {
             baseline="second-best total of the group; only the best row gets a non-zero advantage",
             singleton="error: verl requires 2+ rows per group",
             summary="best row: (r1 - r2) / (std_g + eps); others 0",
+            summary_without_std="best row: r1 - r2 (--no-norm-adv-by-std: not divided by the std); others 0",
             min_group_size=2,
         ),
         Estimator(

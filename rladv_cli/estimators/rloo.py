@@ -1,6 +1,7 @@
 """REINFORCE Leave-One-Out (Ahmadian et al. 2024, arXiv:2402.14740): verl's ``rloo`` and ``rloo_vectorized``."""
 from __future__ import annotations
 
+import numpy as np
 from torch import Tensor
 
 from ..tensors.batch import Batch
@@ -28,3 +29,19 @@ def rloo_vectorized(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tenso
     a = ((c * total - g.seq_sum[at]) / (c - 1).clamp_min(1)) * (c > 1)
     advantages = batch.per_token(a) * batch.response_mask
     return advantages, advantages
+
+
+def arithmetic(r: float, totals: np.ndarray, params: Params) -> str:
+    """The row's ``R − (S − R)/(n − 1)``; a singleton keeps ``R``."""
+    n, s = totals.size, float(totals.sum())
+    if n < 2:
+        return f"a singleton keeps R = {r:.7g}"
+    return f"R - (sum - R) / (n - 1) = {r:.7g} - ({s:.7g} - {r:.7g}) / {n - 1} = {r - (s - r) / (n - 1):.7g}"
+
+
+def arithmetic_vectorized(r: float, totals: np.ndarray, params: Params) -> str:
+    """The row's ``(c·R − S)/(c − 1)``; a singleton gets 0."""
+    c, s = totals.size, float(totals.sum())
+    if c < 2:
+        return "a singleton gets 0"
+    return f"(n R - sum) / (n - 1) = ({c} x {r:.7g} - {s:.7g}) / {c - 1} = {(c * r - s) / (c - 1):.7g}"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import runner, write
+from conftest import SAMPLES, rladv, runner, write
 from rladv_cli.cli import app
 
 
@@ -68,3 +68,30 @@ def test_explain_reads_a_verl_config_and_refuses_what_it_leaves_inert(tmp_path):
     assert res.exit_code == 2 and "--max-resp-len has no effect without --overlong-buffer-len" in res.output
     res = runner.invoke(app, ["explain", str(path), "--row", "1"])
     assert res.exit_code == 2 and "--estimator is required" in res.output
+
+
+@pytest.mark.parametrize("args, line", [
+    (("--estimator", "grpo"), "row 1: (R - mean) / (std + eps) = (1 - 0.25) / (0.5 + 1e-06) = 1.499997"),
+    (("--estimator", "grpo", "--no-norm-adv-by-std"), "row 1: R - mean = 1 - 0.25 = 0.75"),
+    (("--estimator", "grpo_vectorized"), "row 1: (R - mean) / (std + eps) = (1 - 0.25) / (0.5 + 1e-06) = 1.499997"),
+    (("--estimator", "rloo"), "row 1: R - (sum - R) / (n - 1) = 1 - (1 - 1) / 3 = 1"),
+    (("--estimator", "rloo_vectorized"), "row 1: (n R - sum) / (n - 1) = (4 x 1 - 1) / 3 = 1"),
+])
+def test_explain_writes_out_a_group_rows_arithmetic(args, line):
+    """Row 1 of groups.parquet: group prompt-0005 of four rows scoring 1, 0, 0, 0 (mean 0.25, Bessel std 0.5)."""
+    res = rladv("explain", SAMPLES / "groups.parquet", "--row", "1", *args)
+    assert res.exit_code == 0 and line in res.output.splitlines(), res.output
+    if "--no-norm-adv-by-std" in args:  # the formula says what was computed
+        assert "(R - mean_g) / (std_g + eps)" not in res.output and "not divided by the std" in res.output
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "grpo_vectorized", "rloo", "rloo_vectorized"])
+@pytest.mark.parametrize("std", ["--norm-adv-by-std", "--no-norm-adv-by-std"])
+def test_the_written_arithmetic_ends_at_the_computed_advantage(estimator, std):
+    flags = (std,) if estimator == "grpo" else ()
+    for row in range(0, 65, 4):
+        got = json.loads(rladv("explain", SAMPLES / "groups.parquet", "--row", row, "--estimator", estimator, *flags,
+                               "--json").stdout)
+        value = float(got["arithmetic"].rsplit("= ", 1)[1])
+        computed = next(a for a, m in zip(got["advantages"], got["response_mask"]) if m)
+        assert value == pytest.approx(computed, rel=1e-5, abs=1e-6), (row, got["arithmetic"])

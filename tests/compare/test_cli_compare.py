@@ -278,3 +278,17 @@ def test_an_output_onto_the_input_or_an_input_column_is_refused(tmp_path):
     res = rladv("compare", clash, "--run", "a: --estimator grpo", "--run", GOOD, "-o", tmp_path / "o.parquet")
     assert_one_line_error(res, "already has a column advantages__b", "run 'b'")
     assert listing(tmp_path) == before
+
+
+def test_a_run_that_only_rescales_another_says_by_how_much():
+    """multiturn.parquet: 12 uid groups of 4, so rloo = 4/3 (R - mean) and Dr. GRPO = R - mean: dr = 0.75 x rloo
+    on every token; grpo divides each group by its own std, so no single k holds."""
+    runs = ["--run", "rloo: --estimator rloo", "--run", "dr: --estimator grpo --no-norm-adv-by-std",
+            "--run", "grpo: --estimator grpo"]
+    res = rladv("compare", SAMPLES / "multiturn.parquet", *runs, env={"COLUMNS": "120"})
+    assert res.exit_code == 0, res.output
+    assert "dr = 0.75 x rloo on every token valid in both: B rescales A" in res.output.splitlines()
+    assert " x grpo " not in res.output and "= 0.75 x grpo" not in res.output
+    assert "(+1 more)" in res.output  # the causes after the largest, said as such
+    pairs = json.loads(rladv("compare", SAMPLES / "multiturn.parquet", *runs, "--json").stdout)["pairs"]
+    assert [p["scale"] for p in pairs] == [pytest.approx(0.75, rel=1e-6), None, None]

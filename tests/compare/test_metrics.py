@@ -29,6 +29,18 @@ def test_correlation_by_hand():
     assert Moments.of(f32(1, 2, 3), f32(6, 4, 2)).correlation == pytest.approx(-1.0, abs=1e-15)
 
 
+def test_scale_by_hand():
+    """b = 0.75 a exactly (rloo against Dr. GRPO on groups of 4): k = Σab / Σaa = 0.75; shifted or perturbed by
+    one part in 10^4, no k holds (a correlation of 1 alone would not tell a shift from a scale)."""
+    a = f32(1.5, -0.5, -0.5, -0.5, 0.25, 2)
+    assert Moments.of(a, a * np.float32(0.75)).scale == pytest.approx(0.75, rel=1e-12)
+    assert Moments.of(a, -2 * a).scale == pytest.approx(-2.0, rel=1e-12)
+    assert Moments.of(a, a + np.float32(1)).scale is None
+    assert Moments.of(a, a * f32(1, 1, 1, 1, 1, 1.0001)).scale is None
+    assert Moments.of(f32(0, 0), f32(0, 0)).scale is None and Moments().scale is None
+    assert Moments.of(a[:3], a[:3] * 3).merge(Moments.of(a[3:], a[3:] * 3)).scale == pytest.approx(3.0, rel=1e-12)
+
+
 def test_correlation_is_undefined_for_constant_advantages_or_fewer_than_two_tokens():
     assert Moments.of(f32(1, 2, 3), f32(5, 5, 5)).correlation is None
     assert Moments.of(f32(0, 0), f32(1, 2)).correlation is None
@@ -245,3 +257,5 @@ def test_scaling_a_run_keeps_the_correlation_and_changes_every_non_zero_weight(c
     assert t.flips == 0
     if t.moments.correlation is not None:
         assert t.moments.correlation == pytest.approx(1.0, abs=1e-6)
+    if (a[valid] != 0).any():  # b = k·a up to float32 rounding of each product
+        assert t.moments.scale == pytest.approx(np.float32(scale), rel=1e-6)
