@@ -402,10 +402,8 @@ def command_flags(settings: Mapping[str, Any]) -> list[str]:
     out = []
     for key, value in settings.items():
         flag = _flag(key)
-        if key == "norm_adv_by_std":
-            out.append("--norm-adv-by-std" if value else "--no-norm-adv-by-std")
-        elif isinstance(value, bool):
-            out += [flag] if value else []
+        if isinstance(value, bool):  # every boolean setting is an --x/--no-x pair
+            out.append(flag if value else f"--no-{flag[2:]}")
         elif isinstance(value, (list, tuple)):
             out += [flag, ",".join(str(v) for v in value)]
         elif isinstance(value, dict):  # columns: one --column NAME=COLUMN each
