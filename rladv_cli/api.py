@@ -8,6 +8,7 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 import pyarrow as pa
@@ -123,7 +124,8 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
         written = dataset.names.written(schema.names)  # the files' own names of mapped columns (--column)
         with AtomicParquetWriter(out, schema, carried, written) as sink, SideFiles() as side:
             # while torch imports: the input is decoded and checked, and its carried columns encoded
-            once = dataset.read_once(cfg.chunk_rows, cfg.cache_mib << 20, validation.check_chunk, sink) if isinstance(
+            check = partial(validation.check_chunk, unscorable=cfg.conv.unscorable)
+            once = dataset.read_once(cfg.chunk_rows, cfg.cache_mib << 20, check, sink) if isinstance(
                 dataset, Dataset) else None  # a frame, or the rows --where kept: in memory or streamed
             try:
                 with _pipeline_imported() as stages:

@@ -211,6 +211,12 @@ RewardClip = Annotated[Optional[float], typer.Option(
 AdvClip = Annotated[Optional[float], typer.Option(
     metavar="C", help="Clamp the final advantages to [-C, C] (ROLL's advantage_clip); returns are left as they are.",
     rich_help_panel=SHAPING_PANEL)]
+AdvClipLow = Annotated[Optional[float], typer.Option(
+    metavar="FLOAT", help="Raise the final advantages to at least FLOAT (NeMo-RL's advantage_clip_low; --adv-clip C "
+    "is -C and C).", rich_help_panel=SHAPING_PANEL)]
+AdvClipHigh = Annotated[Optional[float], typer.Option(
+    metavar="FLOAT", help="Lower the final advantages to at most FLOAT (NeMo-RL's advantage_clip_high).",
+    rich_help_panel=SHAPING_PANEL)]
 StopProperlyPenaltyCoef = Annotated[Optional[float], typer.Option(
     metavar="C", help="Rows whose truncated column is true: score times C for C in [0, 1], replaced by a negative C "
     "(OpenRLHF's ProRL stop-properly penalty).", rich_help_panel=SHAPING_PANEL)]
@@ -267,6 +273,7 @@ SETTINGS_OPTIONS = (  # (Config field, option, default) after --config, in this 
     ("mean_level", MeanLevel, NormLevel.group), ("std_level", StdLevel, NormLevel.group), ("k", PassK, 2),
     ("vapo_alpha", VapoAlpha, 0.05), ("value_lam", ValueLam, 1.0), ("reward_scale", RewardScale, 1.0),
     ("reward_bias", RewardBias, 0.0), ("reward_clip", RewardClip, None), ("adv_clip", AdvClip, None),
+    ("adv_clip_low", AdvClipLow, None), ("adv_clip_high", AdvClipHigh, None),
     ("stop_properly_penalty_coef", StopProperlyPenaltyCoef, None), ("batch_key", BatchKey, None), ("pad_width", PadWidth, None),
     ("loss_agg_mode", LossAggMode, None), ("mini_batch_size", MiniBatchSize, None),
     ("micro_batch_size", MicroBatchSize, None), ("loss_scale_factor", LossScaleFactor, None),

@@ -89,6 +89,12 @@ class Config(BaseModel):
         "reward_clip)")
     adv_clip: Optional[float] = Field(
         None, gt=0.0, description="the final advantages are clamped to [-C, C] (ROLL's advantage_clip); returns are not")
+    adv_clip_low: Optional[float] = Field(
+        None, description="the final advantages are raised to at least this (NeMo-RL's advantage_clip_low); returns "
+        "are not")
+    adv_clip_high: Optional[float] = Field(
+        None, description="the final advantages are lowered to at most this (NeMo-RL's advantage_clip_high); returns "
+        "are not")
     stop_properly_penalty_coef: Optional[float] = Field(
         None, description="rows with truncated true: score times C for C in [0, 1], or replaced by C for C < 0 "
         "(OpenRLHF's ProRL stop-properly penalty; reads the truncated column)")
@@ -211,9 +217,15 @@ class Config(BaseModel):
             return self
         what = f"--convention {conv.name} ({conv.trainer} {conv.version})"
         for name in ("rollout_rs", "rollout_is", "overlong_buffer_len", "reward_components"):
+            if name == "overlong_buffer_len" and conv.overlong:  # the trainer's own penalty (Convention.overlong)
+                continue
             if getattr(self, name, None) is not None:
                 raise ValueError(f"{_flag(name)} is a stage of verl's pipeline, which {what} does not run; use "
                                  "--convention verl")
+        coef = self.stop_properly_penalty_coef
+        if coef is not None and coef < 0 and not conv.stop_properly_replaces:
+            raise ValueError(f"--stop-properly-penalty-coef {coef:g}: {conv.trainer} only scales a truncated row's "
+                             f"reward, by a coefficient in [0, 1] (it asserts so), under {what}")
         if self.use_kl and conv.kl == "loss":
             raise ValueError(f"--kl-coef: {conv.trainer} puts KL in the loss, never in the advantage, so it has no "
                              f"counterpart under {what}")
@@ -264,6 +276,10 @@ class Config(BaseModel):
         if self.reward_components is not None and not self.spec.components:
             readers = names_where(lambda e: e.components)
             raise ValueError(f"--reward-components is read by {', '.join(readers)} only; use --estimator {readers[0]}")
+        if self.adv_clip is not None and (self.adv_clip_low is not None or self.adv_clip_high is not None):
+            raise ValueError("--adv-clip C is --adv-clip-low -C --adv-clip-high C; give one form or the other")
+        if self.adv_clip_low is not None and self.adv_clip_high is not None and self.adv_clip_low > self.adv_clip_high:
+            raise ValueError(f"--adv-clip-low {self.adv_clip_low:g} is above --adv-clip-high {self.adv_clip_high:g}")
         if self.stop_properly_penalty_coef is not None and self.stop_properly_penalty_coef > 1:
             raise ValueError(f"--stop-properly-penalty-coef must be in [0, 1] (a scale) or negative (a replacement "
                              f"score), got {self.stop_properly_penalty_coef:g} (OpenRLHF asserts it)")
@@ -271,6 +287,14 @@ class Config(BaseModel):
             raise ValueError("--tool-reward-coef adds to the score, and gdpo with --reward-components reads its "
                              "rewards from those columns instead; add the tool rewards to a component column")
         return self
+
+    @property
+    def adv_bounds(self) -> tuple[Optional[float], Optional[float]]:
+        """The clamp of the final advantages, (low, high), None where unbounded: ``(−C, C)`` for ``--adv-clip C``,
+        else ``--adv-clip-low`` and ``--adv-clip-high`` (docs/semantics.md §3.1)."""
+        if self.adv_clip is not None:
+            return -self.adv_clip, self.adv_clip
+        return self.adv_clip_low, self.adv_clip_high
 
     @property
     def use_kl(self) -> bool:

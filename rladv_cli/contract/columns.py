@@ -74,14 +74,23 @@ def score_positions(row_offsets: np.ndarray, attention: np.ndarray | None) -> tu
 
 def assemble_scores(table: pa.Table, row_offsets: np.ndarray, position: np.ndarray) -> np.ndarray:
     """``token_level_scores (N,) float32``: ``rm_scores`` verbatim (over the Arrow buffer, read-only, when it
-    is float32), else the scalar ``score`` at each row's score position, else zeros (``gdpo`` reads its
+    is float32), else the scalar ``score`` at each row's score position (0 for a row without one: a null or
+    NaN ``score``, which only a convention with unscorable rows lets through), else zeros (``gdpo`` reads its
     rewards from component columns)."""
     if "rm_scores" in table.column_names:
         return flat_values(table, "rm_scores")
     out = np.zeros(int(row_offsets[-1]), dtype=np.float32)
     if "score" in table.column_names:
-        out[position] = scalar_values(table, "score")
+        out[position] = np.nan_to_num(scalar_values(table, "score"), nan=0.0, posinf=np.inf, neginf=-np.inf)
     return out
+
+
+def unscored(table: pa.Table) -> np.ndarray:
+    """``(B,) bool``: rows whose ``score`` is null or NaN (TRL's unscorable completions; ``rm_scores``, when
+    present, is the score and has none)."""
+    if "rm_scores" in table.column_names or "score" not in table.column_names:
+        return np.zeros(table.num_rows, dtype=bool)
+    return np.isnan(scalar_values(table, "score", np.float64))
 
 
 def list_sums(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:

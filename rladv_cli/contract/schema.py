@@ -48,6 +48,8 @@ COLUMNS: dict[str, Column] = {
                "added to the score only with --tool-reward-coef"),
         Column("truncated", "flag", "the generation was cut at the length limit (finish_reason length); read by "
                "--stop-properly-penalty-coef"),
+        Column("is_last_step", "flag", "the row is the last step of its trajectory (SkyRL's step-wise training: a "
+               "trajectory is the rows up to and including it, in file order); read under --convention skyrl"),
     )
 }
 

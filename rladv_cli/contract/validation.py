@@ -122,10 +122,11 @@ def _first_null(arr: pa.Array) -> int | None:
 SCORE_COLUMNS = ("rm_scores", "score")
 
 
-def check_chunk(table: pa.Table, path: str, start: int, validated: frozenset[str] = frozenset()) -> None:
+def check_chunk(table: pa.Table, path: str, start: int, validated: frozenset[str] = frozenset(),
+                unscorable: bool = False) -> None:
     """``check_rows``; a bad score names the row's uid group too, whose every advantage it would poison."""
     try:
-        check_rows(table, path, start, validated)
+        check_rows(table, path, start, validated, unscorable)
     except InputError as err:
         if err.column not in SCORE_COLUMNS or err.row is None or "uid" not in table.column_names:
             raise
@@ -134,14 +135,16 @@ def check_chunk(table: pa.Table, path: str, start: int, validated: frozenset[str
                          "group NaN)", row=err.row, column=err.column, kind=err.kind) from None
 
 
-def check_rows(table: pa.Table, path: str, start: int, validated: frozenset[str] = frozenset()) -> None:
+def check_rows(table: pa.Table, path: str, start: int, validated: frozenset[str] = frozenset(),
+               unscorable: bool = False) -> None:
     """Row-level checks of every contract column present in ``table`` (rows ``start..`` of ``path``).
 
     Nulls (a null ``tool_rewards`` list is a row without tool calls), list lengths (all token-aligned lists
     share ``L_i >= 1``), 0/1 masks, finite numbers, and
     padding (``attention_mask == 0``) only as a suffix and never under ``response_mask == 1``. Columns in
     ``validated`` passed these checks in an earlier pass over the same rows: only their lengths are compared
-    with the other lists'.
+    with the other lists'. ``unscorable``: a null or NaN ``score`` is a row without a score (TRL's unscorable
+    completion, ``Convention.unscorable``), not an error.
     """
     lengths, first_list = None, None
     flat: dict[str, np.ndarray] = {}
@@ -160,6 +163,9 @@ def check_rows(table: pa.Table, path: str, start: int, validated: frozenset[str]
             continue
         if col.kind == "call_list":  # a null list is a row without tool calls
             _check_list_values(arr, name, path, start)
+            continue
+        if unscorable and name == "score":
+            _check_finite(arr, name, path, start, allow_nan=True)
             continue
         bad = _first_null(arr)
         if bad is not None:
@@ -258,15 +264,18 @@ def invalid_rows(table: pa.Table, path: str, start: int,
     return left + [(half + i, err) for i, err in right]
 
 
-def _first_not_float32(v: np.ndarray) -> int | None:
-    """Index of the first value that is not finite once read as float32 (NaN, infinity, or beyond float32's
-    range), or None. Integers always are; float32 is tested in place (one pass, one boolean temporary)."""
+def _first_not_float32(v: np.ndarray, allow_nan: bool = False) -> int | None:
+    """Index of the first value that is not finite once read as float32 (NaN unless ``allow_nan``, infinity, or
+    beyond float32's range), or None. Integers always are; float32 is tested in place (one pass, one boolean
+    temporary)."""
     if v.dtype.kind in "biu":
         return None
     if v.dtype != np.float32:
         with np.errstate(over="ignore", invalid="ignore"):
             v = v.astype(np.float32)
     finite = np.isfinite(v)
+    if allow_nan:
+        finite |= np.isnan(v)
     return None if finite.all() else int(np.argmin(finite))
 
 
@@ -282,10 +291,10 @@ def _first_not_0_or_1(v: np.ndarray) -> int | None:
     return int(np.argmax(bad)) if bad.any() else None
 
 
-def _check_finite(arr: pa.Array, name: str, path: str, start: int) -> None:
+def _check_finite(arr: pa.Array, name: str, path: str, start: int, allow_nan: bool = False) -> None:
     # unsafe: Arrow's safe cast refuses integers beyond ±2**53 (ArrowInvalid); rounded, each is a finite float32
-    # as verl's float32 tensors hold it, which is what is checked here
-    bad = _first_not_float32(numpy_of(pc.cast(arr, pa.float64(), safe=False)))
+    # as verl's float32 tensors hold it, which is what is checked here (a null reads as NaN)
+    bad = _first_not_float32(numpy_of(pc.cast(arr, pa.float64(), safe=False)), allow_nan)
     if bad is not None:
         raise InputError(path, f"is {arr[bad].as_py()}; values must be finite float32 numbers",
                          row=start + bad, column=name, kind="NaN, infinity or beyond float32")

@@ -26,7 +26,21 @@ DEFAULT = "verl"
 class Convention:
     """One trainer's rules: ``version`` and ``source`` (file and function) as read, ``grouping``, ``kl``, its
     estimators by its names (each hard-codes its own epsilon where the trainer does), the KL estimates it has
-    (``kl_modes``, with ``kl="token"``) and the column whose order its blocks follow (``order_column``)."""
+    (``kl_modes``, with ``kl="token"``), the column whose order its blocks follow (``order_column``), and what the
+    trainer does with the row scores (docs/conventions.md):
+
+    stop_properly_replaces: a negative ``--stop-properly-penalty-coef`` is a replacement score (OpenRLHF); else
+               it is refused (NeMo-RL only scales)
+    overlong:  whose DAPO overlong penalty ``--overlong-buffer-len`` runs; None: refused
+    float64_rewards: a float64 ``score`` column stays float64 through the row-score stages and the row scalar
+               (OpenRLHF's ``promote_types``)
+    unscorable: a null or NaN ``score`` is a row without a score, NaN in the trainer's row function, which leaves
+               it out of the statistics (TRL); else an input error
+    step_column: the flag column that, when the file has it, makes rows steps of trajectories: each trajectory
+               is the rows up to and including one whose flag is true, in file order within a batch; its last step
+               alone enters the group statistics and every step gets that step's advantage (SkyRL's
+               ``step_wise_trajectories``)
+    """
 
     name: str
     trainer: str
@@ -37,6 +51,11 @@ class Convention:
     estimators: dict[str, Estimator]
     kl_modes: tuple[str, ...] = ()
     order_column: str | None = None  # blocks follow this integer column's order when the file has it
+    stop_properly_replaces: bool = True  # a negative stop-properly coefficient replaces the score (OpenRLHF)
+    overlong: Literal["verl", "openrlhf"] | None = None  # whose DAPO overlong penalty runs (None: refused)
+    float64_rewards: bool = False  # a float64 score column stays float64 up to the row scalar (OpenRLHF)
+    unscorable: bool = False  # a null or NaN score is a row without a score, left out of the statistics (TRL)
+    step_column: str | None = None  # a flag column ending each trajectory of step rows (SkyRL's is_last_step)
 
     def estimator(self, name: str) -> Estimator:
         """Its estimator ``name``; ``ConfigError`` otherwise (``unknown``)."""
@@ -101,9 +120,14 @@ def _openrlhf(name: str, row_advantage: str, **declared) -> Estimator:
     return _outcome(name, row_advantage, explain="openrlhf:explain", **declared)
 
 
+def _stepwise(est: Estimator) -> Estimator:
+    """``est`` reading its rows' trajectory totals (``session_total``) where rows are steps (``step_column``)."""
+    return replace(est, needs=(*est.needs, "session_total"))
+
+
 CONVENTIONS: dict[str, Convention] = {c.name: c for c in (
     Convention("verl", "verl", "0.9.1", "verl/trainer/ppo/core_algos.py (rladv's reference)", "uid", "reward",
-               ESTIMATORS),
+               ESTIMATORS, overlong="verl"),
     Convention(
         "trl", "TRL", "1.16.0", "trl/trainer/grpo_trainer.py GRPOTrainer._generate_and_score_completions", "blocks",
         "loss", {e.name: e for e in (
@@ -111,7 +135,7 @@ CONVENTIONS: dict[str, Convention] = {c.name: c for c in (
                      summary="(R - block mean) / (nanstd + 1e-4); --scale-rewards group|batch|none",
                      baseline="mean of the block of --group-size rows (TRL's num_generations)",
                      singleton="advantage 0 (one generation: std 0, R - mean = 0)"),
-        )}),
+        )}, unscorable=True),
     Convention(
         "openrlhf", "OpenRLHF", "0.11.2", "openrlhf/trainer/ppo_utils/experience_maker.py "
         "compute_advantages_and_returns", "blocks", "token", {e.name: e for e in (
@@ -126,17 +150,19 @@ CONVENTIONS: dict[str, Convention] = {c.name: c for c in (
                       summary="R - block mean, then cumulative per-token returns",
                       baseline="mean of the block of --group-size rows", singleton="advantage 0"),
             _openrlhf("reinforce_baseline", "openrlhf:dr_grpo_rows", family="group+whiten", whiten=True,
-                      biased_whitening=True,
-                      summary="R - block mean, cumulative per-token returns, whitened over the batch (biased var)",
+                      biased_whitening=True, settings=("norm_adv_by_std",),
+                      summary="R - block mean, cumulative per-token returns, whitened over the batch (biased var; "
+                      "--no-norm-adv-by-std: centred only)",
                       baseline="mean of the block, then batch whitening", singleton="advantage 0 before whitening"),
             _openrlhf("reinforce", "openrlhf:reinforce_rows", impl="openrlhf:discounted_returns", family="reward-to-go",
-                      whiten=True, biased_whitening=True, settings=("gamma",),
-                      summary="discounted returns of R (--gamma) and KL per token, whitened over the batch",
+                      whiten=True, biased_whitening=True, settings=("gamma", "norm_adv_by_std"),
+                      summary="discounted returns of R (--gamma) and KL per token, whitened over the batch "
+                      "(--no-norm-adv-by-std: centred only)",
                       baseline="none (batch whitening, biased variance)", singleton="not grouped"),
             _openrlhf("flash_reinforce", "openrlhf:flash_reinforce_rows", family="batch",
                       summary="R - batch mean, then cumulative per-token returns",
                       baseline="mean of the whole batch", singleton="not grouped"),
-        )}, kl_modes=("k1", "k2", "k3"), order_column="index"),
+        )}, kl_modes=("k1", "k2", "k3"), order_column="index", overlong="openrlhf", float64_rewards=True),
     Convention(
         "nemo_rl", "NeMo-RL", "0.6.0 (7ea279a)", "nemo_rl/algorithms/advantage_estimator.py GRPOAdvantageEstimator",
         "prompt", "loss", {e.name: e for e in (
@@ -144,15 +170,15 @@ CONVENTIONS: dict[str, Convention] = {c.name: c for c in (
                      summary="(R - b) / (std + 1e-6) where std > 0; b, std over the other rows of the prompt",
                      baseline="leave-one-out mean of the prompt's other rows (--no-leave-one-out: all rows)",
                      singleton="advantage 0 (baseline = the row's own reward)"),
-        )}),
+        )}, stop_properly_replaces=False),
     Convention(
         "skyrl", "SkyRL", "0.3.0", "skyrl/backends/skyrl_train/utils/ppo_utils.py (registered estimators)", "uid",
         "loss", {e.name: e for e in (
             replace(ESTIMATORS["grpo"], folds_sessions=False),
-            replace(ESTIMATORS["rloo"], impl="skyrl:rloo", singleton="advantage 0",
-                    summary="(R_i - mean_g) * n/(n-1); singletons get 0"),
-            ESTIMATORS["maxrl"],
-        )}),
+            _stepwise(replace(ESTIMATORS["rloo"], impl="skyrl:rloo", singleton="advantage 0",
+                              summary="(R_i - mean_g) * n/(n-1); singletons get 0")),
+            _stepwise(ESTIMATORS["maxrl"]),
+        )}, step_column="is_last_step"),
 )}
 
 

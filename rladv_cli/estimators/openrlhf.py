@@ -77,16 +77,43 @@ def approx_kl(log_probs: Tensor, ref_log_probs: Tensor, mode: str) -> Tensor:
     return value.clamp(min=-10, max=10)
 
 
+def _action_ends(mask: Tensor, row_offsets: Tensor) -> tuple[Tensor, Tensor]:
+    """Each row's first and last action token (``mask`` 1) as positions within the row, ``(B,)`` int64; −1 for
+    both in a row without one."""
+    local = (torch.arange(mask.numel(), device=mask.device) - kernels.broadcast_rows(row_offsets[:-1], row_offsets))
+    act, local = mask > 0.5, local.double()
+    last = kernels.segment_max(torch.where(act, local, -1.0), row_offsets, -1.0)
+    first = kernels.segment_min(torch.where(act, local, float("inf")), row_offsets, -1.0)
+    return torch.where(last >= 0, first, -1.0).long(), last.long()
+
+
+def overlong_penalty(mask: Tensor, row_offsets: Tensor, buffer_len: int, penalty_factor: float,
+                     max_new_tokens: int) -> Tensor:
+    """OpenRLHF's DAPO overlong penalty per row (``apply_overlong_penalty``), ``(B,)`` float64, in its Python
+    arithmetic (docs/conventions.md)::
+
+        L       = last − first + 1 action token of the row (``mask`` 1; 0 without one: its ``response_length``)
+        exceed  = min(L − (max_new_tokens − buffer_len), buffer_len)
+        penalty = −exceed / buffer_len · penalty_factor where exceed > 0, else 0
+
+    Unlike verl's, the exceedance is capped at the buffer and ``L`` spans the action tokens only."""
+    first, last = _action_ends(mask, row_offsets)
+    length = torch.where(last >= 0, last - first + 1, 0)
+    exceed = torch.clamp(length - (max_new_tokens - buffer_len), max=buffer_len)
+    return torch.where(exceed > 0, -exceed.double() / buffer_len * penalty_factor, 0.0)
+
+
 def cumulative_returns(batch: Batch, inputs: Inputs, params: Params, gamma: float = 1.0) -> tuple[Tensor, Tensor]:
     """Per token ``G_t = Σ_{u ≥ t} γ^(u−t) m_u · (a_i·[u = e_i] − β·kl_u)`` with ``a_i`` the row's advantage,
     ``e_i`` its last action token (``m = 1``), ``β = kl_coef`` (0 without KL) and ``γ`` 1 (OpenRLHF forces it
-    for every estimator but ``reinforce``); advantages = returns, times ``m``. ``(N,)``."""
+    for every estimator but ``reinforce``); advantages = returns, times ``m``. ``a_i`` may be float64 (rewards
+    read as float64): it is rounded to the tokens' float32 there, as OpenRLHF casts it to its KL's dtype. ``(N,)``."""
     m = batch.response_mask
     reward = torch.zeros_like(m)
     offsets = batch.row_offsets
-    has_action = kernels.segment_sum(m, offsets) > 0
-    local = (torch.arange(m.numel(), device=m.device) - batch.per_token(offsets[:-1])).double()
-    last = offsets[:-1] + kernels.segment_max(torch.where(m > 0.5, local, -1.0), offsets, -1.0).long()
+    _, end = _action_ends(m, offsets)
+    has_action = end >= 0
+    last = offsets[:-1] + end
     reward[last[has_action]] = inputs.row_advantage[has_action].to(m.dtype)
     if params.kl_coef > 0:
         reward = reward + -params.kl_coef * approx_kl(batch.old_log_probs, batch.ref_log_prob, params.kl_penalty)
@@ -106,8 +133,9 @@ def explain(est: Estimator, row: Row, params: Params, whitening: dict) -> Deriva
     gamma = "γ^(u-t) " if "gamma" in est.settings else ""
     formula = [est.summary, f"baseline: {est.baseline}",
                f"G_t = sum over u >= t of {gamma}m_u * (a_i at the last action token - kl_coef * kl_u)",
-               "advantage = (G_t - mean) * rsqrt(max(var, 1e-8)), the batch's biased moments" if est.whiten
-               else "advantage = G_t"]
+               ("advantage = (G_t - mean) * rsqrt(max(var, 1e-8)), the batch's biased moments" if params.norm_adv_by_std
+                else "advantage = G_t - mean, the batch's mean (--no-norm-adv-by-std: OpenRLHF's no_std_norm)")
+               if est.whiten else "advantage = G_t"]
     constants = {"kl_coef": params.kl_coef, **({"kl estimate": params.kl_penalty} if params.kl_coef else {}),
                  **({"gamma": params.gamma} if gamma else {}), **whitening}
     tokens = [[t, int(m[t]), float(ret[t]) if m[t] else None, float(adv[t]) if m[t] else None] for t in range(m.size)]

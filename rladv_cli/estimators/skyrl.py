@@ -1,7 +1,8 @@
 """SkyRL 0.3.0's outcome estimators that differ from verl's (``skyrl/backends/skyrl_train/utils/ppo_utils.py``:
 ``compute_rloo_outcome_advantage``, ``compute_maxrl_advantage``; its ``grpo`` is verl's loop, the registry's
-``grpo``). RLOO: Ahmadian et al. 2024, arXiv:2402.14740; MaxRL: the mean-normalised group advantage of SkyRL and
-prime-rl (docs/conventions.md).
+``grpo``). With step-wise trajectories (``skyrl/train/trainer.py`` ``compute_advantages_and_returns``) each row
+reads its trajectory's last step's total, which alone is in the group statistics. RLOO: Ahmadian et al. 2024,
+arXiv:2402.14740; MaxRL: the mean-normalised group advantage of SkyRL and prime-rl (docs/conventions.md).
 """
 from __future__ import annotations
 
@@ -13,9 +14,15 @@ from .inputs import Inputs
 from .registry import Params
 
 
+def _totals(inputs: Inputs) -> Tensor:
+    """Each row's ``R``: its own total, or its trajectory's last step's where rows are steps (``session_total``,
+    SkyRL's step-wise trajectories)."""
+    return inputs.reward_total if inputs.session_total is None else inputs.session_total
+
+
 def rloo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
     """``a_i = (R_i − μ_g) · n/(n − 1)`` with the factor rounded to float32 once; a singleton gets 0. ``(N,)``."""
-    g, at, total = inputs.groups, inputs.group_index, inputs.reward_total
+    g, at, total = inputs.groups, inputs.group_index, _totals(inputs)
     n = g.size[at].double()
     factor = (n / (n - 1).clamp_min(1)).to(total.dtype)
     a = torch.where(n > 1, (total - g.mean[at]) * factor, torch.zeros_like(total))
@@ -25,7 +32,7 @@ def rloo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
 
 def maxrl(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
     """``a_i = (R_i − μ_g) / (μ_g + ε)`` for groups of two or more rows, ``R_i`` for a singleton. ``(N,)``."""
-    g, at, total = inputs.groups, inputs.group_index, inputs.reward_total
+    g, at, total = inputs.groups, inputs.group_index, _totals(inputs)
     mean = g.mean[at]
     a = torch.where(g.size[at] > 1, (total - mean) / (mean + params.epsilon), total)
     advantages = batch.per_token(a) * batch.response_mask

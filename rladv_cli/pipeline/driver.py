@@ -77,12 +77,15 @@ class Pipeline:
         added = {"with_is_weights": is_cfg is not None, "with_token_weight": cfg.loss_mode is not None}
         replay_columns, self.replay_skipped = replay.comparable(source.schema, set(computed_columns(**added)))
         fold = self.has_sessions and est.folds_sessions
+        step_column = cfg.conv.step_column
+        steps = step_column if step_column in names and est.groups else None
         self.plan = Plan(
-            cfg=cfg, est=est, chain=Chain(cfg, rules, is_cfg, self.device),
+            cfg=cfg, est=est, chain=Chain(cfg, rules, is_cfg, self.device, exact_rewards(cfg, source.schema)),
             # verl runs rollout correction (at least its metrics) whenever rollout log-probs are present
             correct={"old_log_probs", "rollout_log_probs"} <= names, group_key=group_key,
-            grouped=group_key is not None or cfg.conv.blocks, fold=fold,
-            scan_columns=tuple(self._scan_columns(fold, group_key)), schema=output_schema(source.schema, **added),
+            grouped=group_key is not None or cfg.conv.blocks, fold=fold, steps=steps,
+            scan_columns=tuple(self._scan_columns(fold, group_key, steps)),
+            schema=output_schema(source.schema, **added),
             replay_columns=tuple(replay_columns),
         )
         self.work = ShardWork(self.plan, source, progress)
@@ -90,11 +93,11 @@ class Pipeline:
         self.rows = RowTable()
         self.seconds: dict[str, float] = defaultdict(float)
 
-    def _scan_columns(self, fold: bool, group_key: Optional[str]) -> list[str]:
+    def _scan_columns(self, fold: bool, group_key: Optional[str], steps: Optional[str]) -> list[str]:
         names = self.source.columns
         optional = ("attention_mask", "loss_mask", "uid", "old_log_probs", "rollout_log_probs", "tool_rewards")
         order = self.cfg.conv.order_column
-        wanted = set(self.required) | {c for c in optional if c in names} | {group_key, order}
+        wanted = set(self.required) | {c for c in optional if c in names} | {group_key, order, steps}
         if self.cfg.loss_mode is not None and "truncated" in names:
             wanted.add("truncated")
         if fold:
@@ -116,7 +119,7 @@ class Pipeline:
 
     def _run(self, map_shards: MapShards) -> Report:
         t0 = time.perf_counter()
-        est, fold = self.est, self.plan.fold
+        est, fold = self.est, self.plan.fold or self.plan.steps is not None
         known = self._merge_layout(self._map(map_shards, "layout", (), None))
         if self.plan.adaptive_kl:
             known = self._step_kl_controller(self._map(map_shards, "kl", ("batch_id",), known), known)
@@ -313,8 +316,9 @@ class Pipeline:
             return known, grouped
         n_groups, gid, used = self.labels.group_count, self.rows["group_id"], self.rows["used"]
         reward, wanted = self.rows["reward_total"], est.group_statistics
-        if self.plan.fold:
-            grouped["fold"] = fold = _final_outputs(self.rows["session"], self.rows["output_index"])
+        if self.plan.fold or self.plan.steps:
+            grouped["fold"] = fold = (_final_outputs(self.rows["session"], self.rows["output_index"]) if self.plan.fold
+                                      else self._trajectory_ends())
             final = torch.unique(fold)
             groups = group_stats(reward[final], gid[final], n_groups, used[final], wanted)
         else:
@@ -343,10 +347,44 @@ class Pipeline:
             )
         if self.plan.fold:
             self.rows.add(session_total=reward[grouped["fold"]], session_active=(used[grouped["fold"]] > 0).float())
-        if est.row_advantage:
+        elif self.plan.steps:  # SkyRL gives the last step's scalar to every step, whatever its mask
+            self.rows.add(session_total=reward[grouped["fold"]])
+        if est.row_advantage:  # on the float64 rewards where they are kept (docs/conventions.md)
             params = replace(self.cfg.params(), group_size=group_size)
-            self.rows.add(row_advantage=est.row_advantages()(reward, gid, batch_of_row, params))
+            totals = self.rows["exact_reward"] if "exact_reward" in self.rows else reward
+            if "unscorable" in self.rows:  # NaN: the trainer leaves such rows out of its statistics
+                totals = totals.masked_fill(self.rows["unscorable"], float("nan"))
+            self.rows.add(row_advantage=est.row_advantages()(totals, gid, batch_of_row, params))
         return replace(known, groups=groups.to(self.device)), grouped
+
+    def _trajectory_ends(self) -> Tensor:
+        """For every row, the dataset row of its trajectory's last step (SkyRL's step-wise trajectories,
+        docs/conventions.md): within each batch, in row order, a trajectory is the rows up to and including one
+        whose ``is_last_step`` is true. A batch that ends inside a trajectory, or a trajectory whose steps carry
+        different uids, is an ``InputError`` naming the row (SkyRL asserts both). ``(B,)`` int64."""
+        batch, last, column = self.rows["batch_id"], self.rows["last_step"], self.plan.steps
+        order = torch.sort(batch, stable=True).indices  # each batch's rows in dataset order, batch after batch
+        ends_batch = torch.ones_like(last)
+        ends_batch[:-1] = batch[order][1:] != batch[order][:-1]
+        open_end = torch.nonzero(ends_batch & ~last[order]).flatten()
+        if open_end.numel():
+            path, row = self.source.locate(int(order[open_end[0]]))
+            where = self.labels.batch_name(int(batch[order[open_end[0]]]))
+            raise InputError(path, f"is false on the last row of {'batch ' + where if where else 'the dataset'}: "
+                             "its steps end no trajectory (SkyRL asserts a batch ends with a last step)", row=row,
+                             column=column)
+        flags = last[order].long()
+        trajectory = torch.cumsum(flags, 0) - flags  # SkyRL's cumsum of the shifted flags
+        final = torch.empty_like(order)
+        final[order] = order[last[order]][trajectory]
+        group = self.rows["group_id"]
+        other = torch.nonzero(group != group[final]).flatten()
+        if other.numel():
+            path, row = self.source.locate(int(other[0]))
+            _, end = self.source.locate(int(final[other[0]]))
+            raise InputError(path, f"the row is a step of the trajectory that ends at row {end}, whose uid differs "
+                             "(a trajectory's steps share their prompt's uid)", row=row, column=column)
+        return final
 
     def _weigh(self) -> Weighing:
         """Each row's scale ``c_i`` under the loss aggregation mode (docs/weights.md), from the scan's token counts
@@ -432,6 +470,14 @@ def whitening(rows: RowTable, labels: Labels, estimator: str, biased: bool = Fal
         mean[b], var[b] = mu, v
         entries.append({"batch": where, "tokens": int(n), "mean": float(np.float32(mu)), "var": float(np.float32(v))})
     return mean.float(), var.float(), entries
+
+
+def exact_rewards(cfg: Config, schema: pa.Schema) -> bool:
+    """Whether the row rewards are kept in float64 (``Chain.exact_rewards``): a convention whose trainer keeps
+    float64 rewards, and a float64 ``score`` column that is the rows' score (no ``rm_scores``)."""
+    names = schema.names
+    return (cfg.conv.float64_rewards and "score" in names and "rm_scores" not in names
+            and schema.field("score").type == pa.float64())
 
 
 def check_correction_batches(rows: RowTable, labels: Labels) -> None:

@@ -23,7 +23,8 @@ from torch import Tensor
 
 from ..config.settings import Config
 from ..contract import validation
-from ..contract.columns import array_of, flat_values, list_offsets, list_sums, mask_before_rejection, scalar_values
+from ..contract.columns import (array_of, flat_values, list_offsets, list_sums, mask_before_rejection, scalar_values,
+                                unscored)
 from ..contract.labels import Labels
 from ..estimators.inputs import Inputs
 from ..estimators.registry import Estimator
@@ -53,6 +54,7 @@ class Plan:
     group_key: Optional[str]  # the column labelling rows' groups as they are read (``Convention.group_key``)
     grouped: bool  # rows have group ids (from ``group_key``, or blocks the driver cuts)
     fold: bool  # multi-output sessions folded to their final output (docs/semantics.md §8)
+    steps: Optional[str]  # the flag column ending trajectories of step rows (``Convention.step_column``), if read
     scan_columns: tuple[str, ...]
     schema: pa.Schema  # the output's
     replay_columns: tuple[str, ...]  # the input's own columns compared with this run's (``replay``)
@@ -251,6 +253,10 @@ class ShardWork:
             if order in chunk.table.column_names:
                 validation.check_numbers(chunk.table, [order], chunk.path, chunk.start)
                 rows.add(order_key=torch.from_numpy(scalar_values(chunk.table, order, np.float64)))
+            if plan.steps:
+                rows.add(last_step=torch.from_numpy(scalar_values(chunk.table, plan.steps, np.bool_)))
+            if plan.cfg.conv.unscorable:
+                rows.add(unscorable=torch.from_numpy(unscored(chunk.table)))
             if plan.cfg.loss_mode is not None and "truncated" in chunk.table.column_names:
                 rows.add(truncated=torch.from_numpy(scalar_values(chunk.table, "truncated", np.bool_)))
             if "tool_rewards" in chunk.table.column_names:
@@ -312,12 +318,15 @@ class ShardWork:
                     if mean.numel() > 1:  # several batches: each token takes its batch's moments
                         tok_batch = b.per_token(at["batch_id"].to(plan.chain.device))
                         mean, var = mean[tok_batch], var[tok_batch]
-                    whiten = kernels.clamped_whiten if est.biased_whitening else kernels.masked_whiten
-                    advantages = whiten(advantages, mean, var)
+                    if est.biased_whitening:  # OpenRLHF's; --no-norm-adv-by-std is its no_std_norm
+                        advantages = kernels.clamped_whiten(advantages, mean, var, params.norm_adv_by_std)
+                    else:
+                        advantages = kernels.masked_whiten(advantages, mean, var)
                     if est.returns_are_advantages:
                         returns = advantages
-                if plan.cfg.adv_clip is not None:  # the advantages only; returns keep their values (ROLL)
-                    advantages = advantages.clamp(-plan.cfg.adv_clip, plan.cfg.adv_clip)
+                low, high = plan.cfg.adv_bounds
+                if low is not None or high is not None:  # the advantages only; returns keep their values
+                    advantages = advantages.clamp(min=low, max=high)
                 # selection, not multiplication: verl's NaN (opo's 0/0) must not survive at mask-0 positions
                 valid = b.response_mask > 0
                 # returns that are the advantages stay one tensor: summarised and sketched once
@@ -371,6 +380,8 @@ def scan_rows(p: Prepared, cfg: Config, kl_measured_here: bool) -> dict[str, Ten
         cols.update({f"component_{k}": c for k, c in enumerate(p.components)})
     if cfg.overlong_buffer_len is not None:
         cols["overlong_penalty"] = p.overlong_penalty
+    if p.exact_reward is not None:
+        cols["exact_reward"] = p.exact_reward
     if p.kld is not None:
         if kl_measured_here:
             cols["kl_row"] = kernels.segment_sum(p.kld, off) / (actor + 1e-8)

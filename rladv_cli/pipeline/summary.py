@@ -144,6 +144,10 @@ def _row_warnings(run: Finished, warn: WarningBuilder) -> None:
                   "the optimal-token baselines drop it", rows["score_on_masked_position"])
     warn.add_rows("row_without_actor_tokens", "{n} row(s) have no position with response_mask 1: they get no advantage",
                   rows["actor"] == 0)
+    if "unscorable" in rows:
+        warn.add_rows("unscorable_row", f"{{n}} row(s) have no score (null or NaN: {run.plan.cfg.conv.trainer}'s "
+                      "unscorable completion): left out of their group's mean and std, advantage 0 (the report's "
+                      "totals count them as 0)", rows["unscorable"])
     if "credit_reset_at_mask" in rows:
         text = ("{n} row(s): reinforce_plus_plus in reset mode cut a reward off from earlier tokens at a mask-0 "
                 "position (--rpp-mask-mode carry passes it through, as verl 0.9.1 does)"
@@ -176,7 +180,8 @@ def _row_warnings(run: Finished, warn: WarningBuilder) -> None:
 def _conditioning_warnings(run: Finished, warn: WarningBuilder) -> None:
     """Batches whose whitening, and groups whose optimal-token baseline, one float32 rounding moves by 1e-6 or more."""
     rows = run.rows
-    shifts = {b: _ulp_shift(w) for b, w in enumerate(run.whitening)}  # one entry per batch
+    centred_only = run.plan.est.biased_whitening and not run.plan.cfg.norm_adv_by_std  # nothing is divided
+    shifts = {} if centred_only else {b: _ulp_shift(w) for b, w in enumerate(run.whitening)}  # one entry per batch
     ill = {b: shift for b, shift in shifts.items() if shift >= ILL_CONDITIONED_SHIFT}
     if ill:
         first = [int(torch.nonzero(rows["batch_id"] == b)[0]) for b in ill]
@@ -343,9 +348,14 @@ def _tool_rewards_report(run: Finished, warn: WarningBuilder) -> Optional[dict]:
 
 
 def _sessions_report(run: Finished) -> Optional[dict]:
+    rows = run.source.num_rows
+    if run.plan.steps:
+        conv = run.plan.cfg.conv
+        return {"folded": True, "trajectories": torch.unique(run.fold_source).numel(), "rows": rows,
+                "note": f"{conv.trainer}'s step-wise trajectories ({run.plan.steps}): only each trajectory's last "
+                        "step enters the group statistics; every step gets that step's advantage"}
     if not run.has_sessions:
         return None
-    rows = run.source.num_rows
     folders = names_where(lambda e: e.folds_sessions)
     if not run.plan.fold:
         return {"folded": False, "rows": rows,

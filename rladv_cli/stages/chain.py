@@ -1,6 +1,7 @@
 """The per-chunk chain that runs before the estimator, in verl's order (docs/semantics.md §10):
 
-    validate -> tensors -> score assembly (tool rewards) -> DAPO overlong shaping -> stop-properly penalty ->
+    validate -> tensors -> score assembly (tool rewards) -> DAPO overlong shaping (verl's, or OpenRLHF's under its
+    convention) -> stop-properly penalty ->
     reward bias, scale and clip -> KL shaping on the original mask -> rollout rejection (rewrites
     ``response_mask``) -> importance weights
 
@@ -24,9 +25,10 @@ from ..config.correction import ImportanceSampling, RejectionRule
 from ..config.settings import Config
 from ..contract import validation
 from ..contract.columns import list_sums, scalar_values
+from ..estimators.openrlhf import overlong_penalty as openrlhf_overlong_penalty
 from ..io.read import Chunk
 from ..tensors.batch import Batch, as_tensor, from_arrow
-from .score import scale_bias_clip, stop_properly_penalty
+from .score import scale_bias_clip, scale_bias_clip_rows, stop_properly_penalty, stop_properly_rows
 from .shaping import apply_kl, overlong_penalty
 
 
@@ -47,12 +49,14 @@ class Timer:
 
 @dataclass(frozen=True)
 class Chain:
-    """The chain's settings: the run's ``Config``, its parsed rollout-correction rules and the device."""
+    """The chain's settings: the run's ``Config``, its parsed rollout-correction rules, the device, and whether the
+    row-score stages also run in float64 on a float64 ``score`` column (``Convention.float64_rewards``)."""
 
     cfg: Config
     rules: tuple[RejectionRule, ...]
     is_cfg: Optional[ImportanceSampling]
     device: torch.device
+    exact_rewards: bool = False  # also each row's reward in float64, from a float64 score (``Prepared``)
 
 
 @dataclass(frozen=True)
@@ -71,13 +75,14 @@ class Shaping:
 class Prepared:
     """A chunk after the stages: the batch, the masked KL estimate ``kld (N,)`` and the coefficient that shaped
     it (None and 0 without KL shaping), each row's overlong penalty ``(B,)`` and reward components ``(K, B)``
-    where those stages ran."""
+    where those stages ran, and with ``Chain.exact_rewards`` each row's shaped score ``(B,)`` in float64."""
 
     batch: Batch
     kld: Optional[Tensor]
     beta: Tensor | float
     overlong_penalty: Optional[Tensor] = None
     components: Optional[Tensor] = None
+    exact_reward: Optional[Tensor] = None
 
 
 def add_to_score(batch: Batch, per_row: Tensor) -> Batch:
@@ -95,7 +100,7 @@ def prepare(chain: Chain, chunk: Chunk, batch_ids: Tensor, shaping: Shaping, tim
     cfg, device = chain.cfg, chain.device
     with timer("validate"):
         if not chunk.checked:
-            validation.check_chunk(chunk.table, chunk.path, chunk.start, validated)
+            validation.check_chunk(chunk.table, chunk.path, chunk.start, validated, cfg.conv.unscorable)
     components = None
     with timer("convert"):
         batch = replace(from_arrow(chunk.table, chunk.first_row, device),
@@ -104,19 +109,25 @@ def prepare(chain: Chain, chunk: Chunk, batch_ids: Tensor, shaping: Shaping, tim
             validation.check_numbers(chunk.table, cfg.reward_components, chunk.path, chunk.start)
             components = torch.stack([as_tensor(scalar_values(chunk.table, c), device) for c in cfg.reward_components])
     penalty = None
+    # with exact rewards, the same row-score stages on each row's float64 score (one score per row: docs/conventions.md)
+    exact = as_tensor(scalar_values(chunk.table, "score", np.float64), device) if chain.exact_rewards else None
     with timer("shaping"):
         if cfg.tool_reward_coef is not None:
             sums, _ = list_sums(chunk.table, "tool_rewards")
             batch = add_to_score(batch, as_tensor((cfg.tool_reward_coef * sums).astype(np.float32), device))
+            exact = None if exact is None else exact + as_tensor(cfg.tool_reward_coef * sums, device)
         if cfg.overlong_buffer_len is not None:
-            penalty = overlong_penalty(batch.valid_length, cfg.overlong_buffer_len, cfg.overlong_penalty_factor,
-                                       cfg.max_resp_len)
-            batch = add_to_score(batch, penalty)
+            penalty = _overlong(cfg, batch)
+            batch = add_to_score(batch, penalty.float())  # a float64 penalty is rounded first, as torch adds it
+            exact = None if exact is None else exact + penalty
         if cfg.stop_properly_penalty_coef is not None:
             truncated = as_tensor(scalar_values(chunk.table, "truncated", np.bool_), device)
             batch = stop_properly_penalty(batch, truncated, cfg.stop_properly_penalty_coef)
+            exact = None if exact is None else stop_properly_rows(exact, truncated, cfg.stop_properly_penalty_coef)
         if cfg.reward_scale != 1.0 or cfg.reward_bias != 0.0 or cfg.reward_clip is not None:
             batch = scale_bias_clip(batch, cfg.reward_scale, cfg.reward_bias, cfg.reward_clip)
+            exact = None if exact is None else scale_bias_clip_rows(exact, cfg.reward_scale, cfg.reward_bias,
+                                                                    cfg.reward_clip)
     kld, beta = None, 0.0
     with timer("shaping"):
         if cfg.kl_in_reward:
@@ -134,7 +145,16 @@ def prepare(chain: Chain, chunk: Chunk, batch_ids: Tensor, shaping: Shaping, tim
             batch = replace(batch, response_mask=(batch.original_mask * keep).to(batch.original_mask.dtype))
         if with_weights and chain.is_cfg is not None:
             batch = replace(batch, rollout_is_weights=_is_weights(chain.is_cfg, batch, batch_ids, shaping))
-    return Prepared(batch, kld, beta, penalty, components)
+    return Prepared(batch, kld, beta, None if penalty is None else penalty.float(), components, exact)
+
+
+def _overlong(cfg: Config, batch: Batch) -> Tensor:
+    """Each row's DAPO overlong penalty ``(B,)`` by the convention's trainer (``Convention.overlong``): verl's on
+    the row's non-padding length (float32), or OpenRLHF's on its span of action tokens (float64)."""
+    if cfg.conv.overlong == "openrlhf":
+        return openrlhf_overlong_penalty(batch.original_mask, batch.row_offsets, cfg.overlong_buffer_len,
+                                         cfg.overlong_penalty_factor, cfg.max_resp_len)
+    return overlong_penalty(batch.valid_length, cfg.overlong_buffer_len, cfg.overlong_penalty_factor, cfg.max_resp_len)
 
 
 def _is_weights(is_cfg: ImportanceSampling, batch: Batch, batch_ids: Tensor, shaping: Shaping) -> Tensor:

@@ -28,6 +28,18 @@ def stop_properly_penalty(batch: Batch, truncated: Tensor, coef: float) -> Batch
     return replace(batch, token_level_scores=shaped, token_level_rewards=shaped)
 
 
+def stop_properly_rows(reward: Tensor, truncated: Tensor, coef: float) -> Tensor:
+    """``stop_properly_penalty`` on one reward per row ``(B,)``, in its dtype: ``R · coef`` (``coef ≥ 0``) or
+    ``coef`` where ``truncated``."""
+    return torch.where(truncated, reward * coef if coef >= 0 else torch.full_like(reward, coef), reward)
+
+
+def scale_bias_clip_rows(reward: Tensor, scale: float, bias: float, clip: float | None) -> Tensor:
+    """``scale_bias_clip`` on one reward per row ``(B,)``, in its dtype: ``clip((R + bias) · scale, ±clip)``."""
+    shaped = (reward + bias) * scale
+    return shaped if clip is None else shaped.clamp(-clip, clip)
+
+
 def scale_bias_clip(batch: Batch, scale: float, bias: float, clip: float | None) -> Batch:
     """AReaL's ``clip((score + bias) * scale, -clip, clip)`` on each row's score, float32.
 

@@ -342,10 +342,11 @@ def masked_whiten(x: Tensor, mean: Tensor, var: Tensor) -> Tensor:
     return (x - mean) * torch.rsqrt(var + 1e-8)
 
 
-def clamped_whiten(x: Tensor, mean: Tensor, var: Tensor) -> Tensor:
+def clamped_whiten(x: Tensor, mean: Tensor, var: Tensor, scale: bool = True) -> Tensor:
     """``(x − μ) · rsqrt(max(var, 1e-8))`` with the biased ``var``: OpenRLHF's whitening of advantages (its
-    ``compute_advantages_and_returns``); shapes as ``masked_whiten``."""
-    return (x - mean) * var.clamp(min=1e-8).rsqrt()
+    ``compute_advantages_and_returns``); ``scale`` False: ``x − μ`` only (its ``advantage.no_std_norm``); shapes
+    as ``masked_whiten``."""
+    return (x - mean) * var.clamp(min=1e-8).rsqrt() if scale else x - mean
 
 
 def select_rows(keep_row: Tensor, row_offsets: Tensor) -> tuple[Tensor, Tensor]:

@@ -109,3 +109,30 @@ def function_source(relative: str, function: str) -> str:
     text = path.read_text()
     node = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == function)
     return ast.get_source_segment(text, node)
+
+
+def skyrl_ppo_utils() -> types.ModuleType:
+    """SkyRL 0.3.0's ``ppo_utils`` (its registered advantage estimators)."""
+    return load("skyrl/backends/skyrl_train/utils/ppo_utils.py", "skyrl_ppo_utils", stubs=(
+        "ray", "jaxtyping", "loguru", "skyrl.backends.skyrl_train.utils.off_policy_correction_utils",
+        "skyrl.backends.skyrl_train.utils.torch_utils", "skyrl.train.config"),
+        ray={"is_initialized": lambda: False})
+
+
+def nemo_rl_advantage_estimator() -> types.ModuleType:
+    """NeMo-RL's ``advantage_estimator`` (and the ``utils`` it imports), at 7ea279a."""
+    load("nemo_rl/algorithms/utils.py", "nemo_rl.algorithms.utils", stubs=(
+        "transformers", "nemo_rl.data.chat_templates", "nemo_rl.models.policy", "nemo_rl.utils.fastokens",
+        "nemo_rl.utils.logger"))
+    return load("nemo_rl/algorithms/advantage_estimator.py", "nemo_rl.algorithms.advantage_estimator",
+                stubs=("nemo_rl.algorithms.loss",))
+
+
+def openrlhf_experience_maker() -> types.ModuleType:
+    """OpenRLHF 0.11.2's ``experience_maker`` (with ``models/utils.py`` and its length penalties)."""
+    load("openrlhf/models/utils.py", "openrlhf.models.utils", stubs=("deepspeed",))
+    load("openrlhf/trainer/ppo_utils/length_penalty.py", "openrlhf.trainer.ppo_utils.length_penalty",
+         stubs=("openrlhf.utils.logging_utils",))
+    return load("openrlhf/trainer/ppo_utils/experience_maker.py", "openrlhf_experience_maker", stubs=(
+        "ray", "openrlhf.trainer.ppo_utils.experience", "openrlhf.trainer.ray.launcher",
+        "openrlhf.utils.seqlen_balancing"))

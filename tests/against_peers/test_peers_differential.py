@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import rladv_cli
-from peers import code_between, function_source, load
+from peers import code_between, function_source, nemo_rl_advantage_estimator, openrlhf_experience_maker, skyrl_ppo_utils
 
 pytestmark = pytest.mark.peers
 SEEDS = range(40)
@@ -64,10 +64,7 @@ def assert_close_on_mask(ours: torch.Tensor, theirs: torch.Tensor, mask: torch.T
 # ------------------------------------------------------------------ SkyRL 0.3.0
 @pytest.fixture(scope="module")
 def skyrl():
-    return load("skyrl/backends/skyrl_train/utils/ppo_utils.py", "skyrl_ppo_utils", stubs=(
-        "ray", "jaxtyping", "loguru", "skyrl.backends.skyrl_train.utils.off_policy_correction_utils",
-        "skyrl.backends.skyrl_train.utils.torch_utils", "skyrl.train.config"),
-        ray={"is_initialized": lambda: False})
+    return skyrl_ppo_utils()
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -91,11 +88,7 @@ def test_skyrl(skyrl, seed, name, function):
 # ------------------------------------------------------------------ NeMo-RL 0.6.0 (7ea279a)
 @pytest.fixture(scope="module")
 def nemo_rl():
-    load("nemo_rl/algorithms/utils.py", "nemo_rl.algorithms.utils", stubs=(
-        "transformers", "nemo_rl.data.chat_templates", "nemo_rl.models.policy", "nemo_rl.utils.fastokens",
-        "nemo_rl.utils.logger"))
-    return load("nemo_rl/algorithms/advantage_estimator.py", "nemo_rl.algorithms.advantage_estimator",
-                stubs=("nemo_rl.algorithms.loss",))
+    return nemo_rl_advantage_estimator()
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -125,12 +118,7 @@ def test_nemo_rl(nemo_rl, seed, leave_one_out, normalize):
 # ------------------------------------------------------------------ OpenRLHF 0.11.2
 @pytest.fixture(scope="module")
 def openrlhf():
-    load("openrlhf/models/utils.py", "openrlhf.models.utils", stubs=("deepspeed",))
-    load("openrlhf/trainer/ppo_utils/length_penalty.py", "openrlhf.trainer.ppo_utils.length_penalty",
-         stubs=("openrlhf.utils.logging_utils",))
-    return load("openrlhf/trainer/ppo_utils/experience_maker.py", "openrlhf_experience_maker", stubs=(
-        "ray", "openrlhf.trainer.ppo_utils.experience", "openrlhf.trainer.ray.launcher",
-        "openrlhf.utils.seqlen_balancing"))
+    return openrlhf_experience_maker()
 
 
 def _openrlhf_maker(module, estimator: str, n: int, kl_coef: float, gamma: float = 1.0):

@@ -7,10 +7,11 @@ import json
 import shutil
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import ROOT, assert_one_line_error, copy_sample, listing, read, rladv
+from conftest import ROOT, assert_one_line_error, copy_sample, listing, read, rladv, write
 from host_exp import SAME_EXP
 
 DUMPS = ROOT / "tests" / "data" / "nemo_rl_rollouts"
@@ -129,3 +130,74 @@ def test_inspect_a_uid_group_under_a_convention_that_groups_by_uid(tmp_path):
     for row, advantage in by_row.items():
         first = got["response_mask"][row].as_py().index(1)
         assert advantage == got["advantages"][row].as_py()[first]
+
+
+# ------------------------------------------------------------------ the trainers' own settings, on Parquet files
+def _advantages(path, *args):
+    out = path.parent / "out.parquet"
+    result = rladv("compute", path, *args, "-o", out, "--quiet")
+    assert result.exit_code == 0, result.output
+    return read(out)["advantages"].to_pylist()
+
+
+def test_openrlhf_float64_overlong_and_no_std_norm(tmp_path):
+    src = write(tmp_path / "f64.parquet", response_mask=[[1, 1]] * 4, score=[1.0, 1.0, 1.0, 1.0 + 1e-8],
+                types={"score": pa.float64()})
+    got = _advantages(src, "--convention", "openrlhf", "--estimator", "group_norm", "--group-size", "4")
+    np.testing.assert_allclose([a[0] for a in got], [-2.5 / 6] * 3 + [1.25], atol=1e-6)
+    src = write(tmp_path / "long.parquet", response_mask=[[1, 1], [1]], score=[1, 1], types={"score": pa.int64()})
+    got = _advantages(src, "--convention", "openrlhf", "--estimator", "reinforce_baseline", "--group-size", "2",
+                      "--overlong-buffer-len", "1", "--overlong-penalty-factor", "0.5", "--max-resp-len", "2",
+                      "--no-norm-adv-by-std")
+    # rewards .5 (penalised) and 1: -.25 on both tokens of row 0, .25 on row 1; centred on their mean -1/12 only
+    np.testing.assert_allclose(got[0] + got[1], [-1 / 6, -1 / 6, 1 / 3], atol=1e-7)
+    assert_one_line_error(rladv("compute", src, "--convention", "openrlhf", "--estimator", "rloo", "--group-size", "2",
+                                "--no-norm-adv-by-std", "-o", tmp_path / "x.parquet"),
+                          "--no-norm-adv-by-std has no effect", "--convention openrlhf")
+
+
+def test_trl_unscorable_rows_and_the_refusal_elsewhere(tmp_path):
+    src = write(tmp_path / "r.parquet", response_mask=[[1]] * 4, score=[1.0, None, 0.0, 0.5])
+    out, report = tmp_path / "out.parquet", tmp_path / "r.json"
+    result = rladv("compute", src, "--convention", "trl", "--estimator", "grpo", "--group-size", "2",
+                   "--scale-rewards", "none", "-o", out, "--report", report, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert read(out)["advantages"].to_pylist() == [[0.0], [0.0], [-0.25], [0.25]]
+    warned = {w["code"]: w for w in json.loads(report.read_text())["warnings"]}["unscorable_row"]
+    assert warned["count"] == 1 and warned["where"] == [f"{src}:1"]
+    before = listing(tmp_path)
+    assert_one_line_error(rladv("compute", src, "--convention", "openrlhf", "--estimator", "dr_grpo", "--group-size",
+                                "2", "-o", tmp_path / "x.parquet"), "r.parquet", "is null", row=1, column="score")
+    assert listing(tmp_path) == before
+
+
+def test_nemo_rl_clip_bounds_and_stop_properly(tmp_path):
+    src = write(tmp_path / "r.parquet", response_mask=[[1]] * 4, score=[0.0, 15.0, 5.0, 0.0], uid=["p", "p", "q", "q"],
+                truncated=[False, True, False, False], types={"truncated": pa.bool_()})
+    common = ("--convention", "nemo_rl", "--estimator", "grpo", "--no-norm-adv-by-std")
+    assert _advantages(src, *common, "--adv-clip-low", "-2", "--adv-clip-high", "3") == [[-2.0], [3.0], [3.0], [-2.0]]
+    # the truncated row's 15 halved: -7.5, 7.5
+    assert _advantages(src, *common, "--stop-properly-penalty-coef", "0.5") == [[-7.5], [7.5], [5.0], [-5.0]]
+    before = listing(tmp_path)
+    for args, names in ((("--stop-properly-penalty-coef", "-0.5"), ["NeMo-RL only scales"]),
+                        (("--adv-clip", "1", "--adv-clip-low", "-1"), ["give one form or the other"]),
+                        (("--adv-clip-low", "1", "--adv-clip-high", "-1"), ["--adv-clip-low 1 is above"])):
+        assert_one_line_error(rladv("compute", src, *common, *args, "-o", tmp_path / "x.parquet"), *names)
+    assert listing(tmp_path) == before
+
+
+def test_skyrl_step_wise_trajectories(tmp_path):
+    columns = dict(uid=["g"] * 4, response_mask=[[1, 1, 1, 1], [1], [1, 1, 1], [1, 1]], score=[0.0, 2.0, 0.0, 0.0])
+    src = write(tmp_path / "steps.parquet", **columns, is_last_step=[False, True, False, True],
+                types={"is_last_step": pa.bool_()})
+    out, report = tmp_path / "out.parquet", tmp_path / "r.json"
+    result = rladv("compute", src, "--convention", "skyrl", "--estimator", "grpo", "--no-norm-adv-by-std",
+                   "-o", out, "--report", report, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert read(out)["advantages"].to_pylist() == [[1.0] * 4, [1.0], [-1.0] * 3, [-1.0] * 2]
+    assert json.loads(report.read_text())["sessions"]["trajectories"] == 2
+    bad = write(tmp_path / "bad.parquet", **columns, is_last_step=[0, 1, 1, 0], types={"is_last_step": pa.int8()})
+    before = listing(tmp_path)
+    assert_one_line_error(rladv("compute", bad, "--convention", "skyrl", "--estimator", "rloo", "-o",
+                                tmp_path / "x.parquet"), "bad.parquet", "last row", row=3, column="is_last_step")
+    assert listing(tmp_path) == before

@@ -145,9 +145,12 @@ def test_shell_completion_completes_commands_options_and_names(words, expected):
            "COMP_CWORD": str(len(words.split()) - 1)}
     done = subprocess.run([sys.executable, "-m", "rladv_cli"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.split() == expected, done.stdout + done.stderr
-    script = subprocess.run([sys.executable, "-m", "rladv_cli", "--show-completion", "bash"], capture_output=True,
-                            text=True, timeout=60)
-    assert "_RLADV_COMPLETE=complete_bash" in script.stdout
+    # the script --install-completion writes for bash (asked by name: --show-completion detects the shell running
+    # it from the parent processes, which a test cannot rely on)
+    script = subprocess.run([sys.executable, "-m", "rladv_cli"], env={**os.environ, "_RLADV_COMPLETE": "source_bash"},
+                            capture_output=True, text=True, timeout=60)
+    assert "_RLADV_COMPLETE=complete_bash" in script.stdout and "complete -o default -F _rladv_completion rladv" in \
+        script.stdout
 
 
 SETTINGS = ("ARROW_DEFAULT_MEMORY_POOL", "OPENBLAS_NUM_THREADS", "RAY_task_events_report_interval_ms")

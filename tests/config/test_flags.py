@@ -30,6 +30,7 @@ RUNS = [
               "loss_scale_factor": 100.0}),
     ("grpo", {"convention": "trl", "loss_agg_mode": "cispo", "epsilon_high": 0.3}),
     ("grpo", {"where": "step >= 1", "pad_width": 64, "columns": {"uid": "prompt_id"}}),
+    ("grpo", {"convention": "nemo_rl", "adv_clip_low": -2.0, "adv_clip_high": 5.0}),
 ]
 
 

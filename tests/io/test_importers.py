@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import rladv_cli
-from conftest import DATA, assert_generator_writes_the_fixtures, rladv
+from conftest import DATA, assert_generator_writes_the_fixtures, assert_one_line_error, rladv
 
 ROLLOUTS = DATA / "verl_rollouts"
 
@@ -333,7 +333,6 @@ def _trl_file(path, **columns):
 
 @pytest.mark.parametrize("columns, message", [
     ({"advantage": None}, "has no advantage (TRL's GRPOTrainer.log writes"),
-    ({"accuracy_reward": [1.0, float("nan")]}, "row 1, column accuracy_reward: every reward (accuracy_reward) is missing"),
     ({"accuracy_reward": ["x", "y"]}, "has no number column between completion and advantage"),
 ])
 def test_bad_trl_logs_are_one_line_errors_and_nothing_is_written(tmp_path, columns, message):
@@ -345,6 +344,23 @@ def test_bad_trl_logs_are_one_line_errors_and_nothing_is_written(tmp_path, colum
     res = rladv("convert", "--from", "trl", folder, "-o", out)
     assert res.exit_code == 2 and message in res.output and len(res.output.strip().splitlines()) == 1, res.output
     assert not out.exists()
+
+
+def test_an_unscorable_trl_completion_gets_a_null_score_that_only_trl_reads(tmp_path):
+    """Every reward of row 1 is missing (TRL's unscorable completion): a null score, which --convention trl leaves
+    out of its block (the other row alone: advantage 0 for both) and verl's convention refuses, naming the row."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    _trl_file(folder / "completions_00001.parquet", accuracy_reward=[1.0, float("nan")], advantage=[0.0, 0.0])
+    out = tmp_path / "r.parquet"
+    assert rladv("convert", "--from", "trl", folder, "-o", out).exit_code == 0
+    assert pq.read_table(out)["score"].to_pylist() == [1.0, None]
+    res = rladv("compute", out, "--convention", "trl", "--estimator", "grpo", "--strict-replay",
+                "-o", tmp_path / "c.parquet", "-q")
+    assert res.exit_code == 0, res.output
+    assert pq.read_table(tmp_path / "c.parquet")["advantages"].to_pylist() == [[0.0], [0.0]]
+    assert_one_line_error(rladv("compute", out, "--estimator", "grpo", "-o", tmp_path / "v.parquet"),
+                          "is null", row=1, column="score")
 
 
 @pytest.mark.peers

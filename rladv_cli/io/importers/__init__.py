@@ -29,7 +29,8 @@ trl         TRL 1.16.0's GRPO completion log (``log_completions``): ``completion
             of the prompt (TRL repeats a prompt for its ``num_generations`` completions); ``score``: the NaN-ignoring
             sum of the number columns between ``completion`` and ``advantage`` (TRL's reward with weights 1);
             ``advantages``: ``[advantage]``. No token lists: sequence level, as verl-jsonl. A row whose rewards
-            are all missing (TRL's unscorable completion) has no score rladv can use: an error naming it.
+            are all missing (TRL's unscorable completion) gets a null score, which ``--convention trl`` leaves
+            out of its block's statistics and every other convention refuses.
 
 slime       slime's ``--save-debug-rollout-data`` (slime/observability/rollout_data_utils.py
             ``save_debug_rollout_data``): ``torch.save({"rollout_id": N, "samples": [Sample.to_dict(), ...]})``

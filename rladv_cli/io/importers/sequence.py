@@ -112,12 +112,9 @@ def _trl_read(path: str, options: Options) -> Iterator[tuple[pa.Table, bool]]:
     rewards = trl_rewards(frame.schema, names)
     if not rewards:
         raise InputError(path, "has no number column between completion and advantage: no reward function's")
-    score = pl.sum_horizontal([pl.col(c).cast(pl.Float64).fill_nan(None) for c in rewards])
+    # a completion whose every reward is missing is TRL's unscorable one: its score is null (docs/dumps.md)
     scorable = pl.any_horizontal([pl.col(c).cast(pl.Float64).fill_nan(None).is_not_null() for c in rewards])
-    bad = frame.select(scorable.not_().arg_true()).to_series()
-    if bad.len():
-        raise InputError(path, f"every reward ({', '.join(rewards)}) is missing: TRL leaves such a completion out "
-                         "of its group statistics, which rladv cannot", row=int(bad[0]), column=rewards[0])
+    score = pl.when(scorable).then(pl.sum_horizontal([pl.col(c).cast(pl.Float64).fill_nan(None) for c in rewards]))
     text = {c: (pl.col(c).map_elements(json.dumps, return_dtype=pl.String) if frame.schema[c].is_nested()
                 else pl.col(c).cast(pl.String)) for c in ("prompt", "completion")}
     out = frame.select(
