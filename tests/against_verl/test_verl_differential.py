@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import rladv_cli
+from rladv_cli.estimators.registry import REFERENCE_NAMES
 
 pytestmark = pytest.mark.verl
 core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
@@ -92,7 +93,7 @@ def verl_outputs(table, estimator, gamma, lam, kl_coef, kl_mode):
 
 
 @pytest.mark.parametrize("seed", range(5))
-@pytest.mark.parametrize("estimator", sorted(rladv_cli.ESTIMATORS))
+@pytest.mark.parametrize("estimator", sorted(n for n in rladv_cli.ESTIMATORS if n in REFERENCE_NAMES))  # verl's own
 @pytest.mark.parametrize("kl", [(0.0, "kl"), (0.05, "low_var_kl"), (0.02, "kl")])
 def test_rladv_equals_verl(seed, estimator, kl):
     table = random_batch(seed)
