@@ -221,7 +221,8 @@ StopProperlyPenaltyCoef = Annotated[Optional[float], typer.Option(
     metavar="C", help="Rows whose truncated column is true: score times C for C in [0, 1], replaced by a negative C "
     "(OpenRLHF's ProRL stop-properly penalty).", rich_help_panel=SHAPING_PANEL)]
 BatchKey = Annotated[Optional[str], typer.Option(
-    metavar="COLUMN", help="Column whose values split the dataset into independent batches.",
+    metavar="COLUMN", help="Column whose values split the dataset into independent batches (training steps); "
+    "default: the data's step column when it has one; none: one batch.",
     rich_help_panel=ESTIMATOR_PANEL)]
 PadWidth = Annotated[Optional[int], typer.Option(
     metavar="N", help="Sum row totals as verl does in a batch padded to at least N positions (inspect --export "

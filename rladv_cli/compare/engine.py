@@ -175,7 +175,7 @@ def _run_summary(spec: RunSpec, cfg: Config, report: Report, seconds: float) -> 
 
 def _group_key(configs: Sequence[Config], columns: Sequence[str]) -> tuple[bool, Optional[str]]:
     """Whether rows form uid groups, and the ``--batch-key`` they form within (the runs' one, when they agree)."""
-    keys = {cfg.batch_key for cfg in configs}
+    keys = {cfg.batch_column for cfg in configs}
     return "uid" in columns, (keys.pop() if len(keys) == 1 else None)
 
 
@@ -318,6 +318,7 @@ def compare_runs(inputs: "Sequence[PathLike] | PathLike", runs: "Mapping[str, Co
     named = [(spec, _with_execution(cfg, execution)) for spec, (_, cfg) in zip(specs, items)]
     _check_same_rows(named)
     source = frames.open_rows(inputs, named[0][1].columns, named[0][1].where)
+    named = [(spec, cfg.for_columns(source.columns)) for spec, cfg in named]  # the data's step column, unless given
     out = None if output is None else os.fspath(output)
     _check_outputs(source, specs, out, html_path)
     # a dataset that fits the cache is decoded and checked once, on a thread, while torch imports (as compute does)

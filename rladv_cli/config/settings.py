@@ -6,7 +6,7 @@ threshold is refused before any data is read.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -20,6 +20,8 @@ from .correction import parse_rollout_is, parse_rollout_rs
 
 INT_MAX = 2**31 - 1
 KL_MODES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+STEP_COLUMN = "step"  # the batch key when the data has it and --batch-key is not given
+NO_BATCH_KEY = "none"  # --batch-key none: the whole dataset is one batch
 # the contract's columns (read or written) that ``columns`` may give another name
 MAPPABLE = (*COLUMNS, *(c for c in OUTPUT_COLUMNS if c not in COLUMNS), "rollout_is_weights", "session_id",
             "output_index", "prompts")
@@ -113,7 +115,9 @@ class Config(BaseModel):
     epsilon_high: Optional[float] = Field(
         None, gt=0.0, description="trl cispo: TRL's epsilon_high, the clamp of the IS ratio (default its epsilon, "
         "0.2)")
-    batch_key: Optional[str] = Field(None, description="column whose values split the dataset into independent batches")
+    batch_key: Optional[str] = Field(None, description="column whose values split the dataset into independent batches "
+                                     "(training steps); default: the data's step column when it has one; 'none': one "
+                                     "batch (docs/compute.md)")
     where: Optional[str] = Field(
         None, description="a SQL predicate over the input's columns (polars' SQL); only the rows it keeps are read, "
         "and groups and batch statistics are formed over them")
@@ -382,6 +386,16 @@ class Config(BaseModel):
         skip = {"estimator", *RUN_ONLY, *self.inert()}
         return {k: v for k, v in self.model_dump().items() if k not in skip and v != defaults[k]}
 
+    def for_columns(self, columns: Sequence[str]) -> "Config":
+        """These settings on data with ``columns``: the batch key resolved (``resolve_batch_key``)."""
+        key = resolve_batch_key(self.batch_key, columns)
+        return self if key == self.batch_key else self.model_copy(update={"batch_key": key})
+
+    @property
+    def batch_column(self) -> Optional[str]:
+        """The column whose values are the batches, None for one batch (``batch_column``)."""
+        return batch_column(self.batch_key)
+
     @property
     def notes(self) -> list[str]:
         """``setting_notes`` of these settings."""
@@ -403,6 +417,25 @@ class Config(BaseModel):
                 raise ConfigError(f"{name}: not a setting" + (f"; did you mean {close[0]}?" if close else
                                                              " (rladv_cli.Config's fields are the settings)")) from None
             raise ConfigError(f"{_flag(name)}: {msg}") from None
+
+
+def resolve_batch_key(given: Optional[str], columns: Sequence[str]) -> Optional[str]:
+    """The batch key a run on data with ``columns`` uses: ``given`` (``none``: one batch), else ``step`` when the
+    data has a step column (groups never span training steps: verl computes each step's batch on its own), else
+    None (one batch). On the same columns, resolving a resolved key gives it back (docs/compute.md)."""
+    if given is not None:
+        return given
+    return STEP_COLUMN if STEP_COLUMN in columns else None
+
+
+def on_columns(settings: Mapping[str, Any], columns: Sequence[str]) -> dict[str, Any]:
+    """``Config`` fields as keywords (``settings``) on data with ``columns``: the batch key resolved."""
+    return {**settings, "batch_key": resolve_batch_key(settings.get("batch_key"), columns)}
+
+
+def batch_column(key: Optional[str]) -> Optional[str]:
+    """The column a (resolved) batch key reads, None for one batch."""
+    return None if key in (None, NO_BATCH_KEY) else key
 
 
 def setting_notes(settings: Mapping[str, Any]) -> list[str]:

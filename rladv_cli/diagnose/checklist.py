@@ -51,7 +51,7 @@ checking it, ``rows`` are the first five rows:
                             passes it back to the earlier tokens in carry mode (the default) and cuts it off
                             in reset mode (the pipeline's check for γ > 0, up to exact cancellations)
 
-The hazard checks (``score_on_empty_response``, ``batch_not_multiple_of_group``, ``uid_spans_prompts``,
+The hazard checks (``score_on_empty_response``, ``batch_not_multiple_of_group``, ``uid_spans_prompts``, ``uid_spans_files``,
 ``epsilon_dominated_std``, ``kl_only_signal``) are described in ``hazards.py``.
 
 When ``estimator`` is given, a check whose condition cannot affect it (group checks for an estimator without
@@ -133,7 +133,7 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
         raise ConfigError(f"--chunk-rows must be > 0, got {chunk_rows}")
     if expected_n is not None and expected_n < 1:
         raise ConfigError(f"--expected-n must be >= 1, got {expected_n}")
-    from ..config.settings import KL_MODES
+    from ..config.settings import KL_MODES, batch_column, resolve_batch_key
 
     if kl_penalty.removesuffix("+") not in KL_MODES:
         raise ConfigError(f"--kl-penalty: '{kl_penalty}' is not a KL estimate verl implements; choose one of {', '.join(KL_MODES)}")
@@ -141,6 +141,7 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
         raise ConfigError(f"--batch-key {batch_key!r} names no column")
     ds = frames.open_rows(inputs, columns, where)
     check_side_outputs(None, ds.paths, {"--html": html_path, "--groups-out": groups_path, "--rows-out": rows_path})
+    batch_key = batch_column(resolve_batch_key(batch_key, ds.columns))  # the data's step column unless given
     if batch_key is not None and batch_key not in ds.columns:
         validation.check_schema(ds.paths[0], ds.schema, {batch_key: "--batch-key names it"})
     plan, bad_columns = plan_of(ds, kl_coef, batch_key)
@@ -426,6 +427,8 @@ def _group_checks(checks: _Checks, plan: Plan, est: Optional[Estimator], rows: R
     view = hazards.GroupView(gid=gid, size=size, first=first, present=present, est=est, uses_groups=uses_groups)
     hazards.batch_multiple(checks, rows, view, steps)
     hazards.prompts_per_uid(checks, plan, rows, view)
+    if labels.batch_key is None:  # the steps are the files
+        hazards.files_per_uid(checks, rows, view, len(steps))
     single = present & (size == 1)
     singleton_text = est.singleton if est is not None and est.singleton else SINGLETON_EXAMPLES
     checks.add("singleton_group", 4, int(single.sum()), np.sort(first[single]), "no uid group has a single row",

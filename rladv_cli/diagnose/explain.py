@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 from pydantic import BaseModel, Field
 
-from ..config.settings import Config
+from ..config.settings import Config, on_columns
 from ..contract.validation import is_number_list
 from ..errors import ConfigError
 from ..io.frames import open_rows
@@ -66,6 +66,8 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
     settings.setdefault("device", "cpu")
     cfg = Config(estimator=estimator, **settings)
     ds = open_rows(inputs, settings.get("columns"), settings.get("where"))
+    settings = on_columns(settings, ds.columns)  # the data's step column is the batch key unless given
+    cfg = cfg.for_columns(ds.columns)
     if not 0 <= row < ds.num_rows:
         raise ConfigError(f"--row {row}: the dataset has {ds.num_rows} rows (0-based)")
     est = cfg.spec
@@ -79,7 +81,7 @@ def explain(inputs: Sequence[PathLike] | PathLike, row: int, estimator: str, **s
     whitening = {}
     if report.whitening:
         w = report.whitening[0] if len(report.whitening) == 1 else next(
-            x for x in report.whitening if cfg.batch_key and x["batch"] == f"{cfg.batch_key}={one[cfg.batch_key][0].as_py()}")
+            x for x in report.whitening if cfg.batch_column and x["batch"] == f"{cfg.batch_column}={one[cfg.batch_column][0].as_py()}")
         whitening = {"whitening mean": w["mean"], "whitening std": float(np.sqrt(w["var"] + 1e-8)), "batch tokens": w["tokens"]}
     derived = est.derivation()(est, _row_values(mine), cfg.params(), whitening)
     if derived.by_group:  # one advantage per row: explained by its group (a uid group, unless the convention's

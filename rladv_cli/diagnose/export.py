@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..config.settings import Config, command_flags
+from ..config.settings import Config, batch_column, command_flags, on_columns
 from ..contract import validation
 from ..errors import ConfigError, OutputError
 from ..estimators.registry import DEFAULT_GROUP_ESTIMATOR, ESTIMATORS
@@ -25,8 +25,9 @@ def _padded_like_the_dataset(ds: RowSource, table: pa.Table, estimator: str, set
     """The export's ``Config``: ``settings`` with ``pad_width`` raised to the widest of the group's batches in
     the dataset (``pad_widths``) when that is wider than the group's own longest row, so the group alone sums
     its totals as the full run does; and the widths of the group's batches."""
-    full = pad_widths(ds, settings.get("batch_key")) or {}
-    keys = table[settings["batch_key"]].to_pylist() if settings.get("batch_key") else [None] * table.num_rows
+    key = batch_column(settings.get("batch_key"))
+    full = pad_widths(ds, key) or {}
+    keys = table[key].to_pylist() if key else [None] * table.num_rows
     widths = [full[k] for k in dict.fromkeys(keys) if k in full]
     own = int(pc.max(pc.list_value_length(table["response_mask"])).as_py() or 0) if "response_mask" in table.column_names else 0
     wanted = max([w for w in widths if w > own] + [settings.get("pad_width") or 0])
@@ -46,12 +47,13 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise ConfigError(f"--export {folder}: exists and is not a folder")
     ds = open_rows(inputs, settings.get("columns"), settings.get("where"))
+    settings = on_columns(settings, ds.columns)  # the data's step column is the batch key unless given
     table, _ = group_rows(ds, uid)
     run, widths = _padded_like_the_dataset(ds, table, estimator, settings)
     needed = set(validation.required_columns(
         ds.columns, ESTIMATORS[estimator].reads, kl=bool(settings.get("kl_coef")),
         rollout_correction=bool(settings.get("rollout_rs") or settings.get("rollout_is")),
-        batch_key=settings.get("batch_key"), reward_components=settings.get("reward_components") or (),
+        batch_key=batch_column(settings.get("batch_key")), reward_components=settings.get("reward_components") or (),
         tool_rewards=settings.get("tool_reward_coef") is not None,
         truncated=settings.get("stop_properly_penalty_coef") is not None))
     needed |= {c for c in ("uid", "attention_mask", "loss_mask", "responses", "old_log_probs", "rollout_log_probs",

@@ -9,6 +9,8 @@ the groups ``_group_checks`` formed; numpy only.
                                 without ``--estimator`` only: verl groups by uid, so no verl estimator changes;
                                 trainers that cut the batch into blocks of n would)
   uid_spans_prompts (4)         (a ``prompts`` column) a uid whose rows come from different prompts
+  uid_spans_files (4)           (several files, no batch key) a uid whose rows are in two or more files: if each
+                                file is a training step, its group merges a prompt's samples across steps
   epsilon_dominated_std (5)     a group with 0 < std <= 9·eps: epsilon makes at least a tenth of the denominator
                                 ``std + eps``, so it, not the spread, sets the advantages' size
   kl_only_signal (5)            (KL shaping or a file's ``token_level_rewards``) a group whose scores tie but
@@ -106,6 +108,30 @@ def prompts_per_uid(checks: "_Checks", plan: Plan, rows: RowScalars, view: Group
                f"{int(mixed.sum())} uid group(s) hold rows of different prompts (the prompts column differs "
                "within the group): their baseline mixes prompts of different difficulty. Is uid the prompt's id?",
                relevant=view.uses_groups, irrelevant=view.irrelevant)
+
+
+def files_per_uid(checks: "_Checks", rows: RowScalars, view: GroupView, files: int) -> None:
+    """``uid_spans_files``: without a batch key (``rows["step"]`` is then each row's file) and with several
+    ``files``, a uid group whose rows are in two or more of them."""
+    if files < 2:
+        return
+    spread = group_span(rows["step"].astype(np.int64), view.gid, view.size.size)
+    hit = view.present & spread
+    checks.add("uid_spans_files", 4, int(hit.sum()), np.sort(view.first[hit]),
+               "every uid group's rows are in one file",
+               f"{int(hit.sum())} uid group(s) have rows in several input files, and no batch key splits them: if each "
+               "file is a training step, each such group merges a prompt's samples across steps (give --batch-key "
+               "COLUMN, or uids unique per step as verl's are)",
+               relevant=view.uses_groups, irrelevant=view.irrelevant)
+
+
+def group_span(values: np.ndarray, gid: np.ndarray, groups: int) -> np.ndarray:
+    """Per group ``(G,)``: whether its rows' integer ``values`` ``(B,)`` differ."""
+    lo = np.full(groups, np.iinfo(np.int64).max)
+    hi = np.full(groups, np.iinfo(np.int64).min)
+    np.minimum.at(lo, gid, values)
+    np.maximum.at(hi, gid, values)
+    return hi > lo
 
 
 def epsilon_std(checks: "_Checks", rows: RowScalars, view: GroupView, epsilon: Optional[float],

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..contract import validation
 from ..contract.columns import array_of, assemble_scores, flat_values, list_offsets, score_positions
-from ..config.settings import Config
+from ..config.settings import Config, batch_column, on_columns
 from ..contract.labels import Labels
 from ..errors import ConfigError, InputError, RladvError
 from ..estimators.conventions import DEFAULT
@@ -120,7 +120,7 @@ def scope_of(est: Estimator, settings: dict) -> str:
     the row, its group, or the whole dataset (batch whitening or a batch-wide scale; an adaptive KL coefficient
     stepped batch by batch; rollout correction, whose batch statistics and checks take every row; token weights,
     whose denominators take the row's mini-batch)."""
-    adaptive_kl = settings.get("kl_coef") and settings.get("kl_ctrl") == "adaptive" and settings.get("batch_key")
+    adaptive_kl = settings.get("kl_coef") and settings.get("kl_ctrl") == "adaptive" and batch_column(settings.get("batch_key"))
     if est.whiten or est.batch_wide or adaptive_kl or settings.get("rollout_rs") or settings.get("rollout_is"):
         return "dataset"
     if est.row_advantage or settings.get("convention", DEFAULT) != DEFAULT:  # a trainer's own groups and matrices
@@ -209,7 +209,7 @@ def compute_rows(ds: RowSource, est: Estimator, target: np.ndarray, uid: Optiona
             table, index = read_rows(ds, lambda c: uid_equals(c.table, uid))
         else:
             table, index = read_rows(ds, lambda c: np.isin(c.first_row + np.arange(c.table.num_rows), target))
-        widths = pad_widths(ds, settings.get("batch_key"))
+        widths = pad_widths(ds, batch_column(settings.get("batch_key")))
     source = TableSource(table, origin=origin_of(ds, index))  # messages name the files and their rows
     out, report = run_in_memory(source, Config(estimator=est.name, **settings), pad_widths=widths)
     return out.take(pa.array(np.searchsorted(index, target))), report, scope
@@ -266,6 +266,7 @@ def row_view(inputs: Sequence[PathLike] | PathLike, row: int, *, estimator: Opti
     """
     est = None if estimator is None else Config(estimator=estimator, **settings).spec
     ds = open_rows(inputs, settings.get("columns"), settings.get("where"))
+    settings = on_columns(settings, ds.columns)  # the data's step column is the batch key unless given
     if not 0 <= row < ds.num_rows:
         across = f" across its {len(ds.paths)} files" if len(ds.paths) > 1 else ""
         raise ConfigError(f"--row {row}: the dataset has {ds.num_rows} rows{across} (0-based)")
@@ -428,6 +429,7 @@ def group_view(inputs: Sequence[PathLike] | PathLike, uid: str, *, estimator: st
     cfg = Config(estimator=estimator, **settings)
     est = cfg.spec
     ds = open_rows(inputs, settings.get("columns"), settings.get("where"))
+    settings = on_columns(settings, ds.columns)  # the data's step column is the batch key unless given
     table, index = group_rows(ds, uid)
     for i in range(table.num_rows):
         path, file_row = ds.locate(int(index[i]))
@@ -437,7 +439,7 @@ def group_view(inputs: Sequence[PathLike] | PathLike, uid: str, *, estimator: st
         out, _, scope = compute_rows(ds, est, index, uid, settings)
     except RladvError as err:
         error = str(err)
-    batch_key = settings.get("batch_key")
+    batch_key = batch_column(settings.get("batch_key"))
     members: list[GroupMember] = []
     totals: list[Optional[float]] = []
     for i in range(table.num_rows):
@@ -525,7 +527,8 @@ def render_group(view: GroupView, console) -> None:
     paths = {mb.path for mb in v.members}
     batches = any(mb.batch for mb in v.members)
     shifted = any(mb.dataset_row != mb.row for mb in v.members)  # not the dataset's first file: --row N differs
-    t = Table(header_style="bold", title=f"rows of {next(iter(paths))}" if len(paths) == 1 else None)
+    t = Table(header_style="bold underline", title=f"rows of {next(iter(paths))}" if len(paths) == 1 else None,
+              box=None, pad_edge=False)  # no rules: 80 columns hold the row's numbers
     cols = ["row"] + (["batch"] if batches else []) + ["actor", "rejected", "score total", "reward total", "advantage",
                                                        "adv min..max"]
     for col in cols:

@@ -88,7 +88,7 @@ def split(facts: RowFacts, settings: Settings) -> Split:
 def _check_divides(total: int, size: int, flag: str, what: str, facts: RowFacts, s: int) -> None:
     if size > 0 and total % size:
         name = facts.step_names[s] if s < len(facts.step_names) and facts.step_names[s] else ""
-        where = f"step {name}" if name else "the dataset"
+        where = f"the batch {name}" if name else "the dataset"
         raise ComputeError(f"{flag} {size}: {where} has {total} {what}, not a multiple of {size} (the trainer cuts "
                            "each step into equal batches in dataset order)")
 

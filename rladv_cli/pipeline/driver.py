@@ -55,6 +55,7 @@ class Pipeline:
 
     def __init__(self, source: RowSource, cfg: Config, progress: Optional[Progress] = None,
                  pad_widths: Optional[Mapping[object, int]] = None):
+        cfg = cfg.for_columns(source.columns)  # the batch key: the data's step column unless given
         self.source, self.cfg, self.pad_widths = source, cfg, pad_widths
         self.est = est = cfg.spec
         self.device = resolve_device(cfg.device)
@@ -65,7 +66,7 @@ class Pipeline:
                   if cfg.rollout_is else None)
         self.required = validation.required_columns(
             source.columns, cfg.conv.reads(est, names), kl=cfg.use_kl, rollout_correction=bool(rules or is_cfg),
-            batch_key=cfg.batch_key, reward_components=cfg.reward_components or (),
+            batch_key=cfg.batch_column, reward_components=cfg.reward_components or (),
             tool_rewards=cfg.tool_reward_coef is not None,
             # the gradient section reads the truncated column when the file has one
             truncated=cfg.stop_properly_penalty_coef is not None or (cfg.loss_mode is not None and "truncated" in names),
@@ -89,7 +90,7 @@ class Pipeline:
             replay_columns=tuple(replay_columns),
         )
         self.work = ShardWork(self.plan, source, progress)
-        self.labels = Labels(cfg.batch_key)
+        self.labels = Labels(cfg.batch_column)
         self.rows = RowTable()
         self.seconds: dict[str, float] = defaultdict(float)
 

@@ -80,8 +80,8 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
                           "one rladv starts stops with the run")
     if address is not None and not ray.is_initialized():
         _check_address(address)
-    config = config.model_copy(update={"device": "cpu"})
     dataset = Dataset(inputs, columns=config.columns)
+    config = config.model_copy(update={"device": "cpu"}).for_columns(dataset.columns)
     out_dir = Path(output_dir) if output_dir is not None else default_output_dir(dataset.inputs, dataset)
     created = not out_dir.exists() and not out_dir.is_symlink()
     names = output_names(dataset, out_dir)

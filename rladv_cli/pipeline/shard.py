@@ -61,7 +61,7 @@ class Plan:
 
     @property
     def adaptive_kl(self) -> bool:
-        return self.cfg.use_kl and self.cfg.kl_ctrl == "adaptive" and self.cfg.batch_key is not None
+        return self.cfg.use_kl and self.cfg.kl_ctrl == "adaptive" and self.cfg.batch_column is not None
 
     def layout_columns(self) -> list[str]:
         """What the layout pass reads (and validates): the mask, the batch key and, for the ``kl`` pass that
@@ -69,7 +69,7 @@ class Plan:
         when present)."""
         # the output schema holds loss_mask either way: the scan columns say whether the input does
         kl = {"old_log_probs", "ref_log_prob", mask_before_rejection(self.scan_columns)} if self.adaptive_kl else set()
-        wanted = {"response_mask", self.cfg.batch_key} | kl
+        wanted = {"response_mask", self.cfg.batch_column} | kl
         return [c for c in self.schema.names if c in wanted]
 
 
@@ -206,7 +206,7 @@ class ShardWork:
     # ----------------------------------------------------------------- passes
     def _layout(self, shard: Shard, timer: Timer) -> ShardResult:
         """Row lengths and batch ids (numbered within the shard; the driver renumbers them)."""
-        labels, rows = Labels(self.plan.cfg.batch_key), RowTable()
+        labels, rows = Labels(self.plan.cfg.batch_column), RowTable()
         for chunk in self._chunks(shard, self.plan.layout_columns(), "layout", timer):
             with timer("validate"):
                 if not chunk.checked:
@@ -234,7 +234,7 @@ class ShardWork:
         numbered within the shard (the driver renumbers them), so no stage here reads them."""
         plan = self.plan
         need_moments = plan.est.whiten and not plan.est.groups
-        labels, rows, correction = Labels(plan.cfg.batch_key), RowTable(), {}
+        labels, rows, correction = Labels(plan.cfg.batch_column), RowTable(), {}
         for chunk in self._chunks(shard, list(plan.scan_columns), "scan", timer):
             at = self._given(chunk, shard, given)
             if plan.group_key:

@@ -88,6 +88,7 @@ def build_report(run: Finished) -> Report:
     actor, used, padding = int(rows["actor"].sum()), int(rows["used"].sum()), int(rows["padding"].sum())
     groups = _groups_report(run, warn)
     _row_warnings(run, warn)
+    _files_warning(run, warn)
     _conditioning_warnings(run, warn)
     kl = _kl_report(run, warn)
     correction = {}
@@ -132,6 +133,21 @@ def build_report(run: Finished) -> Report:
             device=str(device),
         ),
     ).with_tables(group_table, row_table)
+
+
+def _files_warning(run: Finished, warn: WarningBuilder) -> None:
+    """``uid_spans_files``: without a batch key, the rows of uid groups with rows in several input files (if each
+    file is a training step, such a group merges a prompt's samples across steps)."""
+    shards = run.source.shards
+    if run.plan.cfg.batch_column is not None or len(shards) < 2 or run.plan.group_key != "uid":
+        return
+    file_of = torch.repeat_interleave(torch.arange(len(shards)), torch.tensor([s.num_rows for s in shards]))
+    gid, G = run.rows["group_id"].long(), run.groups.size.numel()
+    lo = torch.full((G,), len(shards), dtype=torch.long).scatter_reduce(0, gid, file_of, "amin")
+    hi = torch.full((G,), -1, dtype=torch.long).scatter_reduce(0, gid, file_of, "amax")
+    warn.add_rows("uid_spans_files", "{n} row(s) are in uid groups with rows in several input files, and no batch key "
+                  "splits them: if each file is a training step, each such group merges a prompt's samples across "
+                  "steps (give --batch-key COLUMN, or uids unique per step as verl's are)", (hi > lo)[gid])
 
 
 def _row_warnings(run: Finished, warn: WarningBuilder) -> None:

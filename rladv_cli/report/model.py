@@ -378,8 +378,9 @@ def render(report: Report, console) -> None:
     t.add_row("actor / observation / padding", f"{r.tokens.actor} / {r.tokens.observation} / {r.tokens.padding}")
     t.add_row("rejected / used", f"{r.tokens.rejected} / {r.tokens.used}")
     sizes = ", ".join(f"{k}x{v}" for k, v in r.groups.sizes.items()) or "-"
-    t.add_row("groups (size x count)", f"{r.groups.count} ({sizes}) in {r.groups.batches} batch(es), by "
-              f"{r.groups.formed_by}")
+    key = r.config.get("batch_key")
+    batches = f"{r.groups.batches} batch(es)" + (f" (--batch-key {key})" if key else "")
+    t.add_row("groups (size x count)", f"{r.groups.count} ({sizes}) in {batches}, by {r.groups.formed_by}")
     t.add_row("singletons / all-equal", f"{r.groups.singletons} / {r.groups.all_equal}")
     if r.kl.enabled:
         t.add_row("KL", f"{r.kl.penalty}, mean {_fmt(r.kl.mean)}, coef {_fmt(r.kl.coef)} ({r.kl.ctrl})")

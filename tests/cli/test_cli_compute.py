@@ -376,3 +376,54 @@ def test_compute_json_prints_the_report_and_nothing_else(tmp_path):
     assert res.exit_code == 0 and res.stderr == ""
     assert res.stdout == (tmp_path / "r.json").read_text()
     assert json.loads(res.stdout)["config"]["estimator"] == "grpo" and (tmp_path / "o.parquet").exists()
+
+
+def _step_files(folder, shared_uids: bool = True, step_column: bool = True):
+    """Two step files of one run whose uids are prompt ids (the same four prompts every step, verl's uids would be
+    uuid4s): step 1's prompts score 1,0,0,0; step 2's score 1,1,1,0."""
+    folder.mkdir()
+    for step, scores in ((1, [1.0, 0.0, 0.0, 0.0]), (2, [1.0, 1.0, 1.0, 0.0])):
+        rows = 16
+        uid = [f"prompt-{i // 4}" + ("" if shared_uids else f"-s{step}") for i in range(rows)]
+        cols = {"uid": uid, "response_mask": [[1, 1]] * rows, "score": [scores[i % 4] for i in range(rows)]}
+        if step_column:
+            cols["step"] = [step] * rows
+        write(folder / f"step_{step}.parquet", cols, types={"score": pa.float32()})
+    return folder
+
+
+def test_a_step_column_is_the_batch_key(tmp_path):
+    """A folder of step files whose uids recur every step: without --batch-key the step column keeps each step's
+    groups apart (as verl, which computes each step on its own); --batch-key none merges them, as asked."""
+    data = _step_files(tmp_path / "steps")
+    runs = {}
+    for name, flags in (("default", []), ("step", ["--batch-key", "step"]), ("none", ["--batch-key", "none"])):
+        out = tmp_path / f"{name}.parquet"
+        res = rladv("compute", data, "--estimator", "grpo", "-o", out, "--report", tmp_path / f"{name}.json", *flags)
+        assert res.exit_code == 0, res.output
+        runs[name] = [a[0] for a in read(out)["advantages"].to_pylist()]
+        if name == "default":
+            assert "in 2 batch(es) (--batch-key step), by uid" in res.stdout
+    assert runs["default"] == runs["step"] and runs["default"] != runs["none"]
+    # prompt-0 in step 1 scores 1,0,0,0: mean .25, Bessel std .5, so (1 - .25) / (.5 + 1e-6) and (0 - .25) / (.5 + 1e-6)
+    assert runs["step"][:4] == pytest.approx([0.75 / 0.500001] + [-0.25 / 0.500001] * 3, rel=1e-6)
+    report = json.loads((tmp_path / "default.json").read_text())
+    assert report["config"]["batch_key"] == "step" and report["groups"]["count"] == 8
+    assert json.loads((tmp_path / "none.json").read_text())["groups"]["count"] == 4
+
+
+def test_uids_spanning_files_without_a_batch_key_warn(tmp_path):
+    """Step files without a step column (or with --batch-key none): a uid with rows in two files is one group
+    across them; compute warns (uid_spans_files), and inspect's checklist says so; uids unique per file do not."""
+    data = _step_files(tmp_path / "steps", step_column=False)
+    res = rladv("compute", data, "--estimator", "grpo", "-o", tmp_path / "o.parquet", "--report", tmp_path / "r.json")
+    assert res.exit_code == 0 and "uid_spans_files" in res.stdout
+    warning = next(w for w in json.loads((tmp_path / "r.json").read_text())["warnings"] if w["code"] == "uid_spans_files")
+    assert warning["count"] == 32 and "--batch-key COLUMN" in warning["message"]
+    checks = {c["code"]: c for c in json.loads(rladv("inspect", data, "--estimator", "grpo", "--json").stdout)["checks"]}
+    assert checks["uid_spans_files"]["status"] == "warn" and checks["uid_spans_files"]["count"] == 4
+    apart = _step_files(tmp_path / "apart", shared_uids=False, step_column=False)
+    res = rladv("compute", apart, "--estimator", "grpo", "-o", tmp_path / "a.parquet", "--report", tmp_path / "a.json")
+    assert "uid_spans_files" not in {w["code"] for w in json.loads((tmp_path / "a.json").read_text())["warnings"]}
+    checks = {c["code"]: c for c in json.loads(rladv("inspect", apart, "--json").stdout)["checks"]}
+    assert checks["uid_spans_files"]["status"] == "pass"

@@ -150,17 +150,18 @@ def test_the_verdict_per_step(tmp_path):
 
 
 def test_several_files_are_the_steps_without_a_batch_key(tmp_path, zero):
-    """Without --batch-key the files are one batch, as in compute: groups are per uid, so step files need uids
-    of their own (verl's are uuid4s), which the second file gets here."""
+    """With --batch-key none (the files' step column would be the batch key otherwise) the files are one batch, as
+    in compute: groups are per uid, so step files need uids of their own (verl's are uuid4s), which the second
+    file gets here; the verdict's steps are the files."""
     zero = with_column(zero, tmp_path / "zero2.parquet", "uid",
                        pc.binary_join_element_wise(read(zero)["uid"], pa.scalar("-step2"), ""))
-    res = rladv("inspect", SAMPLES / "groups.parquet", zero, "--json")
+    res = rladv("inspect", SAMPLES / "groups.parquet", zero, "--json", "--batch-key", "none")
     steps = json.loads(res.stdout)["verdict"]["steps"]
     assert [s["step"] for s in steps] == [str(SAMPLES / "groups.parquet"), str(zero)]
     assert steps[1]["signal_share"] == 0 and steps[0]["signal_share"] > 0.5
     report = tmp_path / "r.json"
     assert rladv("compute", SAMPLES / "groups.parquet", zero, "--estimator", "grpo", "-o", tmp_path / "o.parquet",
-                 "--report", report).exit_code == 0
+                 "--report", report, "--batch-key", "none").exit_code == 0
     computed = json.loads(report.read_text())["verdict"]["steps"]
     assert [(s["step"], s["rows"], s["all_zero_share"]) for s in computed] == [
         (s["step"], s["rows"], s["all_zero_share"]) for s in steps]

@@ -51,8 +51,11 @@ def test_knobs_without_a_mode_or_unread_by_it_are_refused(tmp_path):
     assert_one_line_error(res, "--loss-agg-mode: 'dapo' is not a mode of --convention verl",
                           "dapo is a mode of --convention trl")
     res = rladv("compute", src, "--estimator", "grpo", "--loss-agg-mode", "token-mean", "--mini-batch-size", "4",
-                "-o", out)  # 65 rows
+                "--batch-key", "none", "-o", out)  # 65 rows
     assert_one_line_error(res, "--mini-batch-size 4: the dataset has 65 rows, not a multiple of 4")
+    res = rladv("compute", src, "--estimator", "grpo", "--loss-agg-mode", "token-mean", "--mini-batch-size", "4",
+                "-o", out)  # its step column: 32 and 33 rows
+    assert_one_line_error(res, "--mini-batch-size 4: the batch step=101 has 33 rows, not a multiple of 4")
     res = rladv("compute", src, "--estimator", "grpo", "--loss-agg-mode", "token-mean", "--mini-batch-size", "6",
                 "--micro-batch-size", "4", "-o", out)
     assert_one_line_error(res, "--micro-batch-size 4 does not divide --mini-batch-size 6")

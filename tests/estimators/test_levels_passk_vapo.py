@@ -82,7 +82,8 @@ def test_grpo_norm_batch_level_is_the_batch_key_batch():
     t = scalar_rows([1, 0, 0.5, 0, 1, 1], ["A", "A", "A", "B", "B", "B"], step=[0, 0, 0, 1, 1, 1])
     got = advantages(t, "grpo_norm", mean_level="batch", std_level="batch", batch_key="step")
     close(got, [0.999998, -0.999998, 0, -1.1547005, 0.5773503, 0.5773503], atol=3e-6)  # each batch one group here
-    whole = advantages(t, "grpo_norm", mean_level="batch", std_level="batch")
+    close(advantages(t, "grpo_norm", mean_level="batch", std_level="batch"), got)  # the step column, by default
+    whole = advantages(t, "grpo_norm", mean_level="batch", std_level="batch", batch_key="none")
     close(whole, [x / S_BATCH for x in BATCH_CENTRED])
 
 

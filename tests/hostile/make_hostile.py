@@ -847,9 +847,10 @@ def raises_cases(b: Builder) -> None:
         for i, m in enumerate(c["response_mask"]):
             c["response_mask"][i] = [0] * len(m)
 
+    # one batch (the rows' step column would make two, one of them empty, which rollout correction refuses first)
     for est, extra in [("gae", ()), ("reinforce_plus_plus", ()), ("reinforce_plus_plus_baseline", ()),
                        ("gdpo", ("--reward-components", "acc,fmt"))]:
-        b.data_case(f"whiten-one-token-{est}", "raises", one_token, est, *extra, named=(est,))
+        b.data_case(f"whiten-one-token-{est}", "raises", one_token, est, *extra, "--batch-key", "none", named=(est,))
     # without rollout log-probs (with them, rollout correction refuses the empty batch first, as verl does)
     no_correction = _drop("rollout_log_probs")
     b.data_case("whiten-no-token-gae", "raises", _all(no_token, no_correction), "gae", named=("gae",))
@@ -871,7 +872,8 @@ def raises_cases(b: Builder) -> None:
         c["uid"][2 * k] = "lonely"
         c["uid"][2 * k + 1] = c["uid"][(2 * k + 2) % len(c["uid"])]
 
-    b.data_case("grpo_passk-singleton", "raises", singleton, "grpo_passk", named=("grpo_passk", "lonely"))
+    b.data_case("grpo_passk-singleton", "raises", singleton, "grpo_passk", "--batch-key", "none",
+                named=("grpo_passk", "lonely"))  # one batch: the rows' steps would split every pair
     b.data_case("grpo_passk-all-singletons", "raises",
                 lambda c: c.__setitem__("uid", [f"u{i}" for i in range(len(c["uid"]))]), "grpo_passk",
                 named=("grpo_passk",))

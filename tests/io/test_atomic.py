@@ -311,7 +311,8 @@ def _variant_args(variant: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def multiturn(tmp_path_factory) -> Path:
-    """sample_data/multiturn.parquet plus reward_baselines, sum_pi_squared, two reward components and a step."""
+    """sample_data/multiturn.parquet plus reward_baselines, sum_pi_squared, two reward components and a step (a
+    uid group's rows share theirs, as a trainer's dump's do: the step column is the batch key)."""
     rng = np.random.default_rng(SEED)
     table = pq.read_table(SAMPLES / "multiturn.parquet")
     n = table.num_rows
@@ -322,7 +323,8 @@ def multiturn(tmp_path_factory) -> Path:
              .append_column("sum_pi_squared", pa.ListArray.from_arrays(offsets, pa.array(spi)))
              .append_column("acc", pa.array(rng.integers(0, 2, n).astype(np.float64)))
              .append_column("fmt", pa.array(rng.uniform(0, 1, n)))
-             .append_column("step", pa.array(np.arange(n) * 3 // n, pa.int64())))
+             .append_column("step", pa.array([int(u.rsplit("-", 1)[1]) % 3 for u in table["uid"].to_pylist()],
+                                             pa.int64())))
     path = tmp_path_factory.mktemp("determinism") / "multiturn.parquet"
     pq.write_table(table, path)
     pq.write_table(binary_scores(table), path.with_name("binary.parquet"))  # for estimators of binary rewards

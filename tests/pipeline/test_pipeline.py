@@ -42,7 +42,8 @@ def test_adaptive_kl_is_stepped_per_batch_in_key_order():
 
 
 def test_fixed_kl_single_batch_reports_verls_metric():
-    out, report = rladv_cli.compute(kl_table(), estimator="grpo", kl_coef=0.1, kl_penalty="kl", device="cpu")
+    out, report = rladv_cli.compute(kl_table(), estimator="grpo", kl_coef=0.1, kl_penalty="kl", device="cpu",
+                                    batch_key="none")
     # rows' masked means: 0.1, 0.25, 0.25, 0.0 -> mean 0.15
     assert report.kl.mean == pytest.approx(0.15)
     assert report.kl.coef == 0.1 and len(report.kl.batches) == 1
@@ -55,9 +56,11 @@ def test_groups_never_cross_batches():
         "response_mask": pa.array([[1]] * 4, pa.list_(pa.int8())),
         "score": pa.array([1.0, 1.0, 0.0, 0.0], pa.float32()),
     })
-    _, whole = rladv_cli.compute(t, estimator="grpo", device="cpu")
+    _, whole = rladv_cli.compute(t, estimator="grpo", device="cpu", batch_key="none")
     _, split = rladv_cli.compute(t, estimator="grpo", device="cpu", batch_key="step")
+    _, default = rladv_cli.compute(t, estimator="grpo", device="cpu")  # the step column is the batch key
     assert whole.groups.count == 1 and split.groups.count == 2 and split.groups.batches == 2
+    assert default.groups == split.groups and default.config["batch_key"] == "step"
 
 
 def test_progress_bar_shows_each_pass_on_a_terminal():

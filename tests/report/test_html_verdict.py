@@ -124,11 +124,12 @@ def test_the_card_on_a_clean_sample(tmp_path, sample, estimator, level):
     report = rladv_cli.compute_file([data], output=tmp_path / "out.parquet", html_path=tmp_path / "r.html",
                                     estimator=estimator, device="cpu")
     v = report.verdict
-    assert v.level == level and v.steps is None
+    stepped = sample == "groups"  # its step column (100, 101) is the batch key: a verdict per step
+    assert v.level == level and (v.steps is not None) == stepped
     assert v.actor_tokens == report.tokens.actor
     text = (tmp_path / "r.html").read_text()
     assert_card(text, v)
-    assert "Verdict per step" not in text
+    assert ("Verdict per step" in text) == stepped
     if level == "ok":
         assert v.signal_share == 1 and v.causes == [] and '<b class="big">100%</b>' in text
     else:  # groups.parquet: prompt 0 is solved on every sample, prompt 16 has one row
@@ -232,14 +233,14 @@ def test_steps_from_a_batch_key():
 
 
 def test_steps_from_several_files(tmp_path):
-    """inspect of two files, one per step, without --batch-key: a step per file, in the order given."""
+    """inspect of two files, one per step, with --batch-key none: a step per file, in the order given."""
     table = pq.read_table(SAMPLES / "groups.parquet")
     paths = []
     for step in (101, 100):
         part = table.filter(pc.equal(table["step"], step))
         paths.append(tmp_path / f"step-{step}.parquet")
         pq.write_table(zeroed(part) if step == 100 else part, paths[-1])
-    ins = rladv_cli.inspect([str(p) for p in paths], estimator="grpo", html_path=tmp_path / "i.html")
+    ins = rladv_cli.inspect([str(p) for p in paths], estimator="grpo", html_path=tmp_path / "i.html", batch_key="none")
     v = ins.verdict
     assert [Path(s.step).name for s in v.steps] == ["step-101.parquet", "step-100.parquet"]
     assert v.steps[1].signal_share == 0 and v.steps[1].all_zero_share == 1 and v.steps[0].signal_share > 0.5
