@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
@@ -167,6 +167,7 @@ class ValidationSummary:
     tokens: int
     columns: list[str]
     problems: list[Problem]
+    skipped: list[str] = field(default_factory=list)  # rladv outputs found beside the data, left out
 
     @property
     def ok(self) -> bool:
@@ -197,4 +198,5 @@ def validate(inputs: Sequence[PathLike] | PathLike, estimator: Optional[str] = N
         tokens += pc.sum(pc.list_value_length(chunk.table["response_mask"])).as_py() or 0
     problems = [Problem(column=column, kind=kind, count=len(hits), rows=[h[0] for h in hits[:5]], example=hits[0][1])
                 for (column, kind), hits in found.items()]
-    return ValidationSummary(dataset.paths, dataset.num_rows, int(tokens), dataset.columns, problems)
+    return ValidationSummary(dataset.paths, dataset.num_rows, int(tokens), dataset.columns, problems,
+                             list(dataset.skipped))

@@ -119,6 +119,14 @@ def _stdout(values: dict[str, Optional[Path]]) -> Optional[str]:
     return dashed[0] if dashed else None
 
 
+def _skipped(paths: list[str]) -> None:
+    """One ``Note:`` line on stderr naming the rladv outputs a folder or pattern held beside the data."""
+    if paths:
+        shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+        typer.echo(one_line(f"Note: left out {len(paths)} rladv output(s) found beside the data: {shown} (name a "
+                            "file on its own to read it)"), err=True)
+
+
 def _fail(message: str) -> None:
     """``Error: message`` on one line (control characters escaped), exit code 2."""
     typer.echo(f"Error: {one_line(message)}", err=True)
@@ -193,6 +201,7 @@ def compute(
                                                rows_path=rows_out))
     for note in cfg.notes:  # after the run: an error stays the only line a failed run prints
         err.print(f"Note: {one_line(note)}", markup=False, highlight=False, soft_wrap=True)
+    _skipped(result.inputs.skipped)
     if not (quiet or as_json):
         if source and (source["ignored"] or source["notes"]):
             for note in source["notes"]:
@@ -298,6 +307,7 @@ def validate(
 
     columns = _columns(column)
     summary = _run(lambda: run_validate([str(p) for p in dataset], estimator, kl=kl, columns=columns))
+    _skipped(summary.skipped)
     if as_json:
         typer.echo(json.dumps({"ok": summary.ok, **dataclasses.asdict(summary)}, indent=2))
         raise typer.Exit(code=0 if summary.ok else 2)
@@ -389,6 +399,7 @@ def inspect(
                                                 norm_adv_by_std=merged.get("norm_adv_by_std", True),
                                                 thresholds=merged.get("thresholds")))
         typer.echo(result.to_json(), nl=False) if as_json else render_inspection(result, console, show_all)
+        _skipped(result.skipped)
         if to_stdout == "--html":
             from ..diagnose.html import render_inspection_html
 

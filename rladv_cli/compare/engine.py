@@ -43,7 +43,8 @@ from ..contract.labels import Labels
 from ..errors import ConfigError, OutputError, RladvError
 from ..io import frames
 from ..io.read import Chunk, Dataset, RowSource, Shard
-from ..io.write import AtomicParquetWriter, SideFiles, check_output_path, check_side_outputs, signals_deferred
+from ..io.write import (AtomicParquetWriter, SideFiles, check_output_path, check_side_outputs, marked,
+                        signals_deferred)
 from ..report.model import Inputs, Report, example_command
 from .metrics import Block, PairTally, RunChunk
 from .model import Comparison, GroupDifference, PairSummary, RunSummary
@@ -295,7 +296,7 @@ def _output_schema(source: RowSource, specs: Sequence[RunSpec]) -> tuple[pa.Sche
     list of float32 per run; and the names of the input's."""
     carried = [f for f in source.schema if not (source.names.one_position and f.name == "response_mask")]
     schema = pa.schema(carried + [pa.field(s.column, pa.list_(pa.float32())) for s in specs],
-                       metadata=source.schema.metadata)
+                       metadata=marked(source.schema.metadata, "compare"))
     return schema, [f.name for f in carried]
 
 

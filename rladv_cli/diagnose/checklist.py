@@ -361,7 +361,7 @@ def _summarise(ds: RowSource, plan: Plan, est: Optional[Estimator], rows: RowSca
         rows=ds.num_rows,
         tokens=TokenCounts(total=total_tokens, actor=actor_tokens, observation=total_tokens - actor_tokens - pad_tokens,
                            padding=pad_tokens, rejected=rejected_tokens, used=used_tokens),
-        groups=groups, columns={f.name: str(f.type) for f in ds.schema}, checks=checks.items, paths=list(ds.paths),
+        groups=groups, columns={f.name: str(f.type) for f in ds.schema}, checks=checks.items, paths=list(ds.paths), skipped=list(ds.skipped),
         filter=row_filter(ds),
         estimator=name, invalid_rows=len(bad_rows), layout=layout, scores=scores,
         masks=masks, kl=kl, advantages=adv, dead_signal=dead,

@@ -159,6 +159,7 @@ class Inspection(_Model, WithTables):
     columns: dict[str, str]
     checks: list[Check]
     paths: list[str]
+    skipped: list[str] = Field(default_factory=list, description="rladv outputs (an earlier run's DATASET.adv.parquet, ...) that a folder or pattern held beside the data, left out; name one to read it")
     filter: Optional[RowFilter] = Field(description="the --where that chose the rows (rows: those it kept)")
     estimator: Optional[str]
     invalid_rows: int

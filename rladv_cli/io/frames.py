@@ -287,6 +287,7 @@ def _filtered_files(ds: Dataset, where: str) -> TableSource:
     source = TableSource(table, ds.paths[0], Origin(tuple(ds.paths), np.concatenate(file_index),
                                                     np.concatenate(file_row)), dict(ds.names.pairs))
     source.filter = Filter(where, ds.num_rows, table.num_rows)
+    source.skipped = ds.skipped
     return source
 
 

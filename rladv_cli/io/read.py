@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import glob
 import itertools
 import os
-import stat
 import sys
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -20,7 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..contract.schema import COLUMNS as CONTRACT_COLUMNS
-from ..errors import ConfigError, InputError
+from ..errors import InputError
+from .inputs import as_paths, dataset_files
 
 if TYPE_CHECKING:  # the writer takes the chunks a ReadOnce keeps (it is never imported for reading)
     from .write import AtomicParquetWriter
@@ -208,6 +206,7 @@ class RowSource:
     shards: list[Shard]
     names: ColumnNames  # how the files' columns are read as the contract's
     filter: "object | None" = None  # the --where that chose these rows (``frames.Filter``), if any
+    skipped: Sequence[str] = ()  # rladv outputs a folder or pattern held beside the data, left out (``io.inputs``)
 
     @property
     def columns(self) -> list[str]:
@@ -234,21 +233,6 @@ class RowSource:
         return file_index, np.arange(int(counts.sum()), dtype=np.int64) - starts[file_index]
 
 
-def _paths(inputs: object) -> list:
-    """``inputs`` as a list of paths: one path, or a sequence of them; anything else is refused by its type
-    (a frame read as a sequence would give its column names as paths)."""
-    if isinstance(inputs, (str, os.PathLike)):
-        return [inputs]
-    kind = type(inputs).__name__
-    if not isinstance(inputs, Sequence) or isinstance(inputs, bytes):
-        raise ConfigError(f"the input ({kind}) is not a path or a list of paths (compute, compute_file, "
-                          "compare_runs and inspect also take a pyarrow Table or a polars or pandas DataFrame)")
-    bad = next((i for i, p in enumerate(inputs) if not isinstance(p, (str, os.PathLike))), None)
-    if bad is not None:
-        raise ConfigError(f"input {bad} ({type(inputs[bad]).__name__}) is not a path; give paths as str or Path")
-    return list(inputs)
-
-
 class Dataset(RowSource):
     """One Parquet file, several files, folders of ``*.parquet`` or glob patterns (each sorted), read as one
     sequence of rows. ``inputs`` is one path or pattern, or a sequence of them (kept as given in ``inputs``);
@@ -256,36 +240,10 @@ class Dataset(RowSource):
 
     def __init__(self, inputs: str | os.PathLike | Sequence[str | os.PathLike],
                  columns: "Mapping[str, str] | None" = None):
-        inputs = _paths(inputs)
+        inputs = as_paths(inputs)
         self.inputs = inputs
-        if not inputs:
-            raise InputError("DATASET", "no input given")
-        files: list[Path] = []
-        for raw in inputs:
-            if not os.fspath(raw):  # Path("") would be the current folder
-                raise InputError("''", "an empty path; give a Parquet file, a folder or a glob pattern")
-            p = Path(raw)
-            if p.is_dir():
-                found = sorted(q for q in p.glob("*.parquet") if q.is_file())
-                if not found:
-                    raise InputError(str(p), "folder holds no *.parquet file")
-                files.extend(found)
-            elif p.is_file():
-                files.append(p)
-            elif glob.has_magic(str(raw)):
-                found = sorted(Path(q) for q in glob.glob(str(raw)) if Path(q).is_file())
-                if not found:
-                    raise InputError(str(p), "the pattern matches no file")
-                files.extend(found)
-            elif p.exists():
-                raise InputError(str(p), f"is {_kind_of(p)}, not a regular file; give a Parquet file or a folder")
-            else:
-                raise InputError(str(p), "no such file or folder")
-        seen = set()
-        for p in files:
-            if p.resolve() in seen:
-                raise InputError(str(p), "is given twice; each file of a dataset is read once")
-            seen.add(p.resolve())
+        files, skipped = dataset_files(inputs)
+        self.skipped = [str(p) for p in skipped]  # rladv outputs found beside the data (``io.inputs``)
         self.paths = [str(p) for p in files]
         self._files = [open_parquet(p) for p in self.paths]
         self.names = ColumnNames.of(columns)
@@ -393,19 +351,6 @@ class ShardSet:
         if self._once is not None:
             self._once.close()
             self._once = None
-
-
-def _kind_of(path: Path) -> str:
-    """What a path that is neither a regular file nor a folder is, in words."""
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return "not readable"
-    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return name
-    return "a special file"
 
 
 def _decoded_bytes(f: pq.ParquetFile) -> int:

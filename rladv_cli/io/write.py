@@ -77,11 +77,22 @@ def writer_options(schema: pa.Schema) -> dict:
     return {"compression": COMPRESSION, "use_dictionary": scalar, "write_statistics": scalar}
 
 
+# the key of the Parquet key-value metadata that marks a file rladv wrote (``io.read`` skips such files in a folder)
+OUTPUT_MARK = b"rladv.output"
+
+
+def marked(metadata: "dict | None", what: str) -> dict:
+    """``metadata`` with rladv's mark: what the file is (``advantages``, ``compare``)."""
+    return {**(metadata or {}), OUTPUT_MARK: what.encode()}
+
+
 def output_schema(schema: pa.Schema, with_is_weights: bool, with_token_weight: bool = False) -> pa.Schema:
-    """Input columns in their order (rewritten masks as int8 lists), then the added columns (docs/contract.md §3)."""
+    """Input columns in their order (rewritten masks as int8 lists), then the added columns (docs/contract.md §3);
+    the metadata marks the file as rladv's output."""
     added = computed_columns(with_is_weights, with_token_weight)
     fields = [pa.field(f.name, added.pop(f.name)) if f.name in added else f for f in schema]
-    return pa.schema(fields + [pa.field(name, t) for name, t in added.items()], metadata=schema.metadata)
+    return pa.schema(fields + [pa.field(name, t) for name, t in added.items()],
+                     metadata=marked(schema.metadata, "advantages"))
 
 
 def computed_columns(with_is_weights: bool, with_token_weight: bool = False) -> dict[str, pa.DataType]:

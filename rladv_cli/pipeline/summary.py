@@ -101,7 +101,8 @@ def build_report(run: Finished) -> Report:
     return Report(
         rladv_version=__version__,
         verdict=verdict,
-        inputs=Inputs(paths=list(source.paths), files=_file_infos(run), rows=source.num_rows, tokens=tokens_total,
+        inputs=Inputs(paths=list(source.paths), skipped=list(source.skipped), files=_file_infos(run),
+                      rows=source.num_rows, tokens=tokens_total,
                       filter=row_filter(source), sequence_level=source.names.one_position),
         output=None,
         config={**cfg.model_dump(), "score_column": "rm_scores" if "rm_scores" in source.columns else "score",

@@ -38,6 +38,7 @@ class Inputs(_Model):
     tokens: int
     filter: Optional[RowFilter] = None
     sequence_level: bool = Field(False, description="a score per row and no token lists: each row is one position")
+    skipped: list[str] = Field(default_factory=list, description="rladv outputs (an earlier run's DATASET.adv.parquet, ...) that a folder or pattern held beside the data, left out; name one to read it")
 
 
 def row_filter(source) -> Optional[RowFilter]:

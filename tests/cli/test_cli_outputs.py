@@ -3,6 +3,7 @@ glob, ``--report`` and ``--html``; what it never writes onto (an input, a FIFO, 
 twice); and a write that fails names its file and leaves nothing."""
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -238,3 +239,32 @@ def test_html_to_stdout(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["groups.parquet", "o.parquet"]
     res = rladv("inspect", data, "--json", "--html", "-")
     assert res.exit_code == 2 and res.output == "Error: --json and --html both name stdout (-); give all but one of them a file name\n"
+
+
+def test_an_earlier_output_beside_the_data_is_left_out_with_a_note(tmp_path):
+    """The default output lands beside its input; the next run over the folder (compute, inspect, validate,
+    compare) leaves it out, by the mark rladv writes in its outputs' metadata, and says so. A file named on its
+    own is read, and a folder holding only outputs is read as the data."""
+    folder = tmp_path / "steps"
+    folder.mkdir()
+    data = copy_sample(folder, "groups.parquet")
+    assert rladv("compute", data, "--estimator", "grpo", "-q").exit_code == 0
+    earlier = folder / "groups.adv.parquet"
+    renamed = folder / "old-run.parquet"  # the mark, not the name, tells an output
+    earlier.rename(renamed)
+    note = (f"Note: left out 1 rladv output(s) found beside the data: {renamed} (name a file on its own to read "
+            "it)\n")
+    res = rladv("compute", folder, "--estimator", "grpo", "-o", tmp_path / "o.parquet", "--report", tmp_path / "r.json")
+    assert res.exit_code == 0 and res.stderr == note, res.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["inputs"]["paths"] == [str(data)] and report["inputs"]["skipped"] == [str(renamed)]
+    for args in (("inspect", folder), ("validate", folder), ("inspect", str(folder / "*.parquet"))):
+        res = rladv(*args)
+        assert res.exit_code == 0 and res.stderr == note, (args, res.output)
+    alone = rladv("inspect", renamed, "--json")
+    assert alone.exit_code == 0 and alone.stderr == "" and json.loads(alone.stdout)["paths"] == [str(renamed)]
+    only = tmp_path / "outputs"
+    only.mkdir()
+    renamed.rename(only / "a.adv.parquet")
+    res = rladv("inspect", only, "--json")
+    assert res.exit_code == 0 and res.stderr == "" and json.loads(res.stdout)["paths"] == [str(only / "a.adv.parquet")]

@@ -94,7 +94,7 @@ def test_validate_json_lists_what_was_checked_and_every_problem(tmp_path):
     data = copy_sample(tmp_path, "groups.parquet")
     ok = rladv("validate", data, "--json")
     assert ok.exit_code == 0 and json.loads(ok.stdout) == {
-        "ok": True, "paths": [str(data)], "rows": 65, "tokens": 1850, "problems": [],
+        "ok": True, "paths": [str(data)], "rows": 65, "tokens": 1850, "problems": [], "skipped": [],
         "columns": ["uid", "responses", "response_mask", "score", "old_log_probs", "ref_log_prob", "step"]}
     t = read(data)
     masks = t["response_mask"].to_pylist()

@@ -69,7 +69,7 @@ def test_json_has_contract_section5_keys(with_advantages):
     ins = inspect(with_advantages)
     doc = json.loads(ins.to_json())
     assert list(doc)[:6] == ["verdict", "rows", "tokens", "groups", "columns", "checks"]
-    assert set(doc) == {"verdict", "rows", "tokens", "groups", "columns", "checks", "paths", "filter", "estimator",
+    assert set(doc) == {"verdict", "rows", "tokens", "groups", "columns", "checks", "paths", "skipped", "filter", "estimator",
                         "invalid_rows",
                         "layout", "scores", "masks", "kl", "advantages", "dead_signal", "distributions"}
     assert {"actor", "observation", "padding", "rejected"} <= set(doc["tokens"])
