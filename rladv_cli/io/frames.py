@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import ConfigError, InputError
+from .inputs import standard_type
 from .read import Chunk, ColumnNames, Dataset, Origin, RowSource, Shard, TableSource, as_lists
 
 if TYPE_CHECKING:
@@ -61,25 +62,14 @@ def _from_pandas(frame: Any) -> pa.Table:
         raise InputError(PANDAS_NAME, f"cannot be read as Arrow columns: {str(err).splitlines()[0]}") from None
 
 
-def _standard_type(t: pa.DataType) -> pa.DataType:
-    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return pa.string()
-    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
-        return pa.binary()
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
-        # Parquet's name for a list's values, as pyarrow reads a file
-        return pa.list_(t.value_field.with_type(_standard_type(t.value_type)).with_name("element"))
-    return t
-
-
 def standard(table: pa.Table) -> pa.Table:
     """``table`` with large and view strings, binaries and lists as the standard types; a column whose offsets
     do not fit 32 bits stays as it is."""
-    if all(str(_standard_type(f.type)) == str(f.type) for f in table.schema):  # str: with the field names
+    if all(str(standard_type(f.type)) == str(f.type) for f in table.schema):  # str: with the field names
         return table
     columns = []
     for f, col in zip(table.schema, table.columns):
-        t = _standard_type(f.type)
+        t = standard_type(f.type)
         try:
             columns.append(col if str(t) == str(f.type) else col.cast(t))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):

@@ -1,7 +1,9 @@
-"""The files a dataset's inputs name (docs/compute.md, "Datasets"): paths, folders of ``*.parquet`` and glob
-patterns, each folder's and pattern's files sorted; anything but paths refused by its type. rladv's own outputs
-that a folder or a pattern finds beside the data (the default ``DATASET.adv.parquet`` of an earlier run, marked
-in their metadata) are left out and named, unless they are all it finds; a file named on its own is read."""
+"""The files a dataset's inputs name, and the one schema they are read under (docs/compute.md, "The dataset"):
+paths, folders of ``*.parquet`` and glob patterns, each folder's and pattern's files sorted; anything but paths
+refused by its type. rladv's own outputs that a folder or a pattern finds beside the data (the default
+``DATASET.adv.parquet`` of an earlier run, marked in their metadata) are left out and named, unless they are all
+it finds; a file named on its own is read. Files whose columns differ only physically (another order, polars'
+large strings and lists next to pyarrow's, float next to double) are read as one schema (``unified_schema``)."""
 from __future__ import annotations
 
 import glob
@@ -90,3 +92,49 @@ def _kind_of(path: Path) -> str:
         if test(mode):
             return name
     return "a special file"
+
+
+def standard_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with large and view strings, binaries and lists as the standard ones (32-bit offsets, a list's values
+    named ``element``, as pyarrow reads a Parquet file)."""
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return pa.binary()
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        return pa.list_(t.value_field.with_type(standard_type(t.value_type)).with_name("element"))
+    return t
+
+
+def unified_schema(paths: Sequence[str], schemas: Sequence[pa.Schema], written) -> pa.Schema:
+    """The schema a dataset's files are read under: the first file's columns in its order; where the files' types
+    differ, the type that holds each (pyarrow's permissive promotion: int32 and int64 as int64, float and double
+    as double, a large string as a string). Other columns, or types that hold nothing in common (text and a
+    list), are an error naming both files and the column (``written``: the files' own names of columns)."""
+    first = schemas[0]
+    for path, schema in zip(paths[1:], schemas[1:]):
+        if sorted(schema.names) != sorted(first.names):
+            ours, theirs = written(schema.names), written(first.names)
+            raise InputError(path, f"columns {ours} differ from {paths[0]}'s {theirs}; all files of a dataset need the "
+                             "same columns (in any order)")
+    ordered = [pa.schema([s.field(n) for n in first.names], metadata=first.metadata) for s in schemas]
+    if all(s.equals(first) for s in ordered):
+        return first
+    standard = [pa.schema([f.with_type(standard_type(f.type)) for f in s], metadata=first.metadata) for s in ordered]
+    for path, schema in zip(paths[1:], standard[1:]):
+        for field in schema:
+            try:
+                pa.unify_schemas([pa.schema([standard[0].field(field.name)]), pa.schema([field])],
+                                 promote_options="permissive")
+            except (pa.ArrowException, ValueError):
+                raise InputError(path, f"type {field.type} holds nothing in common with {paths[0]}'s "
+                                 f"{standard[0].field(field.name).type}",
+                                 column=written([field.name])[0]) from None
+    unified = pa.unify_schemas(standard, promote_options="permissive")
+    return pa.schema([f.with_type(standard_type(f.type)) for f in unified], metadata=first.metadata)
+
+
+def conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` (a file's columns, some of ``schema``'s) in ``schema``'s order and types."""
+    names = [n for n in schema.names if n in table.column_names]
+    return table.select(names).cast(pa.schema([schema.field(n) for n in names]))

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from ..contract.schema import COLUMNS as CONTRACT_COLUMNS
 from ..errors import InputError
-from .inputs import as_paths, dataset_files
+from .inputs import as_paths, conformed, dataset_files, unified_schema
 
 if TYPE_CHECKING:  # the writer takes the chunks a ReadOnce keeps (it is never imported for reading)
     from .write import AtomicParquetWriter
@@ -139,17 +139,20 @@ class Shard:
     first_row: int
     num_rows: int
     names: ColumnNames = ColumnNames()
+    schema: "pa.Schema | None" = None  # the dataset's, when this file's columns differ from it only physically
 
     def chunks(self, columns: Sequence[str] | None, chunk_rows: int,
                file: pq.ParquetFile | None = None) -> Iterator[Chunk]:
         """Yield chunks of at most ``chunk_rows`` rows holding only ``columns`` (all when None; the contract's
-        names)."""
+        names), in the dataset's column order and types (``schema``)."""
         f = file if file is not None else open_parquet(self.path)
         wanted = self.names.file_columns(columns) if columns is not None else None
         start = 0
         try:
             for rb in f.iter_batches(batch_size=chunk_rows, columns=wanted):
                 table = as_lists(self.names.read(pa.Table.from_batches([rb]), columns))
+                if self.schema is not None:
+                    table = conformed(table, self.schema)
                 yield Chunk(self.index, self.path, start, self.first_row + start, table)
                 start += rb.num_rows
         except (pa.ArrowException, OSError) as err:
@@ -250,37 +253,23 @@ class Dataset(RowSource):
         self.names.check(self.paths[0], self._files[0].schema_arrow.names)
         self.names = self.names.seeing(self.names.read_schema(self._files[0].schema_arrow).names)
         schemas = [self._as_read(f.schema_arrow) for f in self._files]
-        self.schema = schemas[0]
-        for path, schema in zip(self.paths[1:], schemas[1:]):
-            self._check_same_schema(path, schema)
-        # the files agree on types; a column that may hold nulls in any of them may in the dataset
+        self.schema = unified_schema(self.paths, schemas, self.names.written)
+        # a column that may hold nulls in any of the files may in the dataset
         nullable = {field.name for schema in schemas for field in schema if field.nullable}
         self.schema = pa.schema([field.with_nullable(True) if field.name in nullable else field for field in self.schema],
                                 metadata=self.schema.metadata)
         self.file_rows = [f.metadata.num_rows for f in self._files]
         self.num_rows = sum(self.file_rows)
         starts = [0, *itertools.accumulate(self.file_rows)]
-        self.shards = [Shard(i, p, s, n, self.names) for i, (p, s, n) in
-                       enumerate(zip(self.paths, starts, self.file_rows))]
+        differs = [not schema.equals(self.schema, check_metadata=False) for schema in schemas]
+        self.shards = [Shard(i, p, s, n, self.names, self.schema if d else None) for i, (p, s, n, d) in
+                       enumerate(zip(self.paths, starts, self.file_rows, differs))]
         self._once: ReadOnce | None = None
 
     def _as_read(self, schema: pa.Schema) -> pa.Schema:
         """A file's schema as rladv reads it: mapped columns under the contract's names, fixed-size contract
         lists as lists (so padded dumps of different widths form one dataset)."""
         return list_schema(self.names.read_schema(schema))
-
-    def _check_same_schema(self, path: str, schema: pa.Schema) -> None:
-        """``schema`` (``_as_read``) has the first file's columns and types; errors name the files' columns."""
-        if schema.names != self.schema.names:
-            ours, first = self.names.written(schema.names), self.names.written(self.schema.names)
-            raise InputError(
-                path, f"columns {ours} differ from {self.paths[0]}'s {first}; all files of a dataset need the same columns"
-            )
-        for field in schema:
-            expected = self.schema.field(field.name).type
-            if field.type != expected:
-                raise InputError(path, f"type {field.type} differs from {self.paths[0]}'s {expected}",
-                                 column=self.names.in_file(field.name))
 
     def chunks(self, columns: Sequence[str] | None, chunk_rows: int) -> Iterator[Chunk]:
         """Yield chunks of at most ``chunk_rows`` rows holding only ``columns`` (all when None), in file order;
