@@ -660,7 +660,7 @@ def schema_cases(b: Builder) -> None:
 
     two("schema-missing-column", lambda c: ({k: v for k, v in c.items() if k != "values"}, {}), named=("values",))
     two("schema-extra-column", lambda c: ({**c, "extra": [1] * 4}, {"extra": pa.int64()}), named=("extra",))
-    # (another column order, or float64 scores beside float32 ones, are one dataset: tests/io/test_schemas.py)
+    # (another column order, or float64 scores beside float32 ones, are one dataset: tests/io/test_dataset_schemas.py)
     two("schema-type-differs", lambda c: ({**c, "rm_scores": [["x"] * len(r) for r in c["rm_scores"]]},
                                           {"rm_scores": pa.list_(pa.string())}), column="rm_scores")
     two("schema-uid-type-differs", lambda c: ({**c, "uid": [7, 7, 8, 8]}, {"uid": pa.int64()}), column="uid")
