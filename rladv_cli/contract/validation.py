@@ -89,6 +89,12 @@ def required_columns(columns: Iterable[str], reads: Mapping[str, str] = {}, *, k
     return need
 
 
+# verl's batch saved column by column: its attention_mask spans prompt and response (docs/dumps.md)
+VERL_BATCH_HINT = ("; this looks like verl's batch saved as it is (attention_mask over prompt and response): its "
+                   "response_mask is attention_mask's last len(responses) positions (verl's compute_response_mask); "
+                   "rladv_cli.dump_batch(batch, PATH) or rladv convert on a torch.save of the batch writes it")
+
+
 def check_schema(path: str, schema: pa.Schema, required: Mapping[str, str]) -> None:
     """Every required column (name -> why it is needed, ``required_columns``) is present, or an error that says
     why and names the closest column the file has; and every contract column present has an accepted type."""
@@ -98,6 +104,8 @@ def check_schema(path: str, schema: pa.Schema, required: Mapping[str, str]) -> N
         others = [n for n in schema.names if n not in required and n not in COLUMNS]  # not another role's column
         close = [c for name in missing for c in difflib.get_close_matches(name, others, n=1, cutoff=0.6)]
         hint = f" (did you mean {' or '.join(dict.fromkeys(close))}?)" if close else ""
+        if "response_mask" in missing and {"attention_mask", "responses"} <= set(schema.names):
+            hint += VERL_BATCH_HINT
         raise InputError(path, f"missing; {why}{hint}", column=", ".join(missing))
     for field in schema:
         col = COLUMNS.get(field.name)

@@ -126,6 +126,11 @@ def load_saved(path: str | os.PathLike, *, trust_pickle: bool = False) -> Any:
     import re
 
     where = os.fspath(path)
+    with open(where, "rb") as f:
+        if f.read(4) == b"PAR1":
+            raise InputError(where, "is a Parquet file, not a saved batch: rladv compute, inspect and validate read it "
+                             "as it is (convert turns a torch.save or pickle of a trainer's batch, or with --from "
+                             "FORMAT a trainer's logs, into Parquet)")
     refused = (f"loading it runs code from the file; {TRUST_FLAG} loads it (only for a file you trust, e.g. "
                "verl's DataProto.save_to_disk output)")
     try:

@@ -61,6 +61,9 @@ def _ones(rows: int) -> pa.Array:
 WRITTEN = ("token_level_rewards", "response_mask", "loss_mask", "advantages", "returns", "rollout_is_weights")
 
 
+VERL_SCORES = "token_level_scores"  # verl's batch key for the reward model's token scores, the contract's rm_scores
+
+
 @dataclass(frozen=True)
 class ColumnNames:
     """How the files' columns are read as the contract's: ``pairs`` of (contract name, the column's name in
@@ -77,10 +80,14 @@ class ColumnNames:
 
     def seeing(self, names: Sequence[str]) -> "ColumnNames":
         """These names, reading files whose columns (contract names) are ``names``: one position per row when
-        they hold a ``score`` and no ``response_mask`` nor any other token list."""
+        they hold a ``score`` and no ``response_mask`` nor any other token list; verl's ``token_level_scores``
+        read as ``rm_scores`` when the files hold neither score column (``--column`` needs not say so)."""
         token_lists = [n for n in names if n in CONTRACT_COLUMNS and CONTRACT_COLUMNS[n].token_aligned]
         one = "response_mask" not in names and "score" in names and not token_lists
-        return dataclasses.replace(self, one_position=one)
+        pairs = self.pairs
+        if VERL_SCORES in names and not {"rm_scores", "score"} & set(names):
+            pairs = tuple(sorted((*pairs, ("rm_scores", VERL_SCORES))))
+        return dataclasses.replace(self, one_position=one, pairs=pairs)
 
     def file_columns(self, columns: Sequence[str]) -> list[str]:
         """The files' names of the contract's ``columns`` to read (the one-position mask is made, not read)."""

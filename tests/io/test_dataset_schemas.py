@@ -57,3 +57,33 @@ def test_types_with_nothing_in_common_name_both_files_and_the_column(tmp_path, s
     res = rladv("compute", folder, "--estimator", "grpo", "-o", tmp_path / "o.parquet")
     assert_one_line_error(res, str(folder / "c.parquet"), str(folder / "a.parquet"), column="uid")
     assert "holds nothing in common" in res.output and not (tmp_path / "o.parquet").exists()
+
+
+def test_verls_token_level_scores_are_read_as_rm_scores(tmp_path):
+    """A batch saved with verl's key token_level_scores (no rm_scores, no score) needs no --column: the same
+    numbers as the file with rm_scores, and the output keeps the file's name for the column."""
+    t = pq.read_table(SAMPLES / "multiturn.parquet")
+    verl = tmp_path / "verl.parquet"
+    pq.write_table(t.rename_columns(["token_level_scores" if n == "rm_scores" else n for n in t.column_names]), verl)
+    outs = []
+    for data in (verl, SAMPLES / "multiturn.parquet"):
+        out = tmp_path / f"{data.stem}.out.parquet"
+        assert rladv("compute", data, "--estimator", "grpo", "-o", out, "-q").exit_code == 0
+        outs.append(read(out))
+    assert outs[0]["advantages"].equals(outs[1]["advantages"])
+    assert "token_level_scores" in outs[0].column_names and "rm_scores" not in outs[0].column_names
+    assert outs[0]["token_level_scores"].equals(outs[1]["rm_scores"])
+
+
+def test_verls_batch_saved_as_it_is_and_convert_on_parquet_say_what_to_do(tmp_path):
+    """A full-width attention_mask (prompt + response) and no response_mask: the error says how verl derives it;
+    rladv convert given a Parquet file says that compute reads it, instead of an unpickling error."""
+    t = pa.table({"uid": ["a", "a"], "responses": [[5, 6], [7, 8]], "attention_mask": [[1, 1, 1, 1], [1, 1, 1, 0]],
+                  "token_level_scores": [[0.0, 1.0], [0.0, 0.0]]})
+    path = tmp_path / "batch.parquet"
+    pq.write_table(t, path)
+    res = rladv("compute", path, "--estimator", "grpo", "-o", tmp_path / "o.parquet")
+    assert_one_line_error(res, "column response_mask: missing", "attention_mask's last len(responses) positions")
+    res = rladv("convert", path, "-o", tmp_path / "c.parquet")
+    assert_one_line_error(res, f"{path}: is a Parquet file, not a saved batch: rladv compute")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["batch.parquet"]
