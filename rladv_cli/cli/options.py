@@ -117,13 +117,15 @@ def _kl_modes() -> list[str]:
 
 
 Estimator = Annotated[Optional[str], typer.Option(
-    autocompletion=_names(_estimator_names), metavar="NAME", help=f"Advantage estimator, by its trainer's name; verl's and rladv's: {', '.join(ESTIMATORS)} "
+    autocompletion=_names(_estimator_names), metavar="NAME",
+    help=f"Advantage estimator, by its trainer's name; verl's and rladv's: {', '.join(ESTIMATORS)} "
     "(rladv estimators [--convention NAME] describes them; or from --config, whose default is gae).")]
 VerlConfig = Annotated[Optional[Path], typer.Option(
     "--config", parser=path, metavar="YAML", help="A verl trainer YAML (or its algorithm: section); flags given "
     "here win.")]
 Convention = Annotated[str, typer.Option(
-    autocompletion=_names(lambda: list(CONVENTIONS)), metavar="NAME", help=f"Follow this trainer's rules: {', '.join(CONVENTIONS)} (grouping, estimators, epsilons, "
+    autocompletion=_names(lambda: list(CONVENTIONS)), metavar="NAME",
+    help=f"Follow this trainer's rules: {', '.join(CONVENTIONS)} (grouping, estimators, epsilons, "
     "KL placement; docs/conventions.md).", rich_help_panel=ESTIMATOR_PANEL)]
 GroupSize = Annotated[Optional[int], typer.Option(
     metavar="N", help="trl, openrlhf: rows per group, cut as consecutive blocks in file order (default: the uid "
@@ -236,8 +238,8 @@ Columns = Annotated[Optional[list[str]], typer.Option(
     "COLUMN, e.g. --column uid=prompt_id (repeatable).", rich_help_panel=RUN_PANEL)]
 
 LossAggMode = Annotated[Optional[str], typer.Option(
-    autocompletion=_names(_loss_modes), metavar="MODE", help="Write token_weight, each token's coefficient on grad log pi in the trainer's loss, under "
-    "its aggregation mode by its own name: verl token-mean (default), token-sum, seq-mean-token-sum, "
+    autocompletion=_names(_loss_modes), metavar="MODE", help="Write token_weight, each token's coefficient on grad "
+    "log pi in the trainer's loss, under its aggregation mode by its own name: verl token-mean (default), token-sum, seq-mean-token-sum, "
     "seq-mean-token-mean, seq-mean-token-sum-norm; trl dapo (default), grpo, bnpo, dr_grpo, cispo, sapo, luspo, "
     "vespo; openrlhf token-mean, seq-mean-token-mean; nemo_rl token_level, sequence_level; skyrl token_mean, "
     "token_mean_legacy, sequence_mean, seq_mean_token_sum_norm, prompt_mean.", rich_help_panel=WEIGHT_PANEL)]
