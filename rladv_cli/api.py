@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .config.settings import Config
+from .config.settings import Config, batch_column
 from .estimators.registry import ESTIMATORS, REFERENCE_DEFAULT
 from .contract import validation
 from .errors import InputError, OutputError
@@ -185,8 +185,8 @@ def validate(inputs: Sequence[PathLike] | PathLike, estimator: Optional[str] = N
     config = Config(estimator=estimator or REFERENCE_DEFAULT, columns=columns)  # a bad name or mapping: ConfigError
     dataset = Dataset(inputs, columns=columns)
     reads = {} if estimator is None else ESTIMATORS[config.estimator].reads
-    required = validation.required_columns(dataset.columns, reads, kl=kl,
-                                           rollout_correction=rollout_correction, batch_key=batch_key)
+    required = validation.required_columns(dataset.columns, reads, kl=kl, rollout_correction=rollout_correction,
+                                           batch_key=batch_column(batch_key))  # "none": no key column
     validation.check_schema(dataset.paths[0], dataset.schema, required)
     if dataset.num_rows == 0:
         raise InputError(dataset.paths[0], "holds no rows")

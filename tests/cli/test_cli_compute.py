@@ -15,6 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import rladv_cli
+
 from conftest import (I8, SAMPLES, assert_one_line_error, assert_untouched, check_output, copy_sample, listing, read,
                       rladv, write)
 
@@ -410,6 +412,7 @@ def test_a_step_column_is_the_batch_key(tmp_path):
     report = json.loads((tmp_path / "default.json").read_text())
     assert report["config"]["batch_key"] == "step" and report["groups"]["count"] == 8
     assert json.loads((tmp_path / "none.json").read_text())["groups"]["count"] == 4
+    assert rladv_cli.validate(str(data), batch_key="none").ok  # "none" names no column to check
 
 
 def test_uids_spanning_files_without_a_batch_key_warn(tmp_path):
