@@ -330,8 +330,9 @@ def cases(draw, estimator: str, *, kl=True, overlong=True, correction=True, sess
         options["rollout_is_threshold"] = draw(st.sampled_from([f"{hi:.3f}", f"{lo:.3f}_{hi:.3f}", "2.0"]))
         options["rollout_is_batch_normalize"] = draw(st.booleans())
 
-    if shape.n_batches > 1:
-        options["batch_key"] = "step"
+    # several batches by their step column; one batch said so (the step column would be the batch key by default,
+    # naming the one batch step=K where verl's single step has no name)
+    options["batch_key"] = "step" if shape.n_batches > 1 else "none"
     rows = make_rows(rng, shape)
     if draw(st.integers(0, 5)) == 0:  # the trainer padded its batches wider (or not: at most the longest row)
         options["pad_width"] = draw(st.integers(1, max(len(m) for m in rows["response_mask"]) + 40))
@@ -742,7 +743,7 @@ def check_metrics(case: Case, steps: list[VerlStep], report) -> None:
             assert math.isclose(batch.coef, ctrl.value, rel_tol=1e-12, abs_tol=0), (batch, ctrl.value)
             ctrl.update(current_kl=batch.kl, n_steps=batch.rows)
         assert report.kl.batches[0].coef == steps[0].metrics["actor/reward_kl_penalty_coeff"]
-        if case.options.get("kl_ctrl") == "adaptive" and "batch_key" in case.options:
+        if case.options.get("kl_ctrl") == "adaptive" and case.options.get("batch_key") not in (None, "none"):
             # stepped between batches, rladv takes verl's own float32 current_kl: KL and coefficients to the bit
             assert [(b.kl, b.coef) for b in report.kl.batches] == [
                 (s.metrics["actor/reward_kl_penalty"], s.metrics["actor/reward_kl_penalty_coeff"]) for s in steps]
