@@ -286,7 +286,8 @@ def needs(name: str) -> dict:
     """``rollouts`` arguments giving the columns (and group sizes) the estimator ``name`` declares it needs
     (the registry's ``columns``, its smallest group with the default settings, and 0/1 scores for an estimator of
     binary rewards); skips estimators that need columns these strategies do not draw."""
-    from rladv_cli.estimators.registry import ESTIMATORS, Params
+    from rladv_cli.config.settings import Params
+    from rladv_cli.estimators.registry import ESTIMATORS
 
     est = ESTIMATORS[name]
     extra = set(est.columns) - DRAWABLE

@@ -22,8 +22,9 @@ from ..errors import RladvError, one_line, shown
 from ..estimators.conventions import get_convention
 from ..estimators.registry import DEFAULT_GROUP_ESTIMATOR, names_where
 from .help import HelpCommand, HelpGroup
-from .options import (RUN_PANEL, SETTINGS_OPTIONS, Columns, Datasets, Device, Engine, Estimator, FailOn, FailOnOption,
-                      GroupsOut, LogFormat, RowsOut, VerlConfig, choices, path, takes_settings)
+from ..config.flags import RUN, option_name, to_command_line
+from .options import (SHARED_SETTINGS, Columns, Datasets, Engine, Estimator, FailOn, FailOnOption, GroupsOut,
+                      LogFormat, RowsOut, VerlConfig, choices, path, takes_settings)
 from .progress import progress
 
 
@@ -46,6 +47,10 @@ class _OneLineErrors(HelpGroup):
             raise SystemExit(128 + signal.SIGPIPE) from None
 
     def main(self, *args, standalone_mode: bool = True, **kwargs):
+        with to_command_line():  # messages name settings by their flags (config.flags.named)
+            return self._main(*args, standalone_mode=standalone_mode, **kwargs)
+
+    def _main(self, *args, standalone_mode: bool, **kwargs):
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         try:
@@ -145,7 +150,7 @@ def _run(action: Callable[[], object]) -> object:
 
 
 @app.command(cls=HelpCommand, context_settings=HELP_OPTIONS)
-@takes_settings
+@takes_settings(run=True)
 def compute(
     ctx: typer.Context,
     dataset: Datasets,
@@ -156,18 +161,14 @@ def compute(
     groups_out: GroupsOut = None,
     rows_out: RowsOut = None,
     config: VerlConfig = None,
-    chunk_rows: Annotated[int, typer.Option(metavar="N", help="Rows held in memory at once (results do not depend on it).", rich_help_panel=RUN_PANEL)] = 512,
-    cache_mib: Annotated[int, typer.Option(metavar="MIB", help="Keep the decoded dataset in memory between passes when it fits this many MiB (0: re-read each pass).", rich_help_panel=RUN_PANEL)] = 512,
-    device: Annotated[Device, typer.Option(metavar=choices(Device), help="Torch device; auto = cuda when available.", rich_help_panel=RUN_PANEL)] = Device.auto,
-    threads: Annotated[int, typer.Option(metavar="N", help="Torch CPU threads (default 1: the kernels are memory-bound).", rich_help_panel=RUN_PANEL)] = 1,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.", rich_help_panel=RUN_PANEL)] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no summary.", rich_help_panel=RUN)] = False,
     strict_replay: Annotated[bool, typer.Option("--strict-replay", help="Exit 1 unless the input's own token_level_rewards/advantages/returns (a trainer dump) agree with this run's (the output is written either way).")] = False,
     fail_on: FailOnOption = FailOn.never,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout (as --report -) and no summary.")] = False,
-    engine: Annotated[Engine, typer.Option(metavar=choices(Engine), help="local: this process, one output file; ray: a Ray cluster, one output file per input file.", rich_help_panel=RUN_PANEL)] = Engine.local,
-    ray_address: Annotated[Optional[str], typer.Option(envvar="RAY_ADDRESS", metavar="HOST:PORT", help="--engine ray: the cluster to join (default: a local one for the run).", rich_help_panel=RUN_PANEL)] = None,
-    ray_workers: Annotated[Optional[int], typer.Option(metavar="N", help="--engine ray: workers, each holding a share of the input files and of the free CPUs for the whole run (default: one per free CPU, at most one per file).", rich_help_panel=RUN_PANEL)] = None,
-    ray_keep_workers: Annotated[float, typer.Option(metavar="SECONDS", help="--engine ray on a running cluster: keep the workers up this long after a run that finished, for the next run of this rladv with as many workers; it skips their start and torch import (default 0: they stop with the run).", rich_help_panel=RUN_PANEL)] = 0.0,
+    engine: Annotated[Engine, typer.Option(metavar=choices(Engine), help="local: this process, one output file; ray: a Ray cluster, one output file per input file.", rich_help_panel=RUN)] = Engine.local,
+    ray_address: Annotated[Optional[str], typer.Option(envvar="RAY_ADDRESS", metavar="HOST:PORT", help="--engine ray: the cluster to join (default: a local one for the run).", rich_help_panel=RUN)] = None,
+    ray_workers: Annotated[Optional[int], typer.Option(metavar="N", help="--engine ray: workers, each holding a share of the input files and of the free CPUs for the whole run (default: one per free CPU, at most one per file).", rich_help_panel=RUN)] = None,
+    ray_keep_workers: Annotated[float, typer.Option(metavar="SECONDS", help="--engine ray on a running cluster: keep the workers up this long after a run that finished, for the next run of this rladv with as many workers; it skips their start and torch import (default 0: they stop with the run).", rich_help_panel=RUN)] = 0.0,
     **settings,
 ) -> None:
     """Compute advantages and returns, written beside every input column. The report says what shaped them:
@@ -275,16 +276,16 @@ def _exit_on_verdict(verdict, fail_on: FailOn) -> None:
 
 
 def _only_typed(ctx: typer.Context, allowed: tuple[str, ...], why: str) -> None:
-    """Stop with ``--flag: why`` when a setting of ``SETTINGS_OPTIONS`` (or --config) other than ``allowed``
+    """Stop with ``--flag: why`` when a setting of ``SHARED_SETTINGS`` (or --config) other than ``allowed``
     was typed on the command line."""
-    for name in ("config", *(n for n, _, _ in SETTINGS_OPTIONS)):
+    for name in ("config", *SHARED_SETTINGS):
         if name not in allowed and _typed(ctx, name):
-            _fail(f"--{name.replace('_', '-')}: {why}")
+            _fail(f"{option_name(name)}: {why}")
 
 
 def _columns(given: Optional[list[str]]) -> Optional[dict]:
     """``--column`` values as ``Config.columns``; a malformed one stops the command."""
-    from ..config.resolve import column_names
+    from ..config.flags import column_names
 
     return _run(lambda: column_names(given))
 
@@ -327,7 +328,7 @@ def validate(
 
 
 @app.command(cls=HelpCommand, context_settings=HELP_OPTIONS)
-@takes_settings
+@takes_settings()
 def inspect(
     ctx: typer.Context,
     dataset: Datasets,
@@ -442,7 +443,7 @@ def inspect(
 
 
 @app.command(cls=HelpCommand, context_settings=HELP_OPTIONS)
-@takes_settings
+@takes_settings()
 def explain(
     ctx: typer.Context,
     dataset: Datasets,
@@ -470,6 +471,7 @@ def explain(
 
 
 @app.command(cls=HelpCommand, context_settings=HELP_OPTIONS)
+@takes_settings(run=True, shared=False, after="output")
 def compare(
     ctx: typer.Context,
     dataset: Datasets,
@@ -477,11 +479,8 @@ def compare(
     as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as one JSON object instead of tables.")] = False,
     html: Annotated[Optional[Path], typer.Option(parser=path, metavar="PATH", help="Also write a self-contained HTML page here: per pair, the scatter of the token advantages and the groups that differ most (- writes it to stdout, and the tables to stderr).")] = None,
     output: Annotated[Optional[Path], typer.Option("-o", "--output", parser=path, metavar="PATH", help="Also write the input rows with one advantages__NAME column per run (token_weight__NAME when every run gives --loss-agg-mode) as Parquet here.")] = None,
-    chunk_rows: Annotated[int, typer.Option(metavar="N", help="Rows held in memory at once, for every run (results do not depend on it).", rich_help_panel=RUN_PANEL)] = 512,
-    cache_mib: Annotated[int, typer.Option(metavar="MIB", help="Keep the decoded dataset in memory for every run when it fits this many MiB (0: each pass re-reads it).", rich_help_panel=RUN_PANEL)] = 512,
-    device: Annotated[Device, typer.Option(metavar=choices(Device), help="Torch device of every run; auto = cuda when available.", rich_help_panel=RUN_PANEL)] = Device.auto,
-    threads: Annotated[int, typer.Option(metavar="N", help="Torch CPU threads (default 1: the kernels are memory-bound).", rich_help_panel=RUN_PANEL)] = 1,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables.", rich_help_panel=RUN_PANEL)] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar and no tables.", rich_help_panel=RUN)] = False,
+    **run_options,
 ) -> None:
     """Compare several runs' advantages over one batch, side by side: each pair's correlation, rows whose sign
     flips, tokens whose weight changes more than 2x, the groups that differ most, and each run's signal.
@@ -496,7 +495,7 @@ def compare(
 
     specs = _run(lambda: parse_specs(run))
     parser = ctx.parent.command.get_command(ctx.parent, "compute")
-    settings = {"estimator", "config", *(name for name, _, _ in SETTINGS_OPTIONS)}
+    settings = {"estimator", "config", *SHARED_SETTINGS}
     runs, notes = [], []
     for spec in specs:
         run_ctx = _run(lambda: run_context(spec, parser, settings, ctx))
@@ -510,8 +509,7 @@ def compare(
     with progress(err, enabled=not (quiet or as_json) and err.is_terminal) as show:
         result = _run(lambda: compare_runs([str(p) for p in dataset], runs, output=output,
                                            html_path=None if to_stdout == "--html" else html,
-                                           chunk_rows=chunk_rows, cache_mib=cache_mib, device=device.value,
-                                           threads=threads, progress=show))
+                                           progress=show, **run_options))
     for note in notes:  # after the runs: an error stays the only line a failed comparison prints
         err.print(f"Note: {one_line(note)}", markup=False, highlight=False, soft_wrap=True)
     if as_json:

@@ -36,15 +36,23 @@ import pyarrow as pa
 
 from .. import __version__
 from ..api import SWITCH_INTERVAL_S, PathLike, _pipeline_imported
-from ..config.settings import Config, command_flags
+from ..config import flags
+from ..config.flags import command_flags
+from ..config.settings import Config
 from ..contract import validation
 from ..contract.columns import array_of, arrow_of, flat_values, list_offsets
 from ..contract.labels import Labels
 from ..errors import ConfigError, OutputError, RladvError
 from ..io import frames
 from ..io.read import Chunk, Dataset, RowSource, Shard
-from ..io.write import (AtomicParquetWriter, SideFiles, check_output_path, check_side_outputs, marked,
-                        signals_deferred)
+from ..io.write import (
+    AtomicParquetWriter,
+    SideFiles,
+    check_output_path,
+    check_side_outputs,
+    marked,
+    signals_deferred,
+)
 from ..report.model import Inputs, Report, example_command
 from .metrics import Block, PairTally, RunChunk
 from .model import Comparison, GroupDifference, PairSummary, RunSummary
@@ -131,8 +139,9 @@ def compared(named: Sequence[tuple[str, Config]]) -> str:
     weighed = [name for name, cfg in named if cfg.loss_mode is not None]
     if weighed and len(weighed) < len(named):
         plain = next(name for name, cfg in named if cfg.loss_mode is None)
-        raise ConfigError(f"run {weighed[0]!r} weighs its tokens (--loss-agg-mode) and run {plain!r} does not; give "
-                          "every run a --loss-agg-mode to compare token weights, or none to compare advantages")
+        mode = flags.named("loss_agg_mode")
+        raise ConfigError(f"run {weighed[0]!r} weighs its tokens ({mode}) and run {plain!r} does not; give every run a "
+                          f"{mode} to compare token weights, or none to compare advantages")
     return "token_weight" if weighed else "advantages"
 
 
@@ -140,8 +149,9 @@ def _check_same_rows(named: Sequence[tuple[RunSpec, Config]]) -> None:
     """Every run reads the same rows under the same names: ``--where`` and ``--column`` choose the batch."""
     (first, a), rest = named[0], named[1:]
     for spec, cfg in rest:
-        for field, flag in (("where", "--where"), ("columns", "--column")):
+        for field in ("where", "columns"):
             if getattr(cfg, field) != getattr(a, field):
+                flag = flags.named(field)
                 raise ConfigError(f"runs {first.name!r} and {spec.name!r} read different rows ({flag}); a comparison "
                                   f"is over one batch: give every run the same {flag}")
 

@@ -5,77 +5,23 @@ and what was typed on the command line; a Python caller or a test passes dicts.
 from __future__ import annotations
 
 import os
-from enum import Enum
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional
 
-from ..errors import ConfigError
 from ..estimators.registry import REFERENCE_DEFAULT
+from .flags import flags, option_name
 from .settings import Config
 
-__all__ = ["column_names", "merge_verl_config", "refused_inert", "settings_from_flags", "threshold_levels"]
+__all__ = ["merge_verl_config", "refused_inert", "settings_from_flags"]
 
 
 def settings_from_flags(params: Mapping[str, object]) -> dict:
-    """The ``Config`` fields among a command's parameters, as ``Config`` takes them (enum values, split lists,
-    ``--column`` pairs)."""
+    """The ``Config`` fields among a command's parameters, as ``Config`` takes them: what a flag gives as text
+    (a comma list, repeated ``--column`` pairs) parsed as its ``Flag`` says."""
     settings = {k: v for k, v in params.items() if k in Config.model_fields}
-    for key, value in settings.items():
-        if isinstance(value, Enum):
-            settings[key] = value.value
-        elif key in ("reward_components", "reward_weights"):
-            settings[key] = _split(value)
-        elif key == "columns":
-            settings[key] = column_names(value)
-        elif key == "thresholds":
-            settings[key] = threshold_levels(value)
+    for key, flag in flags().items():
+        if key in settings and flag.parse is not None:
+            settings[key] = flag.parse(settings[key])
     return settings
-
-
-def threshold_levels(given: Optional[Sequence[str]]) -> Optional[dict[str, tuple[Optional[float], Optional[float]]]]:
-    """``["all_equal_group=0.3,0.8", "length_bias=off", ...]`` (``--threshold``, repeated) -> ``{code: (warn,
-    fail)}``; a missing FAIL keeps the default's, ``off`` is never. None or empty stays None."""
-    from ..report.verdict import THRESHOLDS, check_thresholds
-
-    if not given:
-        return None
-    out = {}
-    for item in given:
-        code, sep, levels = item.partition("=")
-        code = code.strip()
-        parts = [p.strip() for p in levels.split(",")]
-        if not sep or not code or not 1 <= len(parts) <= 2 or not all(parts):
-            raise ConfigError(f"--threshold {item}: write CODE=WARN or CODE=WARN,FAIL (numbers, or off)")
-        try:
-            values = [None if p == "off" else float(p) for p in parts]
-        except ValueError:
-            raise ConfigError(f"--threshold {item}: {levels} is not WARN[,FAIL] (numbers, or off)") from None
-        out[code] = (values[0], values[1] if len(values) == 2 else THRESHOLDS.get(code, (None, None))[1])
-    try:
-        check_thresholds(out)
-    except ValueError as err:
-        raise ConfigError(f"--threshold {err}") from None
-    return out
-
-
-def column_names(given: Optional[Sequence[str]]) -> Optional[dict[str, str]]:
-    """``["uid=prompt_id", ...]`` (``--column``, repeated) -> ``{"uid": "prompt_id", ...}``; None or empty stays
-    None. A value without ``=`` is a ``ConfigError``."""
-    if not given:
-        return None
-    out = {}
-    for item in given:
-        name, sep, column = item.partition("=")
-        if not sep or not name.strip() or not column.strip():
-            raise ConfigError(f"--column {item}: write NAME=COLUMN, the contract's name and yours (uid=prompt_id)")
-        if name.strip() in out:
-            raise ConfigError(f"--column {item}: {name.strip()} is mapped twice")
-        out[name.strip()] = column.strip()
-    return out
-
-
-def _split(text: Optional[str]) -> Optional[list[str]]:
-    """``"a, b"`` -> ``["a", "b"]``; None stays None."""
-    return None if text is None else [part.strip() for part in text.split(",") if part.strip()]
 
 
 def merge_verl_config(flags: dict, typed: set[str], path: Optional[str | os.PathLike]) -> tuple[dict, Optional[dict]]:
@@ -119,8 +65,6 @@ def refused_inert(cfg: Config, typed_values: Mapping[str, object], ray_engine: b
     if not inert:
         return None
     name, why = inert[0]
-    if name == "norm_adv_by_std":
-        flag = "--norm-adv-by-std" if typed_values[name] else "--no-norm-adv-by-std"
-    else:
-        flag = f"--{name.replace('_', '-')}"
+    value = typed_values[name]
+    flag = option_name(name) if not isinstance(value, bool) or value else f"--no-{option_name(name)[2:]}"
     return f"{flag} has no effect {why}"

@@ -5,18 +5,44 @@ threshold is refused before any data is read.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
-from typing import Any, Literal, Mapping, Optional, Sequence
+from typing import Annotated, Any, Literal, Mapping, Optional, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ..contract.schema import COLUMNS, OUTPUT_COLUMNS
 from ..errors import ConfigError
-from ..estimators.conventions import CONVENTIONS, DEFAULT, Convention, unknown_convention
-from ..estimators.registry import ESTIMATOR_SETTINGS, Estimator, Params, names_where
+from ..estimators.conventions import (
+    CONVENTIONS,
+    DEFAULT,
+    Convention,
+    unknown_convention,
+)
+from ..estimators.registry import ESTIMATOR_SETTINGS, Estimator, names_where
 from ..loss.modes import AGGREGATIONS, KNOBS, Aggregation, LossMode
 from ..report.verdict import THRESHOLDS, check_thresholds
 from .correction import parse_rollout_is, parse_rollout_rs
+from .flags import (
+    CORRECTION,
+    ESTIMATOR,
+    RUN,
+    SHAPING,
+    WEIGHTS,
+    Flag,
+    column_names,
+    comma_list,
+    flag_of,
+    named,
+    threshold_levels,
+)
 
 INT_MAX = 2**31 - 1
 KL_MODES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
@@ -25,7 +51,11 @@ NO_BATCH_KEY = "none"  # --batch-key none: the whole dataset is one batch
 # the contract's columns (read or written) that ``columns`` may give another name
 MAPPABLE = (*COLUMNS, *(c for c in OUTPUT_COLUMNS if c not in COLUMNS), "rollout_is_weights", "session_id",
             "output_index", "prompts")
-RUN_ONLY = frozenset({"chunk_rows", "cache_mib", "device", "threads", "thresholds"})  # never the numbers
+
+
+def _loss_modes() -> list[str]:
+    """Every trainer's loss aggregation modes (shell completion of --loss-agg-mode)."""
+    return list(dict.fromkeys(mode for a in AGGREGATIONS.values() for mode in a.modes))
 
 
 class Config(BaseModel):
@@ -33,119 +63,145 @@ class Config(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, title="rladv compute config", allow_inf_nan=False)
 
-    estimator: str = Field(description="advantage estimator, by its trainer's name (rladv estimators lists them)")
-    convention: str = Field(
-        DEFAULT, description="the trainer whose rules the numbers follow: verl (0.9.1), trl, openrlhf, nemo_rl or "
+    estimator: str = Field(description="Advantage estimator, by its trainer's name (rladv estimators lists them)")
+    convention: Annotated[str, Flag(ESTIMATOR, "NAME", choices=lambda: list(CONVENTIONS))] = Field(
+        DEFAULT, description="The trainer whose rules the numbers follow: verl (0.9.1), trl, openrlhf, nemo_rl or "
         "skyrl: its grouping, estimators, epsilons and KL placement (docs/conventions.md)")
-    group_size: Optional[int] = Field(
+    group_size: Annotated[Optional[int], Flag(ESTIMATOR)] = Field(
         None, gt=0, le=INT_MAX, description="trl, openrlhf: rows per group, cut as consecutive blocks in file order "
         "(TRL's num_generations, OpenRLHF's n_samples_per_prompt); default: the uid groups' common size")
-    scale_rewards: Literal["group", "batch", "none"] = Field(
+    scale_rewards: Annotated[Literal["group", "batch", "none"], Flag(ESTIMATOR)] = Field(
         "group", description="trl grpo: divide by the group's std, the batch's, or not at all (TRL's scale_rewards)")
-    leave_one_out: bool = Field(
+    leave_one_out: Annotated[bool, Flag(ESTIMATOR)] = Field(
         True, description="nemo_rl grpo, grpo_loo: baseline and std over the row's other samples (NeMo-RL's "
         "use_leave_one_out_baseline); off: over all of them")
-    gamma: float = Field(1.0, ge=0.0, le=1.0, description="discount factor (gae, reinforce_plus_plus)")
-    lam: float = Field(1.0, ge=0.0, le=1.0, description="GAE lambda")
-    norm_adv_by_std: bool = Field(True, description="grpo: divide by the group std (false = Dr.GRPO)")
-    epsilon: float = Field(1e-6, gt=0.0, description="grpo: added to the group std")
-    rpp_mask_mode: Literal["carry", "reset"] = Field(
+    gamma: Annotated[float, Flag(ESTIMATOR)] = Field(
+        1.0, ge=0.0, le=1.0, description="Discount factor (gae, reinforce_plus_plus)")
+    lam: Annotated[float, Flag(ESTIMATOR)] = Field(1.0, ge=0.0, le=1.0, description="GAE lambda")
+    norm_adv_by_std: Annotated[bool, Flag(ESTIMATOR)] = Field(
+        True, description="grpo: divide by the group std (off: Dr.GRPO)")
+    epsilon: Annotated[float, Flag(ESTIMATOR)] = Field(1e-6, gt=0.0, description="grpo: added to the group std")
+    rpp_mask_mode: Annotated[Literal["carry", "reset"], Flag(ESTIMATOR)] = Field(
         "carry", description="reinforce_plus_plus at mask-0 positions: carry the return through (verl 0.9.1) or "
-        "reset it to 0 (verl before 0.9, the chapter)"
-    )
-    kl_coef: float = Field(0.0, description="a non-zero value turns on KL reward shaping (verl's use_kl_in_reward); negative raises rewards that diverge")
-    kl_penalty: str = Field("kl", description="per-token KL estimate: kl/k1, abs, mse/k2, low_var_kl/k3, or <mode>+")
-    kl_ctrl: Literal["fixed", "adaptive"] = Field("fixed", description="KL coefficient controller")
-    kl_target: float = Field(0.1, description="adaptive controller: target KL")
-    kl_horizon: int = Field(10000, le=INT_MAX, description="adaptive controller: horizon")
-    rollout_rs: Optional[str] = Field(None, description="rollout rejection options, verl's string (e.g. token_k1)")
-    rollout_rs_threshold: Optional[str] = Field(None, description="rollout rejection thresholds, verl's string")
-    rollout_is: Optional[Literal["token", "sequence"]] = Field(None, description="importance-weight level")
-    rollout_is_threshold: str = Field("2.0", description="IS truncation threshold (number) or IcePop band lo_hi")
-    rollout_is_batch_normalize: bool = Field(False, description="normalise IS weights by their batch mean")
-    overlong_buffer_len: Optional[int] = Field(
-        None, gt=0, le=INT_MAX, description="DAPO overlong shaping: buffer length (turns the stage on; needs max_resp_len)"
-    )
-    overlong_penalty_factor: float = Field(1.0, description="DAPO overlong shaping: penalty at max_resp_len")
-    max_resp_len: Optional[int] = Field(None, gt=0, le=INT_MAX, description="DAPO overlong shaping: maximum response length")
-    tool_reward_coef: Optional[float] = Field(
-        None, description="adds coef * sum(tool_rewards) to each row's score at its score position (score assembly, "
-        "before overlong shaping); verl never adds tool rewards, so the default (None) leaves them out"
-    )
-    reward_components: Optional[tuple[str, ...]] = Field(
-        None, description="gdpo: float columns holding per-row reward components"
-    )
-    reward_weights: Optional[tuple[float, ...]] = Field(None, description="gdpo: weight of each component")
-    mean_level: Literal["group", "batch", "none"] = Field(
+        "reset it to 0 (verl before 0.9, the chapter)")
+    kl_coef: Annotated[float, Flag(SHAPING)] = Field(
+        0.0, description="A non-zero value turns on KL reward shaping (verl's use_kl_in_reward); a negative one "
+        "raises the rewards of tokens that diverge")
+    kl_penalty: Annotated[str, Flag(SHAPING, "MODE", choices=lambda: [*KL_MODES, *(m + "+" for m in KL_MODES)])] = (
+        Field(
+        "kl", description="Per-token KL estimate: kl|k1, abs, mse|k2, low_var_kl|k3, or MODE+"))
+    kl_ctrl: Annotated[Literal["fixed", "adaptive"], Flag(SHAPING)] = Field(
+        "fixed", description="KL coefficient controller")
+    kl_target: Annotated[float, Flag(SHAPING)] = Field(0.1, description="Adaptive controller: target KL")
+    kl_horizon: Annotated[int, Flag(SHAPING)] = Field(10000, le=INT_MAX, description="Adaptive controller: horizon")
+    rollout_rs: Annotated[Optional[str], Flag(CORRECTION, "OPTIONS")] = Field(
+        None, description="Rollout rejection options, verl's string (e.g. token_k1,seq_max_k2)")
+    rollout_rs_threshold: Annotated[Optional[str], Flag(CORRECTION, "SPEC")] = Field(
+        None, description="Rollout rejection thresholds, verl's string (e.g. 0.5_2.0,2.5)")
+    rollout_is: Annotated[Optional[Literal["token", "sequence"]], Flag(CORRECTION)] = Field(
+        None, description="Importance weights per token or per sequence")
+    rollout_is_threshold: Annotated[str, Flag(CORRECTION, "SPEC")] = Field(
+        "2.0", description="IS truncation threshold (a number) or IcePop band lo_hi")
+    rollout_is_batch_normalize: Annotated[bool, Flag(CORRECTION)] = Field(
+        False, description="Divide the IS weights by their batch mean")
+    overlong_buffer_len: Annotated[Optional[int], Flag(SHAPING)] = Field(
+        None, gt=0, le=INT_MAX, description="DAPO overlong shaping: buffer length (turns the stage on; needs "
+        "max_resp_len)")
+    overlong_penalty_factor: Annotated[float, Flag(SHAPING)] = Field(
+        1.0, description="DAPO overlong shaping: penalty at max_resp_len")
+    max_resp_len: Annotated[Optional[int], Flag(SHAPING)] = Field(
+        None, gt=0, le=INT_MAX, description="DAPO overlong shaping: maximum response length")
+    tool_reward_coef: Annotated[Optional[float], Flag(SHAPING)] = Field(
+        None, description="Adds coef * sum(tool_rewards) to each row's score at its score position (score assembly, "
+        "before overlong shaping); verl never adds tool rewards, so the default leaves them out")
+    reward_components: Annotated[Optional[tuple[str, ...]],
+                                 Flag(ESTIMATOR, "COLUMNS", typed_as=Optional[str], parse=comma_list)] = Field(
+        None, description="gdpo: float columns holding per-row reward components (comma-separated)")
+    reward_weights: Annotated[Optional[tuple[float, ...]],
+                              Flag(ESTIMATOR, "WEIGHTS", typed_as=Optional[str], parse=comma_list)] = Field(
+        None, description="gdpo: the weight of each component (comma-separated)")
+    mean_level: Annotated[Literal["group", "batch", "none"], Flag(ESTIMATOR)] = Field(
         "group", description="grpo_norm: subtract the mean of the row's group, of its batch, or nothing")
-    std_level: Literal["group", "batch", "none"] = Field(
+    std_level: Annotated[Literal["group", "batch", "none"], Flag(ESTIMATOR)] = Field(
         "group", description="grpo_norm: divide by the std of the row's group, of its batch (+ epsilon), or not")
-    k: int = Field(2, ge=1, le=INT_MAX, description="pkpo, passk_analytic: the k of pass@k (groups need k rows)")
-    vapo_alpha: float = Field(0.05, gt=0.0, description="vapo: policy lambda 1 - 1/(alpha * valid tokens) per row")
-    value_lam: float = Field(1.0, ge=0.0, le=1.0, description="vapo: the GAE lambda of the returns (value target)")
-    reward_scale: float = Field(1.0, description="each row's score becomes (score + reward_bias) * reward_scale "
-                                "(AReaL's reward_scaling), after overlong shaping")
-    reward_bias: float = Field(0.0, description="added to each row's score before --reward-scale (AReaL's reward_bias)")
-    reward_clip: Optional[float] = Field(
-        None, gt=0.0, description="the row's total score is clamped to [-C, C] after scale and bias (AReaL's "
+    k: Annotated[int, Flag(ESTIMATOR)] = Field(
+        2, ge=1, le=INT_MAX, description="pkpo, passk_analytic: the k of pass@k (every group needs k rows)")
+    vapo_alpha: Annotated[float, Flag(ESTIMATOR)] = Field(
+        0.05, gt=0.0, description="vapo: policy lambda 1 - 1/(alpha * valid tokens) per row (VAPO's 0.05)")
+    value_lam: Annotated[float, Flag(ESTIMATOR)] = Field(
+        1.0, ge=0.0, le=1.0, description="vapo: the GAE lambda of the returns (the critic's target)")
+    reward_scale: Annotated[float, Flag(SHAPING)] = Field(
+        1.0, description="Each row's score becomes (score + reward_bias) * reward_scale (AReaL's reward_scaling), "
+        "after overlong shaping")
+    reward_bias: Annotated[float, Flag(SHAPING)] = Field(
+        0.0, description="Added to each row's score before reward_scale (AReaL's reward_bias)")
+    reward_clip: Annotated[Optional[float], Flag(SHAPING, "C")] = Field(
+        None, gt=0.0, description="The row's total score is clamped to [-C, C] after scale and bias (AReaL's "
         "reward_clip)")
-    adv_clip: Optional[float] = Field(
-        None, gt=0.0, description="the final advantages are clamped to [-C, C] (ROLL's advantage_clip); returns are not")
-    adv_clip_low: Optional[float] = Field(
-        None, description="the final advantages are raised to at least this (NeMo-RL's advantage_clip_low); returns "
+    adv_clip: Annotated[Optional[float], Flag(SHAPING, "C")] = Field(
+        None, gt=0.0, description="The final advantages are clamped to [-C, C] (ROLL's advantage_clip); returns are "
+        "not")
+    adv_clip_low: Annotated[Optional[float], Flag(SHAPING)] = Field(
+        None, description="The final advantages are raised to at least this (NeMo-RL's advantage_clip_low; adv_clip "
+        "C is -C and C); returns are not")
+    adv_clip_high: Annotated[Optional[float], Flag(SHAPING)] = Field(
+        None, description="The final advantages are lowered to at most this (NeMo-RL's advantage_clip_high); returns "
         "are not")
-    adv_clip_high: Optional[float] = Field(
-        None, description="the final advantages are lowered to at most this (NeMo-RL's advantage_clip_high); returns "
-        "are not")
-    stop_properly_penalty_coef: Optional[float] = Field(
-        None, description="rows with truncated true: score times C for C in [0, 1], or replaced by C for C < 0 "
+    stop_properly_penalty_coef: Annotated[Optional[float], Flag(SHAPING, "C")] = Field(
+        None, description="Rows with truncated true: score times C for C in [0, 1], or replaced by a negative C "
         "(OpenRLHF's ProRL stop-properly penalty; reads the truncated column)")
-    loss_agg_mode: Optional[str] = Field(
-        None, description="the trainer's loss aggregation, by its own name (verl: token-mean, ...; trl: dapo, ...; "
-        "docs/weights.md): writes token_weight, each token's coefficient on grad log pi in the loss")
-    mini_batch_size: Optional[int] = Field(
-        None, gt=0, le=INT_MAX, description="--loss-agg-mode: rows per optimizer step (mini-batch), consecutive "
-        "in dataset order within a step; default: the whole step")
-    micro_batch_size: Optional[int] = Field(
-        None, gt=0, le=INT_MAX, description="--loss-agg-mode: rows per micro-batch (gradient accumulation); "
+    loss_agg_mode: Annotated[Optional[str], Flag(WEIGHTS, "MODE", choices=_loss_modes)] = Field(
+        None, description="The trainer's loss aggregation, by its own name (verl: token-mean, token-sum, "
+        "seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm; trl: dapo, grpo, bnpo, dr_grpo, cispo, "
+        "sapo, luspo, vespo; openrlhf: token-mean, seq-mean-token-mean; nemo_rl: token_level, sequence_level; "
+        "skyrl: token_mean, token_mean_legacy, sequence_mean, seq_mean_token_sum_norm, prompt_mean): writes "
+        "token_weight, each token's coefficient on grad log pi in the loss")
+    mini_batch_size: Annotated[Optional[int], Flag(WEIGHTS)] = Field(
+        None, gt=0, le=INT_MAX, description="loss_agg_mode: rows per optimizer step (verl's ppo_mini_batch_size x "
+        "rollout.n), consecutive in dataset order within a step; default: the whole step")
+    micro_batch_size: Annotated[Optional[int], Flag(WEIGHTS)] = Field(
+        None, gt=0, le=INT_MAX, description="loss_agg_mode: rows per micro-batch (gradient accumulation); "
         "default: one micro-batch per mini-batch")
-    loss_scale_factor: Optional[float] = Field(
-        None, gt=0.0, description="--loss-agg-mode: the constant length normaliser (verl's loss_scale_factor, "
-        "TRL's max_completion_length, SkyRL's max_seq_len)")
-    epsilon_high: Optional[float] = Field(
+    loss_scale_factor: Annotated[Optional[float], Flag(WEIGHTS, "F")] = Field(
+        None, gt=0.0, description="loss_agg_mode: the constant length normaliser (verl's loss_scale_factor, "
+        "TRL's max_completion_length, default 512, SkyRL's max_seq_len)")
+    epsilon_high: Annotated[Optional[float], Flag(WEIGHTS)] = Field(
         None, gt=0.0, description="trl cispo: TRL's epsilon_high, the clamp of the IS ratio (default its epsilon, "
         "0.2)")
-    batch_key: Optional[str] = Field(None, description="column whose values split the dataset into independent batches "
-                                     "(training steps); default: the data's step column when it has one; 'none': one "
-                                     "batch (docs/compute.md)")
-    where: Optional[str] = Field(
-        None, description="a SQL predicate over the input's columns (polars' SQL); only the rows it keeps are read, "
-        "and groups and batch statistics are formed over them")
-    pad_width: Optional[int] = Field(
+    batch_key: Annotated[Optional[str], Flag(ESTIMATOR, "COLUMN")] = Field(
+        None, description="Column whose values split the dataset into independent batches (training steps); "
+        "default: the data's step column when it has one; none: one batch (docs/compute.md)")
+    pad_width: Annotated[Optional[int], Flag(ESTIMATOR)] = Field(
         None, gt=0, le=1 << 20,
-        description="sum each row's total as verl does in a batch padded to at least this many positions (verl "
+        description="Sum each row's total as verl does in a batch padded to at least this many positions (verl "
         "pads a batch to its longest response, and the padded width decides how float32 totals round): what "
-        "rladv inspect --export writes for a group taken out of a batch with longer responses",
-    )
-    columns: Optional[dict[str, str]] = Field(
-        None, description="the files' own names of contract columns (contract name -> column, e.g. uid -> "
-        "prompt_id): read under the contract's names, written back under the files'",
-    )
-    thresholds: Optional[dict[str, tuple[Optional[float], Optional[float]]]] = Field(
-        None, description="the verdict's levels per check, code -> (warn, fail) at or above a measure (None: "
-        "never), over the defaults of docs/debugging.md (Levels); they change the verdict, never the numbers")
-    chunk_rows: int = Field(512, gt=0, le=INT_MAX, description="rows held in memory at once; results do not depend on it")
-    cache_mib: int = Field(
+        "rladv inspect --export writes for a group taken out of a batch with longer responses")
+    where: Annotated[Optional[str], Flag(RUN, "SQL")] = Field(
+        None, description="A SQL predicate over the input's columns (polars' SQL), e.g. \"step >= 100 AND "
+        "data_source = 'gsm8k'\": only the rows it keeps are read, and groups and batch statistics are formed "
+        "over them")
+    columns: Annotated[Optional[dict[str, str]], Flag(RUN, "NAME=COLUMN", name="--column",
+                                                      typed_as=Optional[list[str]], parse=column_names)] = Field(
+        None, description="The files' own names of contract columns (contract name -> column, e.g. uid=prompt_id; "
+        "one --column each): read under the contract's names, written back under the files'")
+    thresholds: Annotated[Optional[dict[str, tuple[Optional[float], Optional[float]]]],
+                          Flag(RUN, "CODE=WARN[,FAIL]", name="--threshold", typed_as=Optional[list[str]],
+                               parse=threshold_levels, numbers=False)] = Field(
+        None, description="The verdict's level of a check at this measure or above, code -> (warn, fail), over "
+        "docs/debugging.md's defaults, e.g. all_equal_group=0.3,0.8 (off: never; one --threshold each); they "
+        "change the verdict, never the numbers")
+    chunk_rows: Annotated[int, Flag(RUN, numbers=False, shared=False)] = Field(
+        512, gt=0, le=INT_MAX, description="Rows held in memory at once; results do not depend on it")
+    cache_mib: Annotated[int, Flag(RUN, "MIB", numbers=False, shared=False)] = Field(
         512, ge=0, le=1 << 30,
-        description="a dataset whose decoded columns fit this many MiB is read once and kept in memory for every "
-        "pass; a larger one is read again by each pass (0: always)",
-    )
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="torch device; auto = cuda when available")
-    threads: int = Field(
+        description="A dataset whose decoded columns fit this many MiB is read once and kept in memory for every "
+        "pass; a larger one is read again by each pass (0: always)")
+    device: Annotated[Literal["auto", "cpu", "cuda"], Flag(RUN, numbers=False, shared=False)] = Field(
+        "auto", description="Torch device; auto = cuda when available")
+    threads: Annotated[int, Flag(RUN, numbers=False, shared=False)] = Field(
         1, ge=1, le=1024,
-        description="torch CPU threads for the run (the kernels are memory-bound; on small CPUs the thread pool's "
-        "wake-up cost exceeds the gain)",
-    )
+        description="Torch CPU threads for the run (the kernels are memory-bound; on small CPUs the thread pool's "
+        "wake-up cost exceeds the gain)")
 
     @field_validator("batch_key")
     @classmethod
@@ -219,27 +275,28 @@ class Config(BaseModel):
         conv = self.conv
         if conv.name == DEFAULT:
             return self
-        what = f"--convention {conv.name} ({conv.trainer} {conv.version})"
+        what = f"{named('convention', conv.name)} ({conv.trainer} {conv.version})"
         for name in ("rollout_rs", "rollout_is", "overlong_buffer_len", "reward_components"):
             if name == "overlong_buffer_len" and conv.overlong:  # the trainer's own penalty (Convention.overlong)
                 continue
             if getattr(self, name, None) is not None:
-                raise ValueError(f"{_flag(name)} is a stage of verl's pipeline, which {what} does not run; use "
-                                 "--convention verl")
+                raise ValueError(f"{named(name)} is a stage of verl's pipeline, which {what} does not run; use "
+                                 f"{named('convention', DEFAULT)}")
         coef = self.stop_properly_penalty_coef
         if coef is not None and coef < 0 and not conv.stop_properly_replaces:
-            raise ValueError(f"--stop-properly-penalty-coef {coef:g}: {conv.trainer} only scales a truncated row's "
-                             f"reward, by a coefficient in [0, 1] (it asserts so), under {what}")
+            raise ValueError(f"{named('stop_properly_penalty_coef', coef)}: {conv.trainer} only scales a truncated "
+                             f"row's reward, by a coefficient in [0, 1] (it asserts so), under {what}")
         if self.use_kl and conv.kl == "loss":
-            raise ValueError(f"--kl-coef: {conv.trainer} puts KL in the loss, never in the advantage, so it has no "
-                             f"counterpart under {what}")
+            raise ValueError(f"{named('kl_coef')}: {conv.trainer} puts KL in the loss, never in the advantage, so it "
+                             f"has no counterpart under {what}")
         if self.use_kl and conv.kl == "token":
             if self.kl_coef < 0:
-                raise ValueError(f"--kl-coef {self.kl_coef:g}: {conv.trainer} treats a coefficient <= 0 as 0")
+                raise ValueError(f"{named('kl_coef', self.kl_coef)}: {conv.trainer} treats a coefficient <= 0 as 0")
             if self.kl_ctrl != "fixed":
-                raise ValueError(f"--kl-ctrl adaptive: rladv follows {conv.trainer}'s KL only with a fixed coefficient")
+                raise ValueError(f"{named('kl_ctrl', self.kl_ctrl)}: rladv follows {conv.trainer}'s KL only with a "
+                                 "fixed coefficient")
             if self.kl_penalty not in conv.kl_modes:
-                raise ValueError(f"--kl-penalty {self.kl_penalty}: {conv.trainer}'s KL estimates are "
+                raise ValueError(f"{named('kl_penalty', self.kl_penalty)}: {conv.trainer}'s KL estimates are "
                                  f"{', '.join(conv.kl_modes)}")
         return self
 
@@ -248,19 +305,20 @@ class Config(BaseModel):
         if self.loss_agg_mode is not None:
             self.aggregation.mode(self.loss_agg_mode)  # ConfigError naming the closest mode
         if self.mini_batch_size and self.micro_batch_size and self.mini_batch_size % self.micro_batch_size:
-            raise ValueError(f"--micro-batch-size {self.micro_batch_size} does not divide --mini-batch-size "
-                             f"{self.mini_batch_size} (a mini-batch is a whole number of micro-batches)")
+            raise ValueError(f"{named('micro_batch_size', self.micro_batch_size)} does not divide "
+                             f"{named('mini_batch_size', self.mini_batch_size)} (a mini-batch is a whole number of "
+                             "micro-batches)")
         return self
 
     @model_validator(mode="after")
     def _consistent(self) -> "Config":
         if self.kl_ctrl == "adaptive" and self.use_kl:  # a negative coefficient shapes (and steps) too
             if self.kl_horizon <= 0:
-                raise ValueError("--kl-horizon must be > 0 for the adaptive controller")
+                raise ValueError(f"{named('kl_horizon')} must be > 0 for the adaptive controller")
             if self.kl_target == 0:
-                raise ValueError("--kl-target must not be 0 for the adaptive controller (verl divides by it)")
+                raise ValueError(f"{named('kl_target')} must not be 0 for the adaptive controller (verl divides by it)")
         if (self.rollout_rs is None) != (self.rollout_rs_threshold is None):
-            raise ValueError("--rollout-rs and --rollout-rs-threshold go together")
+            raise ValueError(f"{named('rollout_rs')} and {named('rollout_rs_threshold')} go together")
         # verl's strings, parsed now so that a bad one is refused before any data is read (ConfigError)
         if self.rollout_rs is not None:
             parse_rollout_rs(self.rollout_rs, self.rollout_rs_threshold)
@@ -268,28 +326,33 @@ class Config(BaseModel):
             parse_rollout_is(self.rollout_is, self.rollout_is_threshold, self.rollout_is_batch_normalize)
         if self.overlong_buffer_len is not None:
             if self.max_resp_len is None:
-                raise ValueError("--overlong-buffer-len needs --max-resp-len (verl asserts max_resp_len is given)")
+                raise ValueError(f"{named('overlong_buffer_len')} needs {named('max_resp_len')} (verl asserts "
+                                 "max_resp_len is given)")
             if self.max_resp_len < self.overlong_buffer_len:
-                raise ValueError("--max-resp-len must be >= --overlong-buffer-len (verl asserts it)")
+                raise ValueError(f"{named('max_resp_len')} must be >= {named('overlong_buffer_len')} (verl asserts it)")
         if self.reward_weights is not None:
             if self.reward_components is None:
-                raise ValueError("--reward-weights needs --reward-components")
+                raise ValueError(f"{named('reward_weights')} needs {named('reward_components')}")
             if len(self.reward_weights) != len(self.reward_components):
-                raise ValueError(f"--reward-weights has {len(self.reward_weights)} values for "
-                                 f"{len(self.reward_components)} --reward-components")
+                raise ValueError(f"{named('reward_weights')} has {len(self.reward_weights)} values for "
+                                 f"{len(self.reward_components)} {named('reward_components')}")
         if self.reward_components is not None and not self.spec.components:
             readers = names_where(lambda e: e.components)
-            raise ValueError(f"--reward-components is read by {', '.join(readers)} only; use --estimator {readers[0]}")
+            raise ValueError(f"{named('reward_components')} is read by {', '.join(readers)} only; use "
+                             f"{named('estimator', readers[0])}")
         if self.adv_clip is not None and (self.adv_clip_low is not None or self.adv_clip_high is not None):
-            raise ValueError("--adv-clip C is --adv-clip-low -C --adv-clip-high C; give one form or the other")
+            raise ValueError(f"{named('adv_clip')} C is {named('adv_clip_low')} -C and {named('adv_clip_high')} C; "
+                             "give one form or the other")
         if self.adv_clip_low is not None and self.adv_clip_high is not None and self.adv_clip_low > self.adv_clip_high:
-            raise ValueError(f"--adv-clip-low {self.adv_clip_low:g} is above --adv-clip-high {self.adv_clip_high:g}")
+            raise ValueError(f"{named('adv_clip_low', self.adv_clip_low)} is above "
+                             f"{named('adv_clip_high', self.adv_clip_high)}")
         if self.stop_properly_penalty_coef is not None and self.stop_properly_penalty_coef > 1:
-            raise ValueError(f"--stop-properly-penalty-coef must be in [0, 1] (a scale) or negative (a replacement "
-                             f"score), got {self.stop_properly_penalty_coef:g} (OpenRLHF asserts it)")
+            raise ValueError(f"{named('stop_properly_penalty_coef')} must be in [0, 1] (a scale) or negative (a "
+                             f"replacement score), got {self.stop_properly_penalty_coef:g} (OpenRLHF asserts it)")
         if self.reward_components is not None and self.tool_reward_coef is not None:
-            raise ValueError("--tool-reward-coef adds to the score, and gdpo with --reward-components reads its "
-                             "rewards from those columns instead; add the tool rewards to a component column")
+            raise ValueError(f"{named('tool_reward_coef')} adds to the score, and gdpo with "
+                             f"{named('reward_components')} reads its rewards from those columns instead; add the tool "
+                             "rewards to a component column")
         return self
 
     @property
@@ -334,14 +397,9 @@ class Config(BaseModel):
         """The estimator's declaration under the convention."""
         return self.conv.estimators[self.estimator]
 
-    def params(self) -> Params:
-        """The settings an estimator reads."""
-        return Params(gamma=self.gamma, lam=self.lam, norm_adv_by_std=self.norm_adv_by_std, epsilon=self.epsilon,
-                      rpp_mask_mode=self.rpp_mask_mode, reward_weights=self.reward_weights,
-                      scale_rewards=self.scale_rewards, leave_one_out=self.leave_one_out, kl_coef=self.kl_coef,
-                      kl_penalty=self.kl_penalty, group_size=self.group_size,
-                      mean_level=self.mean_level, std_level=self.std_level, k=self.k, vapo_alpha=self.vapo_alpha,
-                      value_lam=self.value_lam)
+    def params(self) -> "Params":
+        """The settings an estimator reads (``Params``)."""
+        return Params(**{name: getattr(self, name) for name in PARAMS})
 
     def inert(self) -> dict[str, str]:
         """The settings whose value cannot change this run's numbers, given the others, each with why (the
@@ -349,33 +407,37 @@ class Config(BaseModel):
         of the command lines it prints."""
         out = {}
         reads = self.spec.settings
-        named = f"--estimator {self.estimator}" + ("" if self.convention == DEFAULT else f" --convention {self.convention}")
+        which = named("estimator", self.estimator) + ("" if self.convention == DEFAULT else
+                                                      " " + named("convention", self.convention))
         for name in ESTIMATOR_SETTINGS:
             if name not in reads:
-                read = ", ".join(_flag(r) for r in reads) or "no estimator setting"
-                out[name] = f"with {named}, which reads {read}"
+                read = ", ".join(named(r) for r in reads) or "no estimator setting"
+                out[name] = f"with {which}, which reads {read}"
         if not self.conv.blocks:
-            out["group_size"] = f"with --convention {self.convention}, which groups by {self.conv.grouping}"
+            out["group_size"] = f"with {named('convention', self.convention)}, which groups by {self.conv.grouping}"
         if "std_level" in reads and self.std_level == "none":
-            out["epsilon"] = "with --std-level none (nothing is divided)"
+            out["epsilon"] = f"with {named('std_level', 'none')} (nothing is divided)"
         if self.reward_components is not None:
             out.update(dict.fromkeys(("reward_scale", "reward_bias", "reward_clip", "stop_properly_penalty_coef"),
-                                     "with --reward-components (the estimator reads those columns, not the score)"))
+                                     f"with {named('reward_components')} (the estimator reads those columns, not the "
+                                     "score)"))
         if not self.use_kl:
             out.update(dict.fromkeys(("kl_penalty", "kl_ctrl", "kl_target", "kl_horizon"),
-                                     "without --kl-coef (KL reward shaping is off)"))
+                                     f"without {named('kl_coef')} (KL reward shaping is off)"))
         elif self.kl_ctrl != "adaptive":
-            out.update(dict.fromkeys(("kl_target", "kl_horizon"), "without --kl-ctrl adaptive"))
+            out.update(dict.fromkeys(("kl_target", "kl_horizon"), f"without {named('kl_ctrl', 'adaptive')}"))
         if self.rollout_is is None:
-            out.update(dict.fromkeys(("rollout_is_threshold", "rollout_is_batch_normalize"), "without --rollout-is token|sequence"))
+            out.update(dict.fromkeys(("rollout_is_threshold", "rollout_is_batch_normalize"),
+                                     f"without {named('rollout_is')} token|sequence"))
         if self.overlong_buffer_len is None:
-            out.update(dict.fromkeys(("overlong_penalty_factor", "max_resp_len"), "without --overlong-buffer-len"))
+            out.update(dict.fromkeys(("overlong_penalty_factor", "max_resp_len"),
+                                     f"without {named('overlong_buffer_len')}"))
         mode = self.loss_mode
         if mode is None:
-            out.update(dict.fromkeys(("mini_batch_size", *KNOBS), "without --loss-agg-mode"))
+            out.update(dict.fromkeys(("mini_batch_size", *KNOBS), f"without {named('loss_agg_mode')}"))
         else:
-            out.update({knob: f"with --loss-agg-mode {mode.name}, which reads "
-                        f"{', '.join(_flag(k) for k in ('mini_batch_size', *mode.reads))}"
+            out.update({knob: f"with {named('loss_agg_mode', mode.name)}, which reads "
+                        f"{', '.join(named(k) for k in ('mini_batch_size', *mode.reads))}"
                         for knob in KNOBS if knob not in mode.reads})
         return out
 
@@ -416,7 +478,19 @@ class Config(BaseModel):
                 close = difflib.get_close_matches(name, type(self).model_fields, n=1)
                 raise ConfigError(f"{name}: not a setting" + (f"; did you mean {close[0]}?" if close else
                                                              " (rladv_cli.Config's fields are the settings)")) from None
-            raise ConfigError(f"{_flag(name)}: {msg}") from None
+            raise ConfigError(f"{named(name)}: {msg}") from None
+
+
+# the settings an estimator may read: its own (``ESTIMATOR_SETTINGS``), and those of the trainers that fold a
+# setting into the advantage (gdpo's weights, a token-level KL, the block size of a convention's groups)
+PARAMS = (*ESTIMATOR_SETTINGS, "reward_weights", "kl_coef", "kl_penalty", "group_size")
+Params = dataclasses.make_dataclass("Params", [
+    (name, field.annotation, dataclasses.field(default=field.default))
+    for name, field in ((name, Config.model_fields[name]) for name in PARAMS)], frozen=True)
+Params.__module__ = __name__  # pickled by reference (Ray workers)
+Params.__doc__ = """The settings an estimator reads: ``Config``'s fields named in ``PARAMS``, with their defaults."""
+RUN_ONLY = frozenset(name for name, field in Config.model_fields.items()
+                     if (flag := flag_of(field)) is not None and not flag.numbers)  # never the numbers
 
 
 def resolve_batch_key(given: Optional[str], columns: Sequence[str]) -> Optional[str]:
@@ -447,24 +521,3 @@ def setting_notes(settings: Mapping[str, Any]) -> list[str]:
         notes.append(f"kl_coef {coef:g} is negative (verl accepts it): KL shaping then adds {-coef:g} * KL to the "
                      "rewards, so diverging from the reference policy raises them")
     return notes
-
-
-def _flag(name: str) -> str:
-    """The command-line flag of setting ``name`` (``columns`` is ``--column``, one per mapped column)."""
-    return {"columns": "--column", "thresholds": "--threshold"}.get(name, "--" + name.replace("_", "-"))
-
-
-def command_flags(settings: Mapping[str, Any]) -> list[str]:
-    """The command-line flags that set ``settings`` (``Config`` field names; None values are left out)."""
-    out = []
-    for key, value in settings.items():
-        flag = _flag(key)
-        if isinstance(value, bool):  # every boolean setting is an --x/--no-x pair
-            out.append(flag if value else f"--no-{flag[2:]}")
-        elif isinstance(value, (list, tuple)):
-            out += [flag, ",".join(str(v) for v in value)]
-        elif isinstance(value, dict):  # columns: one --column NAME=COLUMN each
-            out += [part for name, column in value.items() for part in ("--column", f"{name}={column}")]
-        elif value is not None:
-            out += [flag, str(value)]
-    return out

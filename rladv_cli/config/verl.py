@@ -25,6 +25,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..estimators.registry import ESTIMATORS, REFERENCE_NAMES, names_where
 from .correction import RS_OPTIONS, parse_rollout_is, parse_rollout_rs
+from .flags import named
 from .verl_schema import check_algorithm, locate
 from .verl_yaml import Document, kind, load
 
@@ -165,7 +166,7 @@ class _Algorithm(_Part):
             if coef is not None:
                 self.ignored.append("algorithm.kl_ctrl.kl_coef")
                 self.notes.append("algorithm.kl_ctrl.kl_coef is unused: algorithm.use_kl_in_reward is not set "
-                                  "(verl's default false); pass --kl-coef to turn KL shaping on")
+                                  f"(verl's default false); pass {named('kl_coef')} to turn KL shaping on")
             return
         if not self.doc.boolean("algorithm.use_kl_in_reward", a["use_kl_in_reward"]):
             s["kl_coef"] = 0.0

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..config.flags import named
 from ..errors import InputError
 from .columns import array_of, numpy_of
 from .schema import COLUMNS, Column
@@ -70,29 +71,23 @@ def required_columns(columns: Iterable[str], reads: Mapping[str, str] = {}, *, k
     if "rm_scores" in names or "score" in names or not reward_components:
         need["rm_scores" if "rm_scores" in names or "score" not in names else "score"] = _SCORE_NEEDED
     for name in reward_components:
-        need.setdefault(name, "--reward-components names it")
+        need.setdefault(name, f"{named('reward_components')} names it")
     for name, why in reads.items():
         need.setdefault(name, why)
     if kl:
         for name in ("old_log_probs", "ref_log_prob"):
-            need.setdefault(name, "KL shaping (--kl-coef) needs the old and the reference policy's log-probs")
+            need.setdefault(name, f"KL shaping ({named('kl_coef')}) needs the old and the reference policy's log-probs")
     if rollout_correction:
         for name in ("old_log_probs", "rollout_log_probs"):
             need.setdefault(name, "rollout correction needs the old and the rollout policy's log-probs")
     if tool_rewards:
-        need.setdefault("tool_rewards", "--tool-reward-coef adds each row's tool_rewards to its score")
+        need.setdefault("tool_rewards", f"{named('tool_reward_coef')} adds each row's tool_rewards to its score")
     if truncated:
-        need.setdefault("truncated", "--stop-properly-penalty-coef penalises the rows it marks true (cut at the "
-                        "length limit)")
+        need.setdefault("truncated", f"{named('stop_properly_penalty_coef')} penalises the rows it marks true (cut "
+                        "at the length limit)")
     if batch_key:
-        need.setdefault(batch_key, "--batch-key names it")
+        need.setdefault(batch_key, f"{named('batch_key')} names it")
     return need
-
-
-# verl's batch saved column by column: its attention_mask spans prompt and response (docs/dumps.md)
-VERL_BATCH_HINT = ("; this looks like verl's batch saved as it is (attention_mask over prompt and response): its "
-                   "response_mask is attention_mask's last len(responses) positions (verl's compute_response_mask); "
-                   "rladv_cli.dump_batch(batch, PATH) or rladv convert on a torch.save of the batch writes it")
 
 
 def check_schema(path: str, schema: pa.Schema, required: Mapping[str, str]) -> None:
@@ -104,8 +99,6 @@ def check_schema(path: str, schema: pa.Schema, required: Mapping[str, str]) -> N
         others = [n for n in schema.names if n not in required and n not in COLUMNS]  # not another role's column
         close = [c for name in missing for c in difflib.get_close_matches(name, others, n=1, cutoff=0.6)]
         hint = f" (did you mean {' or '.join(dict.fromkeys(close))}?)" if close else ""
-        if "response_mask" in missing and {"attention_mask", "responses"} <= set(schema.names):
-            hint += VERL_BATCH_HINT
         raise InputError(path, f"missing; {why}{hint}", column=", ".join(missing))
     for field in schema:
         col = COLUMNS.get(field.name)

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..config.settings import Config, batch_column, command_flags, on_columns
+from ..config.flags import command_flags
+from ..config.settings import Config, batch_column, on_columns
 from ..contract import validation
 from ..errors import ConfigError, OutputError
 from ..estimators.registry import DEFAULT_GROUP_ESTIMATOR, ESTIMATORS

@@ -107,6 +107,8 @@ def prompt_keys(arr: pa.Array) -> np.ndarray:
     """A 64-bit key per row ``(B,)`` of a prompt column: equal prompts, equal keys (different ones collide with
     chance ~2^-64). A list (token ids): a position-aware mix of its values summed per row, vectorised; a string
     or number: Python's hash of the value (stable within one process, which is all a comparison needs)."""
+    if pa.types.is_fixed_size_list(arr.type):  # a padded [B, P] tensor saved with pyarrow
+        arr = arr.cast(pa.list_(arr.type.value_field))
     if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
         off = list_offsets(arr)
         flat = arr.flatten().fill_null(0).to_numpy(zero_copy_only=False)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from ..config.flags import named
 from ..errors import ConfigError
 from .registry import _GROUP_CREDIT, ESTIMATORS, Estimator, closest
 
@@ -66,7 +67,7 @@ class Convention:
     def unknown(self, name: str) -> str:
         """The one-line error for an estimator ``name`` it lacks, naming the estimators it has (and the convention
         that has ``name``, if one does)."""
-        return f"--estimator{'' if self.name == DEFAULT else ' ' + name}: {unknown_in(self, name)}"
+        return f"{named('estimator') if self.name == DEFAULT else named('estimator', name)}: {unknown_in(self, name)}"
 
     @property
     def blocks(self) -> bool:
@@ -98,9 +99,12 @@ def unknown_in(convention: Convention, name: str) -> str:
     names = list(convention.estimators)
     close = closest(name, names)
     elsewhere = [c.name for c in CONVENTIONS.values() if name in c.estimators and c is not convention]
-    where = "" if convention.name == DEFAULT else f" of --convention {convention.name} ({convention.trainer} {convention.version})"
+    where = ("" if convention.name == DEFAULT else
+             f" of {named('convention', convention.name)} ({convention.trainer} {convention.version})")
     text = f"unknown estimator '{name}'{where}; " + (f"did you mean {close}?" if close else f"choose one of {', '.join(names)}")
-    return text + (f" ({name} is an estimator of --convention {', '.join(elsewhere)})" if elsewhere and not close else "")
+    if elsewhere and not close:
+        text += f" ({name} is an estimator of {named('convention')} {', '.join(elsewhere)})"
+    return text
 
 
 def _outcome(name: str, row_advantage: str, *, summary: str, baseline: str, singleton: str, family: str = "group",
@@ -185,7 +189,7 @@ CONVENTIONS: dict[str, Convention] = {c.name: c for c in (
 def get_convention(name: str) -> Convention:
     """The convention ``name``; ``ConfigError`` otherwise."""
     if name not in CONVENTIONS:
-        raise ConfigError(f"--convention: {unknown_convention(name)}")
+        raise ConfigError(f"{named('convention')}: {unknown_convention(name)}")
     return CONVENTIONS[name]
 
 

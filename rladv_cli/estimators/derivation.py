@@ -7,11 +7,14 @@ never recomputed here. Group estimators have one advantage per row, explained by
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
 
 import numpy as np
 
-from .registry import Estimator, Params
+from .registry import Estimator
+
+if TYPE_CHECKING:
+    from ..config.settings import Params
 
 
 @dataclass(frozen=True)

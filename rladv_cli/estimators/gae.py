@@ -1,6 +1,8 @@
 """Generalised Advantage Estimation (Schulman et al. 2016, arXiv:1506.02438), verl's ``gae``."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from torch import Tensor
 
@@ -8,7 +10,10 @@ from ..tensors.batch import Batch
 from ..tensors.kernels import native_gae, reverse_linear_scan, shift_left_in_row
 from .derivation import Derivation, Row
 from .inputs import Inputs
-from .registry import Estimator, Params
+from .registry import Estimator
+
+if TYPE_CHECKING:
+    from ..config.settings import Params
 
 
 def gae(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:

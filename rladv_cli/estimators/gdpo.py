@@ -1,12 +1,16 @@
 """Group reward-Decoupled normalization Policy Optimization (arXiv:2601.05242): verl 0.9.1's ``gdpo``."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
 from ..tensors.batch import Batch
 from .inputs import Inputs
-from .registry import Params
+
+if TYPE_CHECKING:
+    from ..config.settings import Params
 
 
 def gdpo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:

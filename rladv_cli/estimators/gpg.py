@@ -1,11 +1,15 @@
 """Group Policy Gradient (Chu et al. 2025, arXiv:2504.02546): verl's ``gpg``."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from torch import Tensor
 
 from ..tensors.batch import Batch
 from .inputs import Inputs
-from .registry import Params
+
+if TYPE_CHECKING:
+    from ..config.settings import Params
 
 
 def gpg(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:

@@ -9,11 +9,15 @@ rows of its group (``use_leave_one_out_baseline``, on by default) as matrix prod
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
 from ..tensors.groups import group_rows
-from .registry import Params
+
+if TYPE_CHECKING:
+    from ..config.settings import Params
 
 NEMO_RL_EPSILON = 1e-6  # hard-coded in NeMo-RL
 

@@ -7,11 +7,15 @@ Sources: AReaL's ``NormConfig`` (``mean_level``, ``std_level``: ``areal/api/cli_
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from torch import Tensor
 
 from ..tensors.batch import Batch
 from .inputs import Inputs
-from .registry import Params
+
+if TYPE_CHECKING:
+    from ..config.settings import Params
 
 
 def grpo_norm(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:

@@ -11,6 +11,7 @@ from each token to the end (gamma 1) as the advantage (docs/conventions.md).
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -20,7 +21,10 @@ from ..tensors.batch import Batch
 from ..tensors.groups import block_rows
 from .derivation import Derivation, Row
 from .inputs import Inputs
-from .registry import Estimator, Params
+from .registry import Estimator
+
+if TYPE_CHECKING:
+    from ..config.settings import Params
 
 GROUP_NORM_EPSILON = 1e-9  # hard-coded in OpenRLHF
 

@@ -1,11 +1,15 @@
 """On-Policy RL with Optimal reward baseline (Hao et al. 2025, arXiv:2505.23585): verl's ``opo``."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from torch import Tensor
 
 from ..tensors.batch import Batch
 from .inputs import Inputs
-from .registry import Params
+
+if TYPE_CHECKING:
+    from ..config.settings import Params
 
 
 def opo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:

@@ -9,14 +9,24 @@ row's count on.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
 from ..tensors.batch import Batch
-from ..tensors.kernels import broadcast_rows, cumsum_in_row, reverse_linear_scan, segment_sum
+from ..tensors.kernels import (
+    broadcast_rows,
+    cumsum_in_row,
+    reverse_linear_scan,
+    segment_sum,
+)
 from .derivation import Derivation, Row, baseline_table
 from .inputs import Inputs
-from .registry import Estimator, Params
+from .registry import Estimator
+
+if TYPE_CHECKING:
+    from ..config.settings import Params
 
 EPSILON = 1e-8
 

@@ -1,11 +1,15 @@
 """Pass@k training (Chen et al. 2025, arXiv:2503.19595): verl's ``grpo_passk``."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from torch import Tensor
 
 from ..tensors.batch import Batch
 from .inputs import Inputs
-from .registry import Params
+
+if TYPE_CHECKING:
+    from ..config.settings import Params
 
 
 def grpo_passk(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from functools import cache
 from math import comb, sqrt
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from ..tensors.batch import Batch
 from .inputs import Inputs
-from .registry import Params
+
+if TYPE_CHECKING:
+    from ..config.settings import Params
 
 
 def passk_analytic(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from functools import cache
 from math import comb
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from ..tensors.batch import Batch
 from .inputs import Inputs
-from .registry import Params
+
+if TYPE_CHECKING:
+    from ..config.settings import Params
 
 
 def pkpo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:

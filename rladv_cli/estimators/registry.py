@@ -10,9 +10,13 @@ from __future__ import annotations
 import difflib
 import importlib
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
+from ..config.flags import named
 from ..errors import ConfigError
+
+if TYPE_CHECKING:  # the settings an estimator reads, generated from Config's fields
+    from ..config.settings import Params
 
 # verl 0.9.1's registry names (``AdvantageEstimator``); rladv may implement only some of them.
 REFERENCE_NAMES = (
@@ -39,28 +43,6 @@ COLUMN_ROLES = {
     "old_log_probs": "the old policy's log-probs", "sum_pi_squared": "Σ_v π(v)² at each position",
     "uid": "a group id per row (the prompt's id)",
 }
-
-
-@dataclass(frozen=True)
-class Params:
-    """The settings an estimator reads (``Config``'s fields of the same names; docs/contract.md §2)."""
-
-    gamma: float = 1.0
-    lam: float = 1.0
-    norm_adv_by_std: bool = True
-    epsilon: float = 1e-6
-    rpp_mask_mode: str = "carry"
-    reward_weights: Optional[tuple[float, ...]] = None
-    scale_rewards: str = "group"
-    leave_one_out: bool = True
-    kl_coef: float = 0.0
-    kl_penalty: str = "kl"
-    group_size: Optional[int] = None
-    mean_level: str = "group"
-    std_level: str = "group"
-    k: int = 2
-    vapo_alpha: float = 0.05
-    value_lam: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -178,7 +160,7 @@ class Estimator:
     def row_arithmetic(self) -> Callable | None:
         return _load(self.arithmetic) if self.arithmetic else None
 
-    def summary_for(self, params: "Params") -> str:
+    def summary_for(self, params: Params) -> str:
         """``summary``, or ``summary_without_std`` when the settings turn the std division off."""
         off = self.summary_without_std and "norm_adv_by_std" in self.settings and not params.norm_adv_by_std
         return self.summary_without_std if off else self.summary
@@ -404,7 +386,7 @@ def get_estimator(name: str) -> Estimator:
     """The registered estimator ``name``; ``ConfigError`` when unknown: ``--estimator: unknown estimator 'GRPO';
     did you mean grpo?``."""
     if name not in ESTIMATORS:
-        raise ConfigError(f"--estimator: {unknown_estimator(name)}")
+        raise ConfigError(f"{named('estimator')}: {unknown_estimator(name)}")
     return ESTIMATORS[name]
 
 

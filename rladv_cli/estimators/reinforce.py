@@ -1,6 +1,8 @@
 """REINFORCE++ (Hu 2025, arXiv:2501.03262): verl's ``reinforce_plus_plus`` and ``reinforce_plus_plus_baseline``."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
@@ -8,7 +10,10 @@ from ..tensors.batch import Batch
 from ..tensors.kernels import reverse_linear_scan
 from .derivation import Derivation, Row
 from .inputs import Inputs
-from .registry import Estimator, Params
+from .registry import Estimator
+
+if TYPE_CHECKING:
+    from ..config.settings import Params
 
 
 def reinforce_plus_plus(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:

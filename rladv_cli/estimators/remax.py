@@ -1,6 +1,8 @@
 """ReMax (Li et al. 2023, arXiv:2310.10505): verl's ``remax``."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
@@ -8,7 +10,10 @@ from ..tensors.batch import Batch
 from ..tensors.kernels import reverse_linear_scan
 from .derivation import Derivation, Row, baseline_table
 from .inputs import Inputs
-from .registry import Estimator, Params
+from .registry import Estimator
+
+if TYPE_CHECKING:
+    from ..config.settings import Params
 
 
 def remax(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:

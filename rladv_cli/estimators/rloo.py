@@ -1,12 +1,16 @@
 """REINFORCE Leave-One-Out (Ahmadian et al. 2024, arXiv:2402.14740): verl's ``rloo`` and ``rloo_vectorized``."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from torch import Tensor
 
 from ..tensors.batch import Batch
 from .inputs import Inputs
-from .registry import Params
+
+if TYPE_CHECKING:
+    from ..config.settings import Params
 
 
 def rloo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:

@@ -2,11 +2,15 @@
 (``Estimator.row_advantage``: the trainers' conventions, docs/conventions.md)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from torch import Tensor
 
 from ..tensors.batch import Batch
 from .inputs import Inputs
-from .registry import Params
+
+if TYPE_CHECKING:
+    from ..config.settings import Params
 
 
 def from_rows(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:

@@ -6,12 +6,16 @@ arXiv:2402.14740; MaxRL: the mean-normalised group advantage of SkyRL and prime-
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
 from ..tensors.batch import Batch
 from .inputs import Inputs
-from .registry import Params
+
+if TYPE_CHECKING:
+    from ..config.settings import Params
 
 
 def _totals(inputs: Inputs) -> Tensor:

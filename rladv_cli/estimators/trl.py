@@ -8,11 +8,15 @@ TRL groups consecutive blocks of ``num_generations`` rows (rladv's ``--group-siz
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
 from ..tensors.groups import block_rows
-from .registry import Params
+
+if TYPE_CHECKING:
+    from ..config.settings import Params
 
 TRL_EPSILON = 1e-4  # hard-coded in TRL; not a setting
 

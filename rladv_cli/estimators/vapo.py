@@ -5,6 +5,7 @@ comes with no trainer to call; the recurrence is ``gae``'s (verl's ``compute_gae
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 from torch import Tensor
@@ -15,7 +16,10 @@ from .derivation import Derivation, Row
 from .gae import explain as gae_explain
 from .gae import gae, scanned_gae
 from .inputs import Inputs
-from .registry import Estimator, Params
+from .registry import Estimator
+
+if TYPE_CHECKING:
+    from ..config.settings import Params
 
 
 def vapo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:

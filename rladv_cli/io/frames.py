@@ -18,9 +18,19 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
+from ..config.flags import named
 from ..errors import ConfigError, InputError
 from .inputs import standard_type
-from .read import Chunk, ColumnNames, Dataset, Origin, RowSource, Shard, TableSource, as_lists
+from .read import (
+    Chunk,
+    ColumnNames,
+    Dataset,
+    Origin,
+    RowSource,
+    Shard,
+    TableSource,
+    as_lists,
+)
 
 if TYPE_CHECKING:
     import polars as pl
@@ -220,26 +230,28 @@ def refuse_queries(where: str) -> None:
     """Refuse a predicate that holds a subquery or calls a table function: it would read something other than
     the input. Quoted text is skipped under both quoting rules a SQL dialect may use (a doubled quote; a
     backslash too), and a word seen outside quotes under either is refused: no way of quoting hides one."""
+    flag = named("where")
     for backslash in (False, True):
         for word, before, after in _bare_words(where, backslash):
             low = word.lower()
             if low in QUERY_WORDS or (low in QUERY_STARTS and before == "("):
-                raise ConfigError(f"--where {where!r} holds a subquery ({word.upper()}); --where is a predicate over "
+                raise ConfigError(f"{flag} {where!r} holds a subquery ({word.upper()}); {flag} is a predicate over "
                                   "the input's own columns and reads nothing else")
             if after == "(" and low.startswith(("read_", "scan_")):
-                raise ConfigError(f"--where {where!r} calls {word}, which reads a file; --where is a predicate "
+                raise ConfigError(f"{flag} {where!r} calls {word}, which reads a file; {flag} is a predicate "
                                   "over the input's own columns and reads nothing else")
 
 
 def _predicate(where: str) -> "pl.Expr":
     pl = _polars()
     if not where.strip():
-        raise ConfigError("--where is empty; give a SQL predicate, e.g. --where \"step >= 100\"")
+        raise ConfigError(f"{named('where')} is empty; give a SQL predicate, e.g. {named('where')} \"step >= 100\"")
     refuse_queries(where)
     try:
         return pl.sql_expr(where)
     except (pl.exceptions.PolarsError, ValueError) as err:
-        raise ConfigError(f"--where {where!r} is not a SQL predicate polars reads: {str(err).splitlines()[0]}") from None
+        raise ConfigError(f"{named('where')} {where!r} is not a SQL predicate polars reads: "
+                          f"{str(err).splitlines()[0]}") from None
 
 
 def _collect(query: "pl.LazyFrame", where: str, path: str, names: Sequence[str]) -> "pl.DataFrame":
@@ -254,10 +266,10 @@ def _collect(query: "pl.LazyFrame", where: str, path: str, names: Sequence[str])
         found = re.search(r'"([^"]+)"', str(err))
         name = found.group(1) if found else "?"
         close = difflib.get_close_matches(name, list(names), n=1)
-        raise InputError(path, f"--where {where!r} names column {name}, which it lacks"
+        raise InputError(path, f"{named('where')} {where!r} names column {name}, which it lacks"
                          + (f" (did you mean {close[0]}?)" if close else "")) from None
     except pl.exceptions.PolarsError as err:
-        raise InputError(path, f"--where {where!r} failed: {str(err).splitlines()[0]}") from None
+        raise InputError(path, f"{named('where')} {where!r} failed: {str(err).splitlines()[0]}") from None
 
 
 def _filtered_files(ds: Dataset, where: str) -> TableSource:
@@ -305,4 +317,4 @@ def _filtered_frame(frame: Any, columns: Optional[Mapping[str, str]], where: str
 
 def _kept_some(kept: int, path: str, where: str, read: int) -> None:
     if kept == 0:
-        raise InputError(path, f"--where {where!r} keeps none of its {read} rows")
+        raise InputError(path, f"{named('where')} {where!r} keeps none of its {read} rows")

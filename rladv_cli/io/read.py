@@ -14,8 +14,11 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequenc
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..config.flags import named
+from ..contract.columns import array_of, arrow_of, list_offsets, numpy_of
 from ..contract.schema import COLUMNS as CONTRACT_COLUMNS
 from ..errors import InputError
 from .inputs import as_paths, conformed, dataset_files, unified_schema
@@ -64,15 +67,41 @@ WRITTEN = ("token_level_rewards", "response_mask", "loss_mask", "advantages", "r
 VERL_SCORES = "token_level_scores"  # verl's batch key for the reward model's token scores, the contract's rm_scores
 
 
+def response_part(table: pa.Table) -> pa.Table:
+    """verl's batch saved as it is (docs/dumps.md): ``attention_mask`` spans prompt and response ``[P + T]``;
+    its last ``len(responses)`` positions are the response's padding marker and, with the file's own
+    ``response_mask`` missing, its ``response_mask`` (verl's ``compute_response_mask``). ``table`` with
+    ``attention_mask`` cut to that part and ``response_mask`` appended; a row whose mask is shorter than its
+    response is left as it is (validation names it)."""
+    mask, responses = array_of(table["attention_mask"]), array_of(table["responses"])
+    if pa.types.is_fixed_size_list(mask.type):  # a padded [B, P + T] tensor saved with pyarrow
+        mask = mask.cast(pa.list_(mask.type.value_field))
+    if mask.null_count or responses.null_count:
+        return table  # validation names the row
+    width = numpy_of(pc.list_value_length(responses)).astype(np.int64)
+    offsets = list_offsets(mask)
+    start = offsets[1:] - np.minimum(width, np.diff(offsets))  # the response part's first position per row
+    if (start > offsets[:-1]).any():
+        kept = np.minimum(width, np.diff(offsets))
+        new = np.concatenate(([0], np.cumsum(kept)))
+        index = np.repeat(start - new[:-1], kept) + np.arange(new[-1])
+        mask = pa.ListArray.from_arrays(arrow_of(new.astype(np.int32), pa.int32()), mask.flatten().take(index))
+        table = table.set_column(table.column_names.index("attention_mask"), "attention_mask", mask)
+    return table.append_column(ONE_POSITION, mask.cast(ONE_POSITION.type))
+
+
 @dataclass(frozen=True)
 class ColumnNames:
     """How the files' columns are read as the contract's: ``pairs`` of (contract name, the column's name in
     the files; ``--column uid=prompt_id``), read under the contract's names and written back under the user's;
     and ``one_position``: sequence-level data (a ``score`` per row and no token lists, docs/contract.md §1), read
-    with a ``response_mask`` of one position per row."""
+    with a ``response_mask`` of one position per row; and ``response_part``: verl's batch saved as it is, with
+    ``responses`` and an ``attention_mask`` (over prompt and response) but no ``response_mask``, read as its
+    response part (``response_part``, docs/dumps.md)."""
 
     pairs: tuple[tuple[str, str], ...] = ()
     one_position: bool = False
+    response_part: bool = False  # verl's batch as saved: response_mask from attention_mask (``response_part``)
 
     @classmethod
     def of(cls, mapping: "Mapping[str, str] | None") -> "ColumnNames":
@@ -84,14 +113,18 @@ class ColumnNames:
         read as ``rm_scores`` when the files hold neither score column (``--column`` needs not say so)."""
         token_lists = [n for n in names if n in CONTRACT_COLUMNS and CONTRACT_COLUMNS[n].token_aligned]
         one = "response_mask" not in names and "score" in names and not token_lists
+        part = "response_mask" not in names and {"responses", "attention_mask"} <= set(names)
         pairs = self.pairs
         if VERL_SCORES in names and not {"rm_scores", "score"} & set(names):
             pairs = tuple(sorted((*pairs, ("rm_scores", VERL_SCORES))))
-        return dataclasses.replace(self, one_position=one, pairs=pairs)
+        return dataclasses.replace(self, one_position=one and not part, response_part=part, pairs=pairs)
 
     def file_columns(self, columns: Sequence[str]) -> list[str]:
         """The files' names of the contract's ``columns`` to read (the one-position mask is made, not read)."""
-        wanted = [self.in_file(c) for c in columns if not (self.one_position and c == "response_mask")]
+        made = self.one_position or self.response_part
+        wanted = [self.in_file(c) for c in columns if not (made and c == "response_mask")]
+        if self.response_part and {"response_mask", "attention_mask"} & set(columns):
+            wanted += [self.in_file(c) for c in ("responses", "attention_mask") if self.in_file(c) not in wanted]
         return wanted or ([self.in_file("score")] if self.one_position else wanted)
 
     def in_file(self, name: str) -> str:
@@ -108,11 +141,12 @@ class ColumnNames:
         if self.pairs:
             contract = {file: name for name, file in self.pairs}
             table = table.rename_columns([contract.get(n, n) for n in table.column_names])
-        if self.one_position:
-            if columns is None or "response_mask" in columns:
-                table = table.append_column(ONE_POSITION, _ones(table.num_rows))
-            if columns is not None:  # the score read in place of a mask alone
-                table = table.select([n for n in table.column_names if n in columns])
+        if self.one_position and (columns is None or "response_mask" in columns):
+            table = table.append_column(ONE_POSITION, _ones(table.num_rows))
+        if self.response_part and "attention_mask" in table.column_names:
+            table = response_part(table)
+        if columns is not None and (self.one_position or self.response_part):  # what was read only to make a mask
+            table = table.select([n for n in table.column_names if n in columns])
         return table
 
     def read_schema(self, schema: pa.Schema) -> pa.Schema:
@@ -120,7 +154,7 @@ class ColumnNames:
         import pandas for an empty one), and the one-position mask with ``one_position``."""
         contract = {file: name for name, file in self.pairs}
         fields = [f.with_name(contract.get(f.name, f.name)) for f in schema]
-        if self.one_position:
+        if self.one_position or self.response_part:
             fields.append(ONE_POSITION)
         return pa.schema(fields, metadata=schema.metadata)
 
@@ -131,9 +165,10 @@ class ColumnNames:
             if name != file and file not in names and name not in WRITTEN:
                 close = difflib.get_close_matches(file, names, n=1)
                 hint = f" (did you mean {close[0]}?)" if close else ""
-                raise InputError(path, f"--column {name}={file}: the file has no column {file}{hint}")
+                raise InputError(path, f"{named('columns')} {name}={file}: the file has no column {file}{hint}")
             if name != file and name in names:
-                raise InputError(path, f"--column {name}={file}: the file has a column {name} too; map one of them")
+                raise InputError(path, f"{named('columns')} {name}={file}: the file has a column {name} too; map one "
+                                 "of them")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..config.flags import named
 from ..errors import ConfigError
 from ..estimators.registry import closest
 
@@ -53,10 +54,10 @@ class Aggregation:
             return self.modes[name]
         close = closest(name, list(self.modes))
         elsewhere = [a.convention for a in AGGREGATIONS.values() if name in a.modes and a is not self]
-        text = (f"--loss-agg-mode: '{name}' is not a mode of --convention {self.convention} ({self.trainer} "
-                f"{self.option}); " + (f"did you mean {close}?" if close else f"choose one of {', '.join(self.modes)}"))
+        text = (f"{named('loss_agg_mode')}: '{name}' is not a mode of {named('convention', self.convention)} "
+                f"({self.trainer} {self.option}); " + (f"did you mean {close}?" if close else f"choose one of {', '.join(self.modes)}"))
         if elsewhere and not close:
-            text += f" ({name} is a mode of --convention {', '.join(elsewhere)})"
+            text += f" ({name} is a mode of {named('convention')} {', '.join(elsewhere)})"
         raise ConfigError(text)
 
 

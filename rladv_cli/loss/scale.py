@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..config.flags import named
 from ..errors import ComputeError
 from .modes import LossMode
 
@@ -72,9 +73,9 @@ def split(facts: RowFacts, settings: Settings) -> Split:
     ordinal[order] = np.arange(step.size) - np.repeat(np.cumsum(counts) - counts, counts)
     mini_size = np.full(n_steps, settings.mini) if settings.mini is not None else counts
     for s in range(n_steps):
-        _check_divides(int(counts[s]), int(mini_size[s]), "--mini-batch-size", "rows", facts, s)
+        _check_divides(int(counts[s]), int(mini_size[s]), "mini_batch_size", "rows", facts, s)
         if settings.micro is not None:
-            _check_divides(int(mini_size[s]), settings.micro, "--micro-batch-size", "rows of a mini-batch", facts, s)
+            _check_divides(int(mini_size[s]), settings.micro, "micro_batch_size", "rows of a mini-batch", facts, s)
     micro_size = np.full(n_steps, settings.micro) if settings.micro is not None else mini_size
     size_of_row, micro_of_row = mini_size[step], micro_size[step]
     mini = _dense(step, ordinal // np.maximum(size_of_row, 1))
@@ -85,12 +86,12 @@ def split(facts: RowFacts, settings: Settings) -> Split:
                  step_rows=counts[step])
 
 
-def _check_divides(total: int, size: int, flag: str, what: str, facts: RowFacts, s: int) -> None:
+def _check_divides(total: int, size: int, setting: str, what: str, facts: RowFacts, s: int) -> None:
     if size > 0 and total % size:
         name = facts.step_names[s] if s < len(facts.step_names) and facts.step_names[s] else ""
         where = f"the batch {name}" if name else "the dataset"
-        raise ComputeError(f"{flag} {size}: {where} has {total} {what}, not a multiple of {size} (the trainer cuts "
-                           "each step into equal batches in dataset order)")
+        raise ComputeError(f"{named(setting, size)}: {where} has {total} {what}, not a multiple of {size} (the "
+                           "trainer cuts each step into equal batches in dataset order)")
 
 
 def _dense(step: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -262,8 +263,8 @@ def skyrl_prompt_mean(f, sp, st, mode):
     mini-batch counts the prompts that start in it, over its own rows only, so the rows of a prompt that started
     in an earlier mini-batch weigh 0."""
     if f.prompt is None:
-        raise ComputeError("--loss-agg-mode prompt_mean: SkyRL's prompt boundaries are runs of one uid; the dataset "
-                           "has no uid column")
+        raise ComputeError(f"{named('loss_agg_mode', 'prompt_mean')}: SkyRL's prompt boundaries are runs of one "
+                           "uid; the dataset has no uid column")
     step, prompt = f.step.astype(np.int64), f.prompt.astype(np.int64)
     starts = np.ones(step.size, dtype=bool)
     starts[1:] = (prompt[1:] != prompt[:-1]) | (step[1:] != step[:-1])
@@ -271,8 +272,8 @@ def skyrl_prompt_mean(f, sp, st, mode):
     seen: set[int] = set()
     for row in np.flatnonzero(starts).tolist():
         if int(prompt[row]) in seen:
-            raise ComputeError(f"--loss-agg-mode prompt_mean: {f.locate(row)}: its uid appears again after other "
-                               "uids; SkyRL requires each prompt's samples to be consecutive rows")
+            raise ComputeError(f"{named('loss_agg_mode', 'prompt_mean')}: {f.locate(row)}: its uid appears again "
+                               "after other uids; SkyRL requires each prompt's samples to be consecutive rows")
         seen.add(int(prompt[row]))
     first_row = np.flatnonzero(starts)[run]
     covered = sp.mini[first_row] == sp.mini
@@ -305,8 +306,8 @@ class Weighing:
 def weigh(mode: LossMode, facts: RowFacts, settings: Settings) -> Weighing:
     """``c_i`` of every row under ``mode``, with the batches and terms it was made of."""
     if mode.factor_required and settings.factor is None:
-        raise ComputeError(f"--loss-agg-mode {mode.name} needs --loss-scale-factor (the trainer's {mode.factor}, "
-                           "which it requires)")
+        raise ComputeError(f"{named('loss_agg_mode', mode.name)} needs {named('loss_scale_factor')} (the "
+                           f"trainer's {mode.factor}, which it requires)")
     sp = split(facts, settings)
     c, terms = RULES[mode.rule](facts, sp, settings, mode)
     return Weighing(mode, settings, np.asarray(c, dtype=F32), sp, terms)

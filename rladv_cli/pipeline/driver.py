@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from ..config.correction import parse_rollout_is, parse_rollout_rs
+from ..config.flags import named
 from ..config.settings import Config
 from ..contract import validation
 from ..contract.labels import Labels
@@ -33,7 +34,13 @@ from ..io.write import computed_columns, output_schema
 from ..loss.scale import RowFacts, Weighing, weigh
 from ..loss.scale import Settings as LossSettings
 from ..report import replay
-from ..report.diagnostics import RowTable, TokenSketches, first_rows, group_flags, row_outcomes
+from ..report.diagnostics import (
+    RowTable,
+    TokenSketches,
+    first_rows,
+    group_flags,
+    row_outcomes,
+)
 from ..report.model import Report
 from ..report.verdict import group_min_max
 from ..stages.chain import Chain, Shaping
@@ -41,7 +48,15 @@ from ..stages.shaping import KLController
 from ..tensors import kernels
 from ..tensors.batch import resolve_device
 from ..tensors.groups import PositionSums, group_stats
-from .shard import Established, MapShards, Plan, Progress, ShardResult, ShardWork, map_here
+from .shard import (
+    Established,
+    MapShards,
+    Plan,
+    Progress,
+    ShardResult,
+    ShardWork,
+    map_here,
+)
 from .summary import ILL_CONDITIONED_SHIFT, Finished, build_report
 
 
@@ -241,7 +256,8 @@ class Pipeline:
         if uneven.numel():
             where = self.labels.batch_name(int(uneven[0]))
             raise ComputeError(
-                f"--convention {conv.name}: {conv.trainer} cuts each batch into blocks of {n} rows (--group-size), "
+                f"{named('convention', conv.name)}: {conv.trainer} cuts each batch into blocks of {n} rows "
+                f"({named('group_size')}), "
                 f"and {'batch ' + where if where else 'the dataset'} has {int(counts[uneven[0]])} rows")
         if "order_key" in self.rows:  # the trainer's sample index: rows within a batch in its order
             order = torch.from_numpy(np.lexsort((self.rows["order_key"].numpy(), batch_of_row.numpy())))
@@ -273,13 +289,13 @@ class Pipeline:
         """The size every uid group shares: what ``--group-size`` defaults to under a blocks convention."""
         conv = self.cfg.conv
         if uid_group is None:
-            raise ComputeError(f"--convention {conv.name}: {conv.trainer} groups blocks of rows in file order; give "
-                               "--group-size N (the file has no uid column to take the group size from)")
+            raise ComputeError(f"{named('convention', conv.name)}: {conv.trainer} groups blocks of rows in file order; "
+                               f"give {named('group_size')} (the file has no uid column to take the group size from)")
         sizes = torch.unique(torch.bincount(uid_group)).tolist()
         if len(sizes) != 1:
-            raise ComputeError(f"--convention {conv.name}: the uid groups have {len(sizes)} sizes "
+            raise ComputeError(f"{named('convention', conv.name)}: the uid groups have {len(sizes)} sizes "
                                f"({', '.join(map(str, sizes[:4]))}); {conv.trainer} cuts blocks of one size: give "
-                               "--group-size N")
+                               f"{named('group_size')}")
         return int(sizes[0])
 
     def _merge_int_uids(self) -> tuple[list[tuple], Tensor]:
@@ -411,8 +427,8 @@ class Pipeline:
         if bad.numel():
             path, row = self.source.locate(int(bad[0]))
             raise ComputeError(f"{shown(path)}: row {row}: total reward {float(reward[bad[0]]):.9g} is neither 0 nor 1; "
-                               f"{self.cfg.estimator} reads binary rewards (shaping such as --kl-coef or --reward-scale "
-                               f"changes the totals) ({bad.numel()} such row(s))")
+                               f"{self.cfg.estimator} reads binary rewards (shaping such as {named('kl_coef')} or "
+                               f"{named('reward_scale')} changes the totals) ({bad.numel()} such row(s))")
 
     def _merge_group_statistics(self, results: list[ShardResult],
                                 known: Established) -> tuple[Established, tuple[float, Tensor]]:

@@ -278,7 +278,7 @@ def example_command(paths: list[str], cfg, *, row: Optional[int] = None, uid: ob
     """The command that shows dataset row ``row`` (``rladv explain --row``) or group ``uid`` (``rladv inspect
     --uid``) with the run's settings ``cfg`` (a ``Config``; only those that differ from the defaults and have an
     effect: a verl YAML sets ``lam`` for grpo too)."""
-    from ..config.settings import command_flags
+    from ..config.flags import command_flags
 
     files = " ".join(shlex.quote(p) for p in paths)
     args = " ".join(shlex.quote(a) for a in command_flags(cfg.changed()))

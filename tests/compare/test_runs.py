@@ -1,21 +1,20 @@
 """Run specifications (``rladv_cli.compare.runs``): names, output columns, and the options parsed by ``rladv
-compute``'s own parameters, every setting of ``SETTINGS_OPTIONS`` included."""
+compute``'s own parameters, every shared setting (``SHARED_SETTINGS``) included."""
 from __future__ import annotations
 
 import typing
-from enum import Enum
 from pathlib import Path
 
 import pytest
 import typer.main
 
 from rladv_cli.cli import app
-from rladv_cli.cli.options import SETTINGS_OPTIONS
+from rladv_cli.cli.options import SHARED_SETTINGS, setting_option
 from rladv_cli.compare.runs import RunSpec, distinct, parse_spec, parse_specs, run_context
 from rladv_cli.errors import ConfigError
 
 COMPUTE = typer.main.get_command(app).commands["compute"]
-SETTINGS = {"estimator", "config", *(name for name, _, _ in SETTINGS_OPTIONS)}
+SETTINGS = {"estimator", "config", *SHARED_SETTINGS}
 
 
 def test_a_spec_is_a_name_a_colon_and_shell_words():
@@ -60,25 +59,27 @@ def test_the_options_are_parsed_by_computes_parameters():
     assert ctx.params["gamma"] == 1.0  # the defaults are there, as compute's own context holds them
 
 
-def sample_words(name: str, option, default) -> list[str]:
-    """Words that give setting ``name`` a value its type takes (``SETTINGS_OPTIONS``' annotation): a flag alone,
-    else its default or, for a default of None, a value of its type."""
+def sample_words(name: str) -> list[str]:
+    """Words that give setting ``name`` a value its option's type takes (``setting_option``): a flag alone, else
+    its default or, for a default of None, a value of its type."""
+    option, default = setting_option(name)
     param = next(p for p in COMPUTE.params if p.name == name)
     flag = next(o for o in param.opts if o.startswith("--"))
     if param.is_flag:
         return [flag]
     if default is not None:
-        return [flag, str(default.value if isinstance(default, Enum) else default)]
+        return [flag, str(default)]
     kind = next(t for t in typing.get_args(typing.get_args(option)[0]) if t is not type(None))
-    if isinstance(kind, type) and issubclass(kind, Enum):
-        return [flag, next(iter(kind)).value]
+    if typing.get_origin(kind) is typing.Literal:
+        return [flag, typing.get_args(kind)[0]]
     return [flag, {int: "4", float: "0.5", str: "x"}.get(kind, "uid=uid")]
 
 
-@pytest.mark.parametrize("name, option, default", SETTINGS_OPTIONS, ids=[n for n, _, _ in SETTINGS_OPTIONS])
-def test_every_setting_compute_takes_is_taken_in_a_run(name, option, default):
-    """Whatever ``SETTINGS_OPTIONS`` holds (a setting added to compute comes with it): a run parses it."""
-    ctx = run_context(RunSpec("r", tuple(sample_words(name, option, default))), COMPUTE, SETTINGS)
+@pytest.mark.parametrize("name", SHARED_SETTINGS)
+def test_every_setting_compute_takes_is_taken_in_a_run(name):
+    """Whatever ``SHARED_SETTINGS`` holds (a setting added to ``Config`` with a ``Flag`` comes with it): a run
+    parses it."""
+    ctx = run_context(RunSpec("r", tuple(sample_words(name))), COMPUTE, SETTINGS)
     assert list(typed(ctx)) == [name]
 
 

@@ -8,7 +8,8 @@ import typer.main
 
 from rladv_cli.cli import app
 from rladv_cli.config.resolve import settings_from_flags
-from rladv_cli.config.settings import RUN_ONLY, Config, command_flags
+from rladv_cli.config.flags import command_flags
+from rladv_cli.config.settings import RUN_ONLY, Config
 
 COMPUTE = typer.main.get_command(app).commands["compute"]
 RUNS = [
@@ -47,3 +48,65 @@ def test_every_setting_is_read_back_by_some_case():
     """A new setting needs a case above, so that its printed flag is checked too."""
     covered = {name for _, settings in RUNS for name in settings}
     assert set(Config.model_fields) - covered == {"estimator", *RUN_ONLY}
+
+
+# ------------------------------------------------------------------ one declaration: Config's fields
+def test_every_option_of_compute_is_built_from_its_config_field():
+    """Each setting is declared once, as a ``Config`` field with a ``Flag``: compute's option carries the field's
+    flag, default and description (its help), and every field but the estimator (an option of its own, before
+    --config) has one."""
+    from rladv_cli.config.flags import flags, option_name
+
+    options = {p.name: p for p in COMPUTE.params}
+    assert set(Config.model_fields) - set(flags()) == {"estimator"}
+    for name, flag in flags().items():
+        field, param = Config.model_fields[name], options[name]
+        assert option_name(name) in param.opts, name
+        assert param.help == field.description + ".", name
+        typed_default = field.default if flag.parse is None or field.default is None else param.default
+        assert param.default == typed_default, name
+        if field.annotation is bool:
+            assert param.secondary_opts == [f"--no-{option_name(name)[2:]}"], name
+
+
+def test_the_estimators_params_are_generated_from_config():
+    from dataclasses import fields
+
+    from rladv_cli.config.settings import PARAMS, Params
+
+    assert [f.name for f in fields(Params)] == list(PARAMS)
+    assert all(f.default == Config.model_fields[f.name].default for f in fields(Params))
+    run = Config(estimator="gae", gamma=0.9, lam=0.8)
+    assert (run.params().gamma, run.params().lam) == (0.9, 0.8) and run.params() == Params(gamma=0.9, lam=0.8)
+
+
+# ------------------------------------------------------------------ each reader reads the names it gave
+@pytest.mark.parametrize("settings, api, cli", [
+    ({"estimator": "grpo", "kl_coef": 0.1, "kl_ctrl": "adaptive", "kl_target": 0.0},
+     "kl_target must not be 0", "--kl-target must not be 0"),
+    ({"estimator": "grpo", "adv_clip_low": 2.0, "adv_clip_high": 1.0},
+     "adv_clip_low=2 is above adv_clip_high=1", "--adv-clip-low 2 is above --adv-clip-high 1"),
+    ({"estimator": "grpo", "convention": "trl", "kl_coef": 0.1},
+     "kl_coef: TRL puts KL in the loss", "--kl-coef: TRL puts KL in the loss"),
+    ({"estimator": "grpo", "gamma": 1.5}, "gamma: Input should be less than or equal to 1",
+     "--gamma: Input should be less than or equal to 1"),
+    ({"estimator": "grpoo"}, "estimator: unknown estimator 'grpoo'", "--estimator: unknown estimator 'grpoo'"),
+])
+def test_an_error_names_a_setting_as_its_reader_gave_it(tmp_path, settings, api, cli):
+    """A Python caller reads the keyword it passed (``kl_target``), the command line the flag it typed
+    (``--kl-target``): the same check, the same message otherwise."""
+    import shutil
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    import rladv_cli
+    from rladv_cli.errors import ConfigError
+
+    data = shutil.copy(Path(__file__).parents[2] / "sample_data" / "groups.parquet", tmp_path / "groups.parquet")
+    with pytest.raises(ConfigError) as err:
+        rladv_cli.compute_file(data, **settings)
+    assert str(err.value).startswith(api), str(err.value)
+    result = CliRunner().invoke(app, ["compute", str(data), *command_flags(settings)])
+    assert result.exit_code == 2 and result.output.startswith(f"Error: {cli}"), result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["groups.parquet"]  # no output either way

@@ -7,9 +7,17 @@ from enum import Enum
 
 import pytest
 
+from rladv_cli.config.flags import to_command_line
 from rladv_cli.config.resolve import merge_verl_config, refused_inert, settings_from_flags
 from rladv_cli.config.settings import Config
 from rladv_cli.errors import ConfigError
+
+
+def _refused(*args, **kwargs):
+    """``refused_inert`` as the command line calls it: its messages name flags."""
+    with to_command_line():
+        return refused_inert(*args, **kwargs)
+
 
 # A command's settings at their defaults, as settings_from_flags returns them (a few of them).
 DEFAULTS = {"estimator": None, "gamma": 1.0, "lam": 1.0, "norm_adv_by_std": True, "epsilon": 1e-6, "kl_coef": 0.0,
@@ -123,7 +131,7 @@ def test_an_unreadable_file_is_a_config_error(tmp_path):
                  id="first-in-config-order"),
 ])
 def test_inert_typed_options_are_refused(settings, typed, message):
-    assert refused_inert(Config(**settings), typed, ray_engine=False) == message
+    assert _refused(Config(**settings), typed, ray_engine=False) == message
 
 
 @pytest.mark.parametrize("settings, typed", [
@@ -132,29 +140,32 @@ def test_inert_typed_options_are_refused(settings, typed, message):
     pytest.param({"estimator": "gae", "lam": 0.95}, {"estimator": "gae", "lam": 0.95}, id="read-by-the-estimator"),
 ])
 def test_options_that_count_or_were_not_typed_pass(settings, typed):
-    assert refused_inert(Config(**settings), typed, ray_engine=False) is None
+    assert _refused(Config(**settings), typed, ray_engine=False) is None
 
 
 def test_ray_options_without_the_ray_engine_are_refused():
     cfg = Config(estimator="grpo")
-    assert refused_inert(cfg, {"ray_workers": 4}, ray_engine=False) == (
+    assert _refused(cfg, {"ray_workers": 4}, ray_engine=False) == (
         "--ray-workers has no effect without --engine ray")
-    assert refused_inert(cfg, {"ray_workers": 4, "ray_address": "auto"}, ray_engine=False) == (
+    assert _refused(cfg, {"ray_workers": 4, "ray_address": "auto"}, ray_engine=False) == (
         "--ray-address has no effect without --engine ray")
-    assert refused_inert(cfg, {"ray_workers": 4, "ray_address": "auto"}, ray_engine=True) is None
+    assert _refused(cfg, {"ray_workers": 4, "ray_address": "auto"}, ray_engine=True) is None
     # the settings' own refusals come first
-    assert refused_inert(Config(estimator="grpo", kl_penalty="k3"), {"ray_workers": 4, "kl_penalty": "k3"},
+    assert _refused(Config(estimator="grpo", kl_penalty="k3"), {"ray_workers": 4, "kl_penalty": "k3"},
                          ray_engine=False) == "--kl-penalty has no effect without --kl-coef (KL reward shaping is off)"
 
 
 @pytest.mark.parametrize("coef", [0.1, -0.1])
 @pytest.mark.parametrize("setting, message", [
-    ({"kl_target": 0.0}, "--kl-target must not be 0 for the adaptive controller (verl divides by it)"),
-    ({"kl_horizon": 0}, "--kl-horizon must be > 0 for the adaptive controller"),
+    ({"kl_target": 0.0}, "kl_target must not be 0 for the adaptive controller (verl divides by it)"),
+    ({"kl_horizon": 0}, "kl_horizon must be > 0 for the adaptive controller"),
 ])
 def test_the_adaptive_controller_refuses_what_it_would_divide_by_for_any_shaping_coefficient(coef, setting, message):
     """A negative --kl-coef shapes the rewards too (verl accepts it), so the adaptive controller steps on it: a
     zero target or horizon is refused before any data is read, not a ZeroDivisionError traceback in the kl pass."""
     with pytest.raises(ConfigError) as err:
         Config(estimator="grpo", kl_coef=coef, kl_ctrl="adaptive", batch_key="step", **setting)
-    assert str(err.value) == message
+    assert str(err.value) == message  # a Python caller reads the keyword it passed
+    with pytest.raises(ConfigError) as err, to_command_line():
+        Config(estimator="grpo", kl_coef=coef, kl_ctrl="adaptive", batch_key="step", **setting)
+    assert str(err.value) == "--" + message.replace("_", "-", 1)  # the command line, the flag it typed

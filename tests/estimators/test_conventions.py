@@ -98,8 +98,8 @@ def test_blocks_that_mix_uids_are_flagged():
 
 @pytest.mark.parametrize("t, settings, words", [
     (rows([1.0, 0.0, 1.0]), {"group_size": 2}, ["blocks of 2 rows", "has 3 rows"]),
-    (rows([1.0, 0.0, 1.0]), {}, ["--group-size N", "no uid column"]),
-    (rows([1.0, 0.0, 1.0], uid=["a", "a", "b"]), {}, ["2 sizes", "--group-size N"]),
+    (rows([1.0, 0.0, 1.0]), {}, ["give group_size", "no uid column"]),
+    (rows([1.0, 0.0, 1.0], uid=["a", "a", "b"]), {}, ["2 sizes", "give group_size"]),
 ])
 def test_blocks_that_cannot_be_cut_stop_the_run(t, settings, words):
     with pytest.raises(ComputeError) as err:
@@ -321,21 +321,21 @@ def test_skyrl_grpo_is_verl_grpo():
 
 # ------------------------------------------------------------------ what each convention refuses
 @pytest.mark.parametrize("settings, words", [
-    ({"convention": "trl", "estimator": "grpo", "kl_coef": 0.1}, ["--kl-coef", "TRL puts KL in the loss"]),
+    ({"convention": "trl", "estimator": "grpo", "kl_coef": 0.1}, ["kl_coef", "TRL puts KL in the loss"]),
     ({"convention": "nemo_rl", "estimator": "grpo", "rollout_rs": "token_k1", "rollout_rs_threshold": "2.0"},
-     ["--rollout-rs", "verl's pipeline", "--convention verl"]),
+     ["rollout_rs", "verl's pipeline", "convention='verl'"]),
     ({"convention": "openrlhf", "estimator": "group_norm", "kl_coef": 0.1, "kl_penalty": "low_var_kl"},
-     ["--kl-penalty low_var_kl", "k1, k2, k3"]),
+     ["kl_penalty='low_var_kl'", "k1, k2, k3"]),
     ({"convention": "openrlhf", "estimator": "group_norm", "kl_coef": -0.1}, ["<= 0 as 0"]),
     ({"convention": "nemo_rl", "estimator": "grpo", "stop_properly_penalty_coef": -0.5},
-     ["--stop-properly-penalty-coef -0.5", "NeMo-RL only scales", "[0, 1]"]),
+     ["stop_properly_penalty_coef=-0.5", "NeMo-RL only scales", "[0, 1]"]),
     ({"convention": "trl", "estimator": "grpo", "overlong_buffer_len": 2, "max_resp_len": 4},
-     ["--overlong-buffer-len", "verl's pipeline"]),
+     ["overlong_buffer_len", "verl's pipeline"]),
     ({"convention": "nemo_rl", "estimator": "grpo", "adv_clip": 1.0, "adv_clip_high": 2.0},
-     ["--adv-clip C is --adv-clip-low -C --adv-clip-high C"]),
+     ["adv_clip C is adv_clip_low -C and adv_clip_high C"]),
     ({"convention": "nemo_rl", "estimator": "grpo", "adv_clip_low": 2.0, "adv_clip_high": 1.0},
-     ["--adv-clip-low 2 is above --adv-clip-high 1"]),
-    ({"convention": "trl", "estimator": "group_norm"}, ["not", "group_norm is an estimator of --convention openrlhf"]),
+     ["adv_clip_low=2 is above adv_clip_high=1"]),
+    ({"convention": "trl", "estimator": "group_norm"}, ["not", "group_norm is an estimator of convention openrlhf"]),
     ({"convention": "trll", "estimator": "grpo"}, ["unknown convention 'trll'", "did you mean trl?"]),
 ])
 def test_settings_a_convention_has_no_counterpart_for_are_refused(settings, words):
@@ -348,8 +348,13 @@ def test_settings_a_convention_has_no_counterpart_for_are_refused(settings, word
 
 
 def test_a_trainers_hard_coded_epsilon_is_not_a_setting():
-    from rladv_cli.config.resolve import refused_inert
+    from rladv_cli.config.flags import to_command_line
+    from rladv_cli.config.resolve import refused_inert as refused
     from rladv_cli.config.settings import Config
+
+    def refused_inert(*args, **kwargs):  # as the command line asks: its messages name flags
+        with to_command_line():
+            return refused(*args, **kwargs)
 
     cfg = Config(convention="trl", estimator="grpo", epsilon=1e-3)
     assert refused_inert(cfg, {"epsilon": 1e-3}, ray_engine=False) == (

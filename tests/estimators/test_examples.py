@@ -410,7 +410,7 @@ def test_dapo_counts_observations_not_padding_and_shapes_rm_scores_too():
 
 
 def test_dapo_needs_max_resp_len():
-    with pytest.raises(rladv_cli.ConfigError, match="--max-resp-len"):
+    with pytest.raises(rladv_cli.ConfigError, match="needs max_resp_len"):
         rladv_cli.Config(estimator="grpo", overlong_buffer_len=4)
 
 

@@ -19,7 +19,8 @@ from test_properties import ATOL, RTOL, assert_same_outcome, comparable_rows, ro
 
 from rladv_cli.errors import ComputeError, ConfigError
 from rladv_cli.estimators.inputs import Inputs
-from rladv_cli.estimators.registry import ESTIMATORS, Params
+from rladv_cli.config.settings import Params
+from rladv_cli.estimators.registry import ESTIMATORS
 from rladv_cli.estimators.vapo import vapo
 from rladv_cli.tensors.batch import from_arrow
 
@@ -120,7 +121,7 @@ def test_pkpo_groups_need_k_rows(tmp_path):
     path = write(tmp_path / "a.parquet", uid=["a", "a", "b"], response_mask=[[1]] * 3, rm_scores=[[1.0], [0.0], [1.0]])
     assert_one_line_error(rladv("compute", path, "--estimator", "pkpo"), "at least 2 samples", "(--k 2)", "group b")
     assert_one_line_error(rladv("compute", path, "--estimator", "pkpo", "--k", "0"), "--k")
-    with pytest.raises(ConfigError, match="--k"):
+    with pytest.raises(ConfigError, match="^k: "):
         run(TWO_GROUPS, "pkpo", k=0)
 
 
@@ -200,7 +201,7 @@ def rows_flat(t: pa.Table, column: str) -> np.ndarray:
 
 
 def test_vapo_alpha_must_be_positive():
-    with pytest.raises(ConfigError, match="--vapo-alpha"):
+    with pytest.raises(ConfigError, match="^vapo_alpha: "):
         run(TWO_GROUPS.append_column("values", pa.array([[0.0]] * 6, pa.list_(pa.float32()))), "vapo", vapo_alpha=0)
 
 

@@ -16,7 +16,8 @@ import pytest
 
 import reference as ref
 from conftest import GOLDEN, ROOT, binary_scores, case_estimator, golden_cases, rladv
-from rladv_cli.estimators.registry import ESTIMATORS, GROUP_STATISTICS, INPUTS, Params
+from rladv_cli.config.settings import Params
+from rladv_cli.estimators.registry import ESTIMATORS, GROUP_STATISTICS, INPUTS
 
 NAMES = list(ESTIMATORS)
 MIX = GOLDEN / "inputs" / "mix.parquet"

@@ -3,6 +3,8 @@ column order, polars' large strings and lists beside pyarrow's, double beside fl
 output is the one of the same rows written in one schema first. Types with nothing in common are an error."""
 from __future__ import annotations
 
+import json
+
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -75,15 +77,47 @@ def test_verls_token_level_scores_are_read_as_rm_scores(tmp_path):
     assert outs[0]["token_level_scores"].equals(outs[1]["rm_scores"])
 
 
-def test_verls_batch_saved_as_it_is_and_convert_on_parquet_say_what_to_do(tmp_path):
-    """A full-width attention_mask (prompt + response) and no response_mask: the error says how verl derives it;
-    rladv convert given a Parquet file says that compute reads it, instead of an unpickling error."""
-    t = pa.table({"uid": ["a", "a"], "responses": [[5, 6], [7, 8]], "attention_mask": [[1, 1, 1, 1], [1, 1, 1, 0]],
-                  "token_level_scores": [[0.0, 1.0], [0.0, 0.0]]})
+def test_verls_batch_saved_as_it_is_is_read_as_its_response_part(tmp_path):
+    """verl's batch written with pq.write_table of its tensors: padded [B, P + T] attention_mask (fixed-size lists),
+    [B, T] responses and token_level_scores, no response_mask. rladv reads it as verl's compute_response_mask
+    does (attention_mask's last T positions): the numbers of the same rows saved with that response_mask, and
+    validate and inspect read it too; rladv convert given the Parquet file says that compute reads it."""
+    P, T = 3, 4
+    attention = [[0, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 0, 0], [0, 1, 1, 1, 0, 0, 0]]
+    scores = [[0, 0, 0, 0], [0, 0, 0, 1.0], [0, 1.0, 0, 0], [0.5, 0, 0, 0]]
+
+    def fixed(rows, kind):
+        return pa.FixedSizeListArray.from_arrays(pa.array([v for r in rows for v in r], kind), len(rows[0]))
+
+    saved = pa.table({"uid": ["a", "a", "b", "b"], "prompts": fixed([[9] * P] * 4, pa.int64()),
+                      "responses": fixed([[5] * T] * 4, pa.int64()), "attention_mask": fixed(attention, pa.int64()),
+                      "token_level_scores": fixed(scores, pa.float32())})
     path = tmp_path / "batch.parquet"
-    pq.write_table(t, path)
-    res = rladv("compute", path, "--estimator", "grpo", "-o", tmp_path / "o.parquet")
-    assert_one_line_error(res, "column response_mask: missing", "attention_mask's last len(responses) positions")
+    pq.write_table(saved, path)
+    response = [row[P:] for row in attention]
+    explicit = tmp_path / "explicit" / "batch.parquet"
+    explicit.parent.mkdir()
+    pq.write_table(pa.table({"uid": ["a", "a", "b", "b"], "response_mask": pa.array(response, pa.list_(pa.int8())),
+                             "rm_scores": pa.array(scores, pa.list_(pa.float32()))}), explicit)
+    outs = []
+    for data in (path, explicit):
+        assert rladv("compute", data, "--estimator", "grpo", "-o", tmp_path / f"{len(outs)}.parquet", "-q").exit_code == 0
+        outs.append(read(tmp_path / f"{len(outs)}.parquet"))
+    assert outs[0]["advantages"].equals(outs[1]["advantages"]) and outs[0]["returns"].equals(outs[1]["returns"])
+    assert outs[0]["response_mask"].to_pylist() == response
+    assert outs[0]["attention_mask"].to_pylist() == response  # the response part, aligned with the advantages
+    assert pq.read_table(path).equals(saved)  # the input as it was
+    assert rladv("validate", path, "--estimator", "grpo").exit_code == 0
+    res = rladv("inspect", path, "--estimator", "grpo", "--json")
+    assert res.exit_code == 0 and json.loads(res.output)["tokens"]["actor"] == sum(map(sum, response))
     res = rladv("convert", path, "-o", tmp_path / "c.parquet")
     assert_one_line_error(res, f"{path}: is a Parquet file, not a saved batch: rladv compute")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["batch.parquet"]
+
+
+def test_a_saved_batch_whose_mask_is_shorter_than_its_response_names_the_row(tmp_path):
+    t = pa.table({"uid": ["a", "a"], "responses": [[5, 6, 7], [7, 8, 9]], "attention_mask": [[1, 1, 1, 1], [1, 1]],
+                  "token_level_scores": [[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]})
+    pq.write_table(t, tmp_path / "batch.parquet")
+    res = rladv("compute", tmp_path / "batch.parquet", "--estimator", "grpo", "-o", tmp_path / "o.parquet")
+    assert_one_line_error(res, "row 1", "length")
+    assert not (tmp_path / "o.parquet").exists()

@@ -92,14 +92,14 @@ def test_mini_and_micro_batches_are_consecutive_rows_of_each_step():
 
 
 def test_a_step_that_does_not_divide_stops_the_run():
-    with pytest.raises(ComputeError, match=r"--mini-batch-size 4: the dataset has 6 rows, not a multiple of 4"):
+    with pytest.raises(ComputeError, match=r"mini_batch_size=4: the dataset has 6 rows, not a multiple of 4"):
         scale("verl", "token-mean", mini=4)
-    with pytest.raises(ComputeError, match=r"--micro-batch-size 2: the dataset has 3 rows of a mini-batch"):
+    with pytest.raises(ComputeError, match=r"micro_batch_size=2: the dataset has 3 rows of a mini-batch"):
         scale("trl", "grpo", mini=3, micro=2)
 
 
 def test_a_required_factor_and_non_consecutive_prompts_are_refused():
-    with pytest.raises(ComputeError, match="seq_mean_token_sum_norm needs --loss-scale-factor"):
+    with pytest.raises(ComputeError, match="seq_mean_token_sum_norm' needs loss_scale_factor"):
         scale("skyrl", "seq_mean_token_sum_norm")
     shuffled = RowFacts(step=np.zeros(4, dtype=np.int64), loss_tokens=np.ones(4), tokens=np.ones(4), width=np.ones(4),
                         prompt=np.array([0, 1, 0, 1]))

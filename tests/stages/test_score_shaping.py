@@ -90,7 +90,7 @@ def test_options_and_the_truncated_column_are_checked(tmp_path):
                    types={"truncated": pa.float32()})
     with pytest.raises(InputError, match="column truncated: has type float; expected a bool"):
         run(pq.read_table(floats), "grpo", stop_properly_penalty_coef=0.5)
-    with pytest.raises(ConfigError, match="--reward-scale"):
+    with pytest.raises(ConfigError, match="^reward_scale: "):
         run(pq.read_table(plain), "grpo", reward_scale=float("inf"))
 
 

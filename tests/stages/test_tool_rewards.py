@@ -94,7 +94,7 @@ def test_no_column_no_section():
 
 
 def test_gdpo_components_do_not_read_the_score():
-    with pytest.raises(rladv_cli.ConfigError, match="--tool-reward-coef"):
+    with pytest.raises(rladv_cli.ConfigError, match="^tool_reward_coef adds to the score"):
         rladv_cli.Config(estimator="gdpo", reward_components=("acc",), tool_reward_coef=1.0)
 
 
