@@ -106,14 +106,18 @@ class Labels:
         """Batch ids in ascending order of their key values (the order training steps ran in)."""
         return [i for _, i in sorted(self.batches.items(), key=lambda kv: (kv[0] is None, kv[0]))]
 
+    def batch_values(self) -> list:
+        """The batch key's values in ``batch_order``, as the data holds them (``100``, not ``step=100``)."""
+        names = {i: value for value, i in self.batches.items()}
+        return [names[i] for i in self.batch_order()]
+
     def step_ranks(self) -> tuple[np.ndarray, list[str]]:
         """Each batch id's rank in ``batch_order`` ``(n_batches,)`` and the batches' names in that order: the
         steps of a run as the verdict lists them."""
         order = self.batch_order()
         rank = np.empty(len(order), dtype=np.int64)
         rank[order] = np.arange(len(order))
-        names = {i: value for value, i in self.batches.items()}
-        return rank, [f"{self.batch_key}={names[i]}" for i in order]
+        return rank, [f"{self.batch_key}={value}" for value in self.batch_values()]
 
     def uids_of_batch(self, batch_id: int) -> list:
         return [uid for (b, uid) in self.groups if b == batch_id]

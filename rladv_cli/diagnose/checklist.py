@@ -355,7 +355,7 @@ def _summarise(ds: RowSource, plan: Plan, est: Optional[Estimator], rows: RowSca
                             ds.filter.where if ds.filter is not None else None)
     verdict, (group_table, row_table) = checklist_verdict(
         rows, plan, est, uids, group_flags, checks.items, ds.paths, steps, flags, std_epsilon(est, *std_rule),
-        thresholds)
+        thresholds, (labels.batch_key, labels.batch_values()) if labels.batch_key is not None else None)
     return Inspection(
         verdict=verdict,
         rows=ds.num_rows,

@@ -44,12 +44,15 @@ def _commands(paths: Sequence[str], est: Optional[Estimator], flags: Sequence[st
 def checklist_verdict(rows: RowScalars, plan: Plan, est: Optional[Estimator], uids: Mapping[int, object],
                       group_flags: Mapping[str, np.ndarray], checks: list[Check], paths: Sequence[str],
                       step_names: Sequence[str], flags: Sequence[str], epsilon: Optional[float],
-                      thresholds: Optional[Mapping[str, tuple]] = None) -> tuple[Verdict, tuple[Optional[pa.Table], pa.Table]]:
+                      thresholds: Optional[Mapping[str, tuple]] = None,
+                      batch: Optional[tuple[str, Sequence[object]]] = None,
+                      ) -> tuple[Verdict, tuple[Optional[pa.Table], pa.Table]]:
     """The verdict and the tables behind it (``verdict_tables``: groups, rows) on the valid rows: actor tokens (the mask before rejection), used tokens, zero advantages
     when the file has advantages, groups (``group_flags``: all-equal, and tied on scores) under the estimator
     (any group estimator without ``--estimator``). A failing check (a broken contract, a missing column) fails
     it too and is named in its hints; without ``uid`` and an estimator it warns that no group was judged.
-    ``thresholds``: the levels per check over ``THRESHOLDS``."""
+    ``thresholds``: the levels per check over ``THRESHOLDS``; ``batch``: the batch key and its values
+    (``RowFacts.batch``)."""
     row_command, by_uid = _commands(paths, est, flags)
     uses_groups = est.groups if est is not None else plan.uid
     ctx = Context(estimator=est.name if est else None, uses_groups=uses_groups,
@@ -72,7 +75,7 @@ def checklist_verdict(rows: RowScalars, plan: Plan, est: Optional[Estimator], ui
         file_row=rows["file_row"].astype(np.int64), paths=list(paths),
         uids=[uids[g] for g in range(len(uids))] if plan.uid else None,
         **({"adv_sum": rows["adv_sum"], "adv_count": rows["adv_count"], "adv_min": rows["adv_min"],
-            "adv_max": rows["adv_max"]} if plan.advantages else {})), no_uid=no_uid)
+            "adv_max": rows["adv_max"]} if plan.advantages else {}), batch=batch), no_uid=no_uid)
     if est is None and not plan.uid:
         verdict = verdict.model_copy(update={"level": "warn" if verdict.level in ("ok", "note") else verdict.level,
                                              "hints": [*verdict.hints, "no uid column: no groups, so the group checks "

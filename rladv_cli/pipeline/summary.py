@@ -259,7 +259,8 @@ def _verdict(run: Finished) -> tuple[Verdict, tuple, Optional[Gradient]]:
                      file_index=file_index, file_row=file_row, paths=paths,
                      uids=[uid_of[g] for g in range(len(uid_of))] if has_groups else None,
                      adv_sum=rows["adv_sum"].numpy(), adv_count=rows["adv_count"].numpy(),
-                     adv_min=rows["adv_min"].numpy(), adv_max=rows["adv_max"].numpy())
+                     adv_min=rows["adv_min"].numpy(), adv_max=rows["adv_max"].numpy(),
+                     batch=(labels.batch_key, labels.batch_values()) if labels.batch_key is not None else None)
     groups, row_table = verdict_tables(judged, ctx, facts)
     if run.weighing is not None:
         row_table = _weight_columns(row_table, run)

@@ -1,13 +1,14 @@
 """The tables behind the verdict (docs/debugging.md, "The tables behind the verdict"): one row per group and one
 per row of the dataset, as Arrow tables (``--groups-out``, ``--rows-out``; polars frames in the Python API).
 
-groups: ``step`` (the batch key value or file, as the verdict's steps; with one, its file or "all"), ``uid``, ``rows``, ``score_mean``, ``score_std``, ``reward_mean``,
+groups: the batch key's column (``step``, ..., its value as the data holds it; none without a batch key), ``uid``,
+``rows``, ``score_mean``, ``score_std``, ``reward_mean``,
 ``reward_std`` (float64 over the group's rows; std unbiased, null for one row), ``actor_tokens``,
 ``signal_tokens``, ``signal_share``, ``cause`` (``ok``, ``singleton``, ``all_0``, ``all_top``, ``tied``,
 ``kl_only``, ``epsilon_tie``).
 
-rows: ``row`` (0-based across the dataset, the numbering ``--row`` takes), ``file``, ``file_row``, ``step``,
-``uid``, ``score_total``, ``reward_total`` (after shaping), ``actor_tokens``, ``observation_tokens``,
+rows: ``row`` (0-based across the dataset, the numbering ``--row`` takes), ``file``, ``file_row``, the batch key's
+column, ``uid``, ``score_total``, ``reward_total`` (after shaping), ``actor_tokens``, ``observation_tokens``,
 ``rejected_tokens``, ``signal_tokens``, ``advantage_mean`` / ``advantage_min`` / ``advantage_max`` (over the
 tokens the estimator used; null when no advantages are known or the row has none), ``cause`` (the row's
 group's, or ``no_actor_tokens``, ``rejected``, ``no_uid``, ``zero_advantage``; ``ok`` when it carries signal).
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
 class RowFacts:
     """What the tables add to ``RowsToJudge``, per row ``(B,)``: the score total before shaping, observation
     tokens, advantage sum/count/min/max over the used tokens (None: unknown), each row's file index and row in
-    it, the files' ``paths``, and per group ``(G,)`` its ``uids``."""
+    it, the files' ``paths``, per group ``(G,)`` its ``uids``, and ``batch``: the batch key and its values in
+    the verdict's step order (None without a batch key)."""
 
     score_total: Optional[np.ndarray]
     observation: np.ndarray
@@ -44,6 +46,7 @@ class RowFacts:
     adv_count: Optional[np.ndarray] = None
     adv_min: Optional[np.ndarray] = None
     adv_max: Optional[np.ndarray] = None
+    batch: Optional[tuple[str, Sequence[object]]] = None
 
 
 def _strings(values: Sequence[str]) -> pa.Array:
@@ -96,8 +99,8 @@ def verdict_tables(rows: RowsToJudge, ctx: Context, facts: RowFacts, *,
     under ``ctx``, with ``facts``."""
     lab = label(rows, ctx, no_uid=no_uid)
     B = rows.actor.size
-    several = rows.step is not None and len(ctx.step_names) > 1
-    steps = [str(s) for s in ctx.step_names] if several else [str(facts.paths[0]) if len(facts.paths) == 1 else "all"]
+    key, values = facts.batch if facts.batch is not None else (None, [None])
+    several = rows.step is not None and len(values) > 1  # rows.step: the batch's rank, with more than one
     row_step = rows.step.astype(np.int64) if several else np.zeros(B, dtype=np.int64)
     actor = rows.actor.astype(np.int64)
     used = np.minimum(rows.used.astype(np.int64), actor)
@@ -113,9 +116,10 @@ def verdict_tables(rows: RowsToJudge, ctx: Context, facts: RowFacts, *,
         reward_mean, reward_std = _group_moments(rows.reward, g, size)
         group_actor = np.bincount(g, weights=actor, minlength=G).astype(np.int64)
         cols = {}
-        group_step = np.zeros(G, dtype=np.int64)
-        group_step[g] = row_step
-        cols["step"] = _coded(group_step[present], steps)
+        if key is not None:
+            group_step = np.zeros(G, dtype=np.int64)
+            group_step[g] = row_step
+            cols[key] = _coded(group_step[present], values)
         cols.update(
             uid=_coded(present, facts.uids) if facts.uids is not None else _numbers(present, pa.int64()),
             rows=_numbers(size[present], pa.int64()), score_mean=score_mean.take(at), score_std=score_std.take(at),
@@ -127,7 +131,8 @@ def verdict_tables(rows: RowsToJudge, ctx: Context, facts: RowFacts, *,
         groups = pa.Table.from_arrays(list(cols.values()), names=list(cols))
     cols = {"row": _numbers(rows.dataset_row, pa.int64()), "file": _coded(facts.file_index, list(facts.paths)),
             "file_row": _numbers(facts.file_row, pa.int64())}
-    cols["step"] = _coded(row_step, steps)
+    if key is not None and key not in cols:
+        cols[key] = _coded(row_step, values)
     if g is not None and facts.uids is not None:
         cols["uid"] = _coded(g, facts.uids)
     nulls = pa.nulls(B, pa.float64())

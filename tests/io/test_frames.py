@@ -305,12 +305,16 @@ def test_other_inputs_are_refused_by_their_type(tmp_path, inputs, message):
 
 
 def test_the_verdict_tables_join_the_users_frames_on_uid():
-    """uid, file, step and cause are plain strings (a categorical column refuses a join with a string one), in
-    compute's and inspect's tables and in the Parquet files --rows-out writes."""
+    """uid and cause are plain strings (a categorical column refuses a join with a string one) and the batch key's
+    column (step, the default) holds the data's own values and type, in compute's and inspect's tables: a join
+    with the user's frame on (step, uid) keeps every row. Without a batch key there is no such column."""
     frame = pl.read_parquet(GROUPS)
     _, report = rladv_cli.compute(frame, estimator="grpo", device="cpu")
     inspected = rladv_cli.inspect(str(GROUPS), estimator="grpo")
     for table in (report.row_table, report.group_table, inspected.row_table, inspected.group_table):
-        assert {table.schema[c] for c in ("uid", "step", "cause")} == {pl.String}
-        joined = frame.select("uid", "score").join(table.select("uid", "cause").unique("uid"), on="uid")
-        assert joined.height == frame.height
+        assert (table.schema["uid"], table.schema["cause"], table.schema["step"]) == (pl.String, pl.String, pl.Int64)
+        joined = frame.select("step", "uid", "score").join(table.select("step", "uid", "cause").unique(["step", "uid"]),
+                                                           on=["step", "uid"])
+        assert joined.height == frame.height and set(joined["step"]) == set(frame["step"]) == {100, 101}
+    _, one = rladv_cli.compute(frame, estimator="grpo", batch_key="none", device="cpu")
+    assert "step" not in one.row_table.columns and "step" not in one.group_table.columns
