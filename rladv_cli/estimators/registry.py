@@ -12,7 +12,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional
 
-from ..config.flags import named
+from ..config.flags import named, option_name
 from ..errors import ConfigError
 
 if TYPE_CHECKING:  # the settings an estimator reads, generated from Config's fields
@@ -187,7 +187,7 @@ class Estimator:
             "observation_credit": self.observation_credit,
             "singleton": self.singleton,
             "summary": self.summary,
-            "settings": [f"--{name.replace('_', '-')}" for name in self.settings],
+            "settings": [option_name(name) for name in self.settings],
         }
 
 

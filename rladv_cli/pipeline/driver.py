@@ -356,7 +356,7 @@ class Pipeline:
         if est.groups and small.numel():
             batch, uid = next(key for key, g in self.labels.groups.items() if g == int(small[0]))
             where = self.labels.batch_name(batch)
-            setting = f" (--{est.min_group_setting.replace('_', '-')} {minimum})" if minimum > est.min_group_size else ""
+            setting = f" ({named(est.min_group_setting, minimum)})" if minimum > est.min_group_size else ""
             raise ComputeError(
                 f"{self.cfg.estimator} requires at least {minimum} samples per group{setting}. Got "
                 f"{int(groups.size[small[0]])} for group {uid}{' in batch ' + where if where else ''} "

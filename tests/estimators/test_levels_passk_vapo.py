@@ -116,7 +116,7 @@ def test_pkpo_four_rows_and_negative_totals():
 
 
 def test_pkpo_groups_need_k_rows(tmp_path):
-    with pytest.raises(ComputeError, match=r"pkpo requires at least 4 samples per group \(--k 4\). Got 3 for group A"):
+    with pytest.raises(ComputeError, match=r"pkpo requires at least 4 samples per group \(k=4\). Got 3 for group A"):
         run(TWO_GROUPS, "pkpo", k=4)
     path = write(tmp_path / "a.parquet", uid=["a", "a", "b"], response_mask=[[1]] * 3, rm_scores=[[1.0], [0.0], [1.0]])
     assert_one_line_error(rladv("compute", path, "--estimator", "pkpo"), "at least 2 samples", "(--k 2)", "group b")
@@ -274,7 +274,7 @@ def test_pkpo_any_k_against_the_oracle(data, kl):
     k = data.draw(st.integers(1, min(sizes.values()) + 1), label="k")
     out = attempt(run, rollout.table(), "pkpo", one_chunk=True, k=k, **kl)
     if k > min(sizes.values()):
-        assert failed(out) and f"(--k {k})" in str(out)
+        assert failed(out) and f"(k={k})" in str(out)
         return
     rewards = ref.assemble_scores(rollout.lengths, score=rollout.score, rm_scores=rollout.rm_scores)
     if kl["kl_coef"] > 0:
