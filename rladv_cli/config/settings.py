@@ -28,7 +28,6 @@ from ..estimators.conventions import (
 )
 from ..estimators.registry import ESTIMATOR_SETTINGS, Estimator, names_where
 from ..loss.modes import AGGREGATIONS, KNOBS, Aggregation, LossMode
-from ..report.verdict import THRESHOLDS, check_thresholds
 from .correction import parse_rollout_is, parse_rollout_rs
 from .flags import (
     CORRECTION,
@@ -230,6 +229,8 @@ class Config(BaseModel):
     @field_validator("thresholds")
     @classmethod
     def _known_checks(cls, v: Optional[dict]) -> Optional[dict]:
+        from ..report.verdict import check_thresholds  # numpy's import, only for a run that sets thresholds
+
         check_thresholds(v or {})
         return v
 
@@ -380,6 +381,8 @@ class Config(BaseModel):
     @property
     def levels(self) -> Mapping[str, tuple[Optional[float], Optional[float]]]:
         """The verdict's thresholds: ``--threshold`` over the defaults (``report.verdict.THRESHOLDS``)."""
+        from ..report.verdict import THRESHOLDS
+
         return {**THRESHOLDS, **(self.thresholds or {})}
 
     @property
