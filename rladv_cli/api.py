@@ -111,8 +111,8 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
     out = str(output) if output is not None else default_output(
         [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs))
     check_output_path(out, dataset.paths)
-    check_side_outputs(out, dataset.paths, {"--report": report_path, "--html": html_path,
-                                            "--groups-out": groups_path, "--rows-out": rows_path})
+    check_side_outputs(out, dataset.paths, {"report_path": report_path, "html_path": html_path,
+                                            "groups_path": groups_path, "rows_path": rows_path})
     switch = sys.getswitchinterval()
     # The reading and writing threads are in C most of the time, but each needs the GIL back between calls:
     # at Python's default 5 ms they queue behind the torch import and the stages, at 0.5 ms they do not.

@@ -164,9 +164,9 @@ def _check_outputs(source: RowSource, specs: Sequence[RunSpec], output: Optional
         taken = set(source.names.written(source.columns))
         clash = next((s for s in specs if s.column in taken or s.column in source.columns), None)
         if clash is not None:
-            raise OutputError(f"-o: the input already has a column {clash.column}; give run {clash.name!r} "
-                              "another name")
-    check_side_outputs(output, source.paths, {"--html": html_path})
+            raise OutputError(f"{flags.named('output')}: the input already has a column {clash.column}; give run "
+                              f"{clash.name!r} another name")
+    check_side_outputs(output, source.paths, {"html_path": html_path})
 
 
 def _named(progress: Optional[Progress], name: str) -> Optional[Progress]:

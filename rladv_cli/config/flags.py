@@ -57,8 +57,17 @@ def flags() -> dict[str, Flag]:
     return {name: flag for name, field in Config.model_fields.items() if (flag := flag_of(field)) is not None}
 
 
+# the outputs' options, by the Python keyword that names the same file (``dump_batch``'s path is convert's -o,
+# ``export_group``'s folder inspect's --export)
+OUTPUTS = {"output": "-o", "path": "-o", "report_path": "--report", "html_path": "--html",
+           "groups_path": "--groups-out", "rows_path": "--rows-out", "folder": "--export"}
+
+
 def option_name(name: str) -> str:
-    """The command-line flag of setting ``name`` (``kl_coef`` -> ``--kl-coef``; ``columns`` -> ``--column``)."""
+    """The command-line flag of setting ``name`` (``kl_coef`` -> ``--kl-coef``; ``columns`` -> ``--column``) or
+    of an output (``OUTPUTS``)."""
+    if name in OUTPUTS:
+        return OUTPUTS[name]
     flag = flags().get(name)
     return flag.name if flag is not None and flag.name else "--" + name.replace("_", "-")
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..config.flags import command_flags
+from ..config.flags import command_flags, named
 from ..config.settings import Config, batch_column, on_columns
 from ..contract import validation
 from ..errors import ConfigError, OutputError
@@ -85,11 +85,11 @@ def export_group(inputs: Sequence[PathLike] | PathLike, uid: str, folder: PathLi
         try:
             os.makedirs(folder)
         except OSError as err:
-            raise OutputError(f"--export {folder}: cannot create the folder ({err.strerror})") from None
+            raise OutputError(f"{named('folder', os.fspath(folder))}: cannot create the folder ({err.strerror})") from None
     data, script = os.path.join(folder, "group.parquet"), os.path.join(folder, "command.txt")
     try:
         for target in (data, script):
-            check_output_path(target, ds.paths, option="--export", parquet=False)
+            check_output_path(target, ds.paths, option="folder", parquet=False)
         with SideFiles() as files:  # both files, or neither
             files.write(data, parquet.getvalue().to_pybytes())
             files.write(script, text)

@@ -17,6 +17,7 @@ from typing import IO, Callable, Iterator, Optional, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..config.flags import named
 from ..errors import TERMINATION_SIGNALS, OutputError
 from .parquet_join import RowGroupJoiner, split_file
 
@@ -42,29 +43,32 @@ NOT_PARQUET = (".csv", ".tsv", ".json", ".jsonl", ".ndjson", ".txt", ".html", ".
                ".xlsx", ".pt", ".pkl", ".npy", ".npz")
 
 
-def check_output_path(out: str, inputs: Sequence[str | os.PathLike], option: str = "-o", parquet: bool = True) -> None:
+def check_output_path(out: str, inputs: Sequence[str | os.PathLike], option: str = "output",
+                      parquet: bool = True) -> None:
     """Refuse stdout (``-``), a ``parquet`` output named as another format (``out.csv``), writing onto one of the
-    ``inputs``, a folder, a FIFO or device, into a missing folder, or into a folder we cannot write."""
+    ``inputs``, a folder, a FIFO or device, into a missing folder, or into a folder we cannot write. ``option``:
+    the keyword that gave ``out`` (``config.flags.OUTPUTS``), which messages name as their reader gave it."""
+    given = named(option, out)
     if out == "-":
-        raise OutputError(f"{option} -: this file is not written to stdout; give a file name")
+        raise OutputError(f"{given}: this file is not written to stdout; give a file name")
     target = Path(out)
     for p in inputs:
         if target.exists() and target.resolve() == Path(p).resolve():
-            raise OutputError(f"{option} {out} is one of the inputs; rladv never writes onto its input")
+            raise OutputError(f"{given} is one of the inputs; rladv never writes onto its input")
     suffix = target.suffix.lower()
     if parquet and suffix in NOT_PARQUET:
-        raise OutputError(f"{option} {out}: rladv writes Parquet here, not {suffix[1:]}; give a .parquet name "
+        raise OutputError(f"{given}: rladv writes Parquet here, not {suffix[1:]}; give a .parquet name "
                           "(polars converts it: pl.read_parquet(PATH) then .write_csv, .write_json, ...)")
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
-        raise OutputError(f"{option} {out}: folder {folder} does not exist")
+        raise OutputError(f"{given}: folder {folder} does not exist")
     if target.is_dir():
-        raise OutputError(f"{option} {out} is a folder; give a file name")
+        raise OutputError(f"{given} is a folder; give a file name")
     if target.exists() and not target.is_file():
-        raise OutputError(f"{option} {out} is not a regular file (a FIFO, device or socket); rladv writes a file "
+        raise OutputError(f"{given} is not a regular file (a FIFO, device or socket); rladv writes a file "
                           "beside it and renames it over the path, which would replace it")
     if not os.access(folder, os.W_OK):
-        raise OutputError(f"{option} {out}: folder {folder} is not writable")
+        raise OutputError(f"{given}: folder {folder} is not writable")
 
 
 def writer_options(schema: pa.Schema) -> dict:
@@ -406,20 +410,20 @@ def write_json_atomic(path: str, text: str) -> None:
         files.commit()
 
 
-PARQUET_SIDE_FILES = ("--groups-out", "--rows-out")
+PARQUET_SIDE_FILES = ("groups_path", "rows_path")
 
 
 def check_side_outputs(output: Optional[str], inputs: Sequence[str], side: "dict[str, object]") -> None:
-    """The files a run writes beside ``output`` (``side``: flag -> path or None) are writable, none is an input,
-    and all of them name different files."""
-    for flag, path in side.items():
+    """The files a run writes beside ``output`` (``side``: keyword -> path or None, ``config.flags.OUTPUTS``) are
+    writable, none is an input, and all of them name different files."""
+    for option, path in side.items():
         if path is not None:
-            check_output_path(str(path), inputs, flag, parquet=flag in PARQUET_SIDE_FILES)
+            check_output_path(str(path), inputs, option, parquet=option in PARQUET_SIDE_FILES)
     given = [os.path.abspath(p) for p in (output, *side.values()) if p is not None]
     twice = next((p for p in given if given.count(p) > 1), None)
     if twice is not None:
-        named = ", ".join((["-o"] if output is not None else []) + list(side))
-        raise OutputError(f"{named} must name different files; {twice} is given twice")
+        given = ", ".join(named(o) for o in (["output"] if output is not None else []) + list(side))
+        raise OutputError(f"{given} must name different files; {twice} is given twice")
 
 
 class SideFiles:

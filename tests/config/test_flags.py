@@ -110,3 +110,23 @@ def test_an_error_names_a_setting_as_its_reader_gave_it(tmp_path, settings, api,
     result = CliRunner().invoke(app, ["compute", str(data), *command_flags(settings)])
     assert result.exit_code == 2 and result.output.startswith(f"Error: {cli}"), result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["groups.parquet"]  # no output either way
+
+
+def test_an_output_error_names_the_output_as_its_reader_gave_it(tmp_path):
+    """``output=`` and ``report_path=`` to a Python caller, ``-o`` and ``--report`` on the command line."""
+    import shutil
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    import rladv_cli
+    from rladv_cli.errors import OutputError
+
+    data = shutil.copy(Path(__file__).parents[2] / "sample_data" / "groups.parquet", tmp_path / "groups.parquet")
+    with pytest.raises(OutputError, match=r"^output='.*groups.parquet' is one of the inputs"):
+        rladv_cli.compute_file(data, estimator="grpo", output=data)
+    with pytest.raises(OutputError, match=r"^report_path='-': this file is not written to stdout"):
+        rladv_cli.compute_file(data, estimator="grpo", output=tmp_path / "o.parquet", report_path="-")
+    result = CliRunner().invoke(app, ["compute", str(data), "--estimator", "grpo", "-o", str(data)])
+    assert result.exit_code == 2 and result.output.startswith(f"Error: -o {data} is one of the inputs"), result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["groups.parquet"]
