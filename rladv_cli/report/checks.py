@@ -45,7 +45,7 @@ class Applies:
         return " and ".join(names_where(self.test))
 
     def words(self) -> str:
-        return self.who if self.who is not None else self.names()
+        return self.who if self.who is not None else ", ".join(names_where(self.test))
 
     def __call__(self, est: Optional[Estimator]) -> bool:
         """Whether the check matters for ``est`` (None: no estimator named, so it may)."""
@@ -413,7 +413,7 @@ def _limit(x: Optional[float], factor: bool) -> str:
 
 def checks_table() -> str:
     """The Markdown table of every check, in the debugging order."""
-    lines = ["| step | check | flags | raised by | matters for |", "|---|---|---|---|---|"]
+    lines = ["| step | check | flags | raised by | for |", "|---|---|---|---|---|"]
     for c in sorted(CHECKS.values(), key=lambda c: c.step):
         lines.append(f"| {c.step} {STEP_TITLES[c.step]} | `{c.code}` | {c.title} | {' and '.join(c.by)} | "
                      f"{c.applies.words()} |")
