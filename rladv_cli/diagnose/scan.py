@@ -147,7 +147,8 @@ class Plan:
 
 @dataclass
 class RowScalars:
-    """Per-row scalars of the valid rows, appended chunk by chunk (dataset order)."""
+    """Per-row scalars of the valid rows, appended chunk by chunk (dataset order); the facts compute computes
+    too go by their names in ``report.facts.ROW_FACTS``."""
 
     parts: dict[str, list[np.ndarray]] = field(default_factory=dict)
     _whole: dict[str, np.ndarray] = field(default_factory=dict)

@@ -19,7 +19,8 @@ FIRST_ROWS = 5
 
 
 class RowTable:
-    """Per-row values of the whole dataset, appended chunk by chunk in dataset row order; kept on the CPU."""
+    """Per-row values of the whole dataset, appended chunk by chunk in dataset row order; kept on the CPU. The
+    facts inspect computes too go by their names in ``report.facts.ROW_FACTS``."""
 
     def __init__(self) -> None:
         self._parts: dict[str, list[Tensor]] = defaultdict(list)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -11,6 +12,7 @@ import rladv_cli
 from conftest import ROOT, write
 from rladv_cli.diagnose.checklist import inspect
 from rladv_cli.report.checks import CHECKS, MEASURES, checks_table, with_tables
+from rladv_cli.report.facts import ROW_FACTS
 from rladv_cli.report.verdict import THRESHOLDS
 
 DEBUGGING = ROOT / "docs" / "debugging.md"
@@ -82,3 +84,41 @@ def test_compute_and_inspect_word_a_code_alike(tmp_path, case):
     listed = {c.code: c.message for c in checklist.checks if c.status != "pass"}
     for code in codes:
         assert code in warned and warned[code] == listed.get(code), code
+
+
+def test_compute_and_inspect_hold_the_declared_row_facts_alike(tmp_path, monkeypatch):
+    """Every fact of ``ROW_FACTS``, by its name and of its kind, in compute's row table and in inspect's row
+    scalars of compute's output (whose loss_mask, advantages and token_weight are compute's): equal per row."""
+    from rladv_cli.diagnose import checklist
+    from rladv_cli.pipeline import driver
+
+    held, build, summarise = {}, driver.build_report, checklist._summarise
+
+    def build_report(run):
+        held["compute"] = run.rows
+        return build(run)
+
+    def summary(ds, plan, est, rows, *rest):
+        held["inspect"] = rows
+        return summarise(ds, plan, est, rows, *rest)
+
+    monkeypatch.setattr(driver, "build_report", build_report)
+    monkeypatch.setattr(checklist, "_summarise", summary)
+    path = write(tmp_path / "rows.parquet", {
+        "uid": ["a", "a", "b", "b"], "response_mask": [[1, 0, 1], [1, 1, 1], [0, 0, 0], [1, 1, 0]],
+        "loss_mask": [[1, 1, 1], [1, 1, 1], [1, 0, 0], [1, 1, 0]], "attention_mask": [[1, 1, 1]] * 3 + [[1, 1, 0]],
+        "rm_scores": [[0, 0, 1], [0, 0, 0.5], [1, 0, 0], [0, 2, 0]],
+        "old_log_probs": [[-0.5] * 3, [-0.7] * 3, [-1.0] * 3, [-0.2] * 3], "ref_log_prob": [[-0.6] * 3, [-0.6] * 3, [-0.5] * 3, [-0.6] * 3],
+        "tool_rewards": [[0.5], [], [0.2, 0.1], [0.1]]})
+    out = tmp_path / "rows.adv.parquet"
+    rladv_cli.compute_file(path, output=out, device="cpu", estimator="reinforce_plus_plus", kl_coef=0.1, gamma=0.9,
+                           loss_agg_mode="token-mean")
+    inspect(out, estimator="reinforce_plus_plus", kl_coef=0.1)
+    computed, scanned = held["compute"], held["inspect"]
+    for name, fact in ROW_FACTS.items():
+        a, b = computed[name].double().numpy(), scanned[name]
+        assert np.allclose(a, b.astype(np.float64), rtol=1e-6, atol=0), name
+        for values in (computed[name].numpy(), b):
+            kind = {"bool": values.dtype == bool, "id": values.dtype.kind == "i", "float": values.dtype.kind == "f",
+                    "count": np.array_equal(values, np.round(values))}[fact.kind]
+            assert kind, (name, values.dtype)
