@@ -16,47 +16,16 @@ else ``response_mask``. ``tokens`` counts them as compute's report does (``rejec
 and ``row_without_actor_tokens`` use them, as compute does; advantages and ``credit_reset_at_mask`` use
 ``response_mask``, the mask the estimator saw. So on an rladv output inspect gives compute's numbers.
 
-Checks, in the debugging order of docs/debugging.md (``step``); every check is listed with ``pass`` when the data allows
-checking it, ``rows`` are the first five rows:
-
-  0 invalid_rows      fail  rows breaking the data contract (validation error, or a null / wrong-length /
-                            non-finite ``token_level_rewards``, ``advantages``, null ``session_id``); each
-                            is left out of every other statistic and check (it is still counted in ``rows``)
-    invalid_columns   fail  a contract column whose Arrow type is wrong; it is ignored
-    missing_columns   fail  no ``rm_scores``/``score``; a column ``estimator`` needs; log-probs for ``kl_coef``
-  1 non_terminal_score warn (``rm_scores`` only) a non-zero score before the row's last non-padding position
-  2 kl_raises_reward  warn  (``kl_coef`` != 0 with ``old_log_probs`` and ``ref_log_prob``) the row's KL term
-                            ``β·Σkld < 0`` (``kld`` on the actor tokens, as KL shaping runs before rejection)
-    kl_flips_sign     warn  same; ``sign(score total) != 0`` and the shaped total has another sign
-  3 score_on_masked_position warn  a non-zero score on a position that is not an actor token
-    row_without_actor_tokens warn  no actor token
-    row_fully_rejected warn (``loss_mask`` present) actor tokens, but no position with ``response_mask`` 1
-    loss_mask_differs warn  (``loss_mask`` present) ``response_mask`` drops ``loss_mask`` tokens somewhere in the row
-  4 no_groups         warn  (no ``uid``, no ``--estimator``) the group checks did not run
-    group_size_mismatch warn (``uid``) a batch has a group whose size differs from ``expected_n`` (or, without
-                            it, from the batch's most common size, ties -> the larger). ``count`` is batches, as in
-                            compute's report (one without ``batch_key``); ``rows`` are the first rows of the groups
-                            off the size, ``groups.size_mismatch`` their number. With ``session_id`` and ``grpo`` the size is the number of distinct
-                            sessions (verl folds each session to one row)
-    singleton_group   warn  a uid group of one row
-    uid_merge_grpo_vectorized warn  distinct string uids that parse to one integer (verl's ``as_torch_index``)
-  5 all_equal_group   warn  a group of 2+ rows whose total rewards are all equal (see "reward basis")
-    tool_rewards_not_in_score warn (``tool_rewards`` present) an all-equal group whose rows' tool-reward sums
-                            differ: signal the score leaves out (verl never adds tool rewards)
-  6 advantage_on_masked_position fail  (``advantages`` present) a non-zero advantage where ``response_mask`` is 0
-                            (the dead signal's causes are compute's: ``rejected``, ``all_equal_group``,
-                            ``singleton``, ``other``)
-  7 credit_reset_at_mask warn  a non-zero reward on an actor token after a ``response_mask`` 0 position that
-                            has a ``response_mask`` 1 token before it in its row: ``reinforce_plus_plus``
-                            passes it back to the earlier tokens in carry mode (the default) and cuts it off
-                            in reset mode (the pipeline's check for γ > 0, up to exact cancellations)
-
-The hazard checks (``score_on_empty_response``, ``batch_not_multiple_of_group``, ``uid_spans_prompts``, ``uid_spans_files``,
-``epsilon_dominated_std``, ``kl_only_signal``) are described in ``hazards.py``.
-
-When ``estimator`` is given, a check whose condition cannot affect it (group checks for an estimator without
-groups, ``uid_merge_grpo_vectorized`` for anything but ``grpo_vectorized``, ``credit_reset_at_mask`` for
-anything but ``reinforce_plus_plus``) keeps its ``count`` but has status ``pass`` and says why.
+Checks, in the debugging order of docs/debugging.md (``step``); every check is listed with ``pass`` when the data
+allows checking it, ``rows`` are the first five rows. Each code's step, message, pass line, severity and the
+estimators it can affect are declared once in the catalogue of checks (``report.checks``), which compute's report
+words its warnings from too; the hazard checks are computed in ``hazards.py``. When ``estimator`` is given, a check
+whose condition cannot affect it keeps its ``count`` but has status ``pass`` and says why. Each row is checked
+once: an invalid row (a validation error, or a null / wrong-length / non-finite ``token_level_rewards`` or
+``advantages``, a null ``session_id``) is left out of every other statistic and check (it is still counted in
+``rows``). ``group_size_mismatch`` counts batches, as compute's report does (one without ``batch_key``), with the
+first rows of the groups off the size (``expected_n``, else the batch's most common size, ties -> the larger;
+with ``session_id`` and an estimator that folds sessions, the number of distinct sessions).
 
 Reward basis (``groups.basis``): the KL-shaped reward ``s − β·kld`` when ``kl_coef`` != 0 and both log-prob
 columns exist (computed here in numpy from the scores, docs/semantics.md §4, ``kld`` on the actor tokens; on an rladv

@@ -1,6 +1,6 @@
-"""What ``rladv inspect`` finds (docs/contract.md §5): the checklist's entries and the dataset's layout,
-groups, scores, masks, KL, advantages and dead signal as pydantic models (``Inspection``, what ``--json``
-prints), and their rendering on a terminal."""
+"""What ``rladv inspect`` finds (docs/contract.md §5): the checklist's entries (built by ``Checklist`` from the
+catalogue of checks) and the dataset's layout, groups, scores, masks, KL, advantages and dead signal as pydantic
+models (``Inspection``, what ``--json`` prints), and their rendering on a terminal."""
 from __future__ import annotations
 
 from typing import Callable, Literal, Optional
