@@ -16,47 +16,16 @@ else ``response_mask``. ``tokens`` counts them as compute's report does (``rejec
 and ``row_without_actor_tokens`` use them, as compute does; advantages and ``credit_reset_at_mask`` use
 ``response_mask``, the mask the estimator saw. So on an rladv output inspect gives compute's numbers.
 
-Checks, in the debugging order of docs/debugging.md (``step``); every check is listed with ``pass`` when the data allows
-checking it, ``rows`` are the first five rows:
-
-  0 invalid_rows      fail  rows breaking the data contract (validation error, or a null / wrong-length /
-                            non-finite ``token_level_rewards``, ``advantages``, null ``session_id``); each
-                            is left out of every other statistic and check (it is still counted in ``rows``)
-    invalid_columns   fail  a contract column whose Arrow type is wrong; it is ignored
-    missing_columns   fail  no ``rm_scores``/``score``; a column ``estimator`` needs; log-probs for ``kl_coef``
-  1 non_terminal_score warn (``rm_scores`` only) a non-zero score before the row's last non-padding position
-  2 kl_raises_reward  warn  (``kl_coef`` != 0 with ``old_log_probs`` and ``ref_log_prob``) the row's KL term
-                            ``β·Σkld < 0`` (``kld`` on the actor tokens, as KL shaping runs before rejection)
-    kl_flips_sign     warn  same; ``sign(score total) != 0`` and the shaped total has another sign
-  3 score_on_masked_position warn  a non-zero score on a position that is not an actor token
-    row_without_actor_tokens warn  no actor token
-    row_fully_rejected warn (``loss_mask`` present) actor tokens, but no position with ``response_mask`` 1
-    loss_mask_differs warn  (``loss_mask`` present) ``response_mask`` drops ``loss_mask`` tokens somewhere in the row
-  4 no_groups         warn  (no ``uid``, no ``--estimator``) the group checks did not run
-    group_size_mismatch warn (``uid``) a batch has a group whose size differs from ``expected_n`` (or, without
-                            it, from the batch's most common size, ties -> the larger). ``count`` is batches, as in
-                            compute's report (one without ``batch_key``); ``rows`` are the first rows of the groups
-                            off the size, ``groups.size_mismatch`` their number. With ``session_id`` and ``grpo`` the size is the number of distinct
-                            sessions (verl folds each session to one row)
-    singleton_group   warn  a uid group of one row
-    uid_merge_grpo_vectorized warn  distinct string uids that parse to one integer (verl's ``as_torch_index``)
-  5 all_equal_group   warn  a group of 2+ rows whose total rewards are all equal (see "reward basis")
-    tool_rewards_not_in_score warn (``tool_rewards`` present) an all-equal group whose rows' tool-reward sums
-                            differ: signal the score leaves out (verl never adds tool rewards)
-  6 advantage_on_masked_position fail  (``advantages`` present) a non-zero advantage where ``response_mask`` is 0
-                            (the dead signal's causes are compute's: ``rejected``, ``all_equal_group``,
-                            ``singleton``, ``other``)
-  7 credit_reset_at_mask warn  a non-zero reward on an actor token after a ``response_mask`` 0 position that
-                            has a ``response_mask`` 1 token before it in its row: ``reinforce_plus_plus``
-                            passes it back to the earlier tokens in carry mode (the default) and cuts it off
-                            in reset mode (the pipeline's check for γ > 0, up to exact cancellations)
-
-The hazard checks (``score_on_empty_response``, ``batch_not_multiple_of_group``, ``uid_spans_prompts``, ``uid_spans_files``,
-``epsilon_dominated_std``, ``kl_only_signal``) are described in ``hazards.py``.
-
-When ``estimator`` is given, a check whose condition cannot affect it (group checks for an estimator without
-groups, ``uid_merge_grpo_vectorized`` for anything but ``grpo_vectorized``, ``credit_reset_at_mask`` for
-anything but ``reinforce_plus_plus``) keeps its ``count`` but has status ``pass`` and says why.
+Checks, in the debugging order of docs/debugging.md (``step``); every check is listed with ``pass`` when the data
+allows checking it, ``rows`` are the first five rows. Each code's step, message, pass line, severity and the
+estimators it can affect are declared once in the catalogue of checks (``report.checks``), which compute's report
+words its warnings from too; the hazard checks are computed in ``hazards.py``. When ``estimator`` is given, a check
+whose condition cannot affect it keeps its ``count`` but has status ``pass`` and says why. Each row is checked
+once: an invalid row (a validation error, or a null / wrong-length / non-finite ``token_level_rewards`` or
+``advantages``, a null ``session_id``) is left out of every other statistic and check (it is still counted in
+``rows``). ``group_size_mismatch`` counts batches, as compute's report does (one without ``batch_key``), with the
+first rows of the groups off the size (``expected_n``, else the batch's most common size, ties -> the larger;
+with ``session_id`` and an estimator that folds sessions, the number of distinct sessions).
 
 Reward basis (``groups.basis``): the KL-shaped reward ``s − β·kld`` when ``kl_coef`` != 0 and both log-prob
 columns exist (computed here in numpy from the scores, docs/semantics.md §4, ``kld`` on the actor tokens; on an rladv
@@ -82,23 +51,22 @@ import pyarrow.compute as pc
 from ..contract import validation
 from ..contract.labels import Labels, uid_merges
 from ..errors import ConfigError
-from ..estimators.registry import (DEFAULT_GROUP_ESTIMATOR, SINGLETON_EXAMPLES, Estimator, get_estimator, names_where,
-                                   with_check)
+from ..estimators.registry import DEFAULT_GROUP_ESTIMATOR, Estimator, get_estimator
 from ..io.read import RowSource
 from ..io import frames
 from ..io.write import SideFiles, check_side_outputs, signals_deferred
-from ..report.tables import write_tables
+from ..report.checks import group_size_words
 from ..report.distributions import histogram
 from ..report.model import row_filter, row_stats
+from ..report.tables import write_tables
 from ..report.verdict import group_min_max
-from .findings import (CAUSES, Advantages, Cause, Check, DeadSignal, Dist, Groups, Inspection, KLSummary, Layout,
-                       LossVsResponse, Masks, RowDistributions, Scores, Status, TokenCounts)
+from .findings import (CAUSES, Advantages, Cause, Checklist, DeadSignal, Dist, Groups, Inspection, KLSummary, Layout,
+                       LossVsResponse, Masks, RowDistributions, Scores, TokenCounts)
 from .scan import Plan, RowScalars, invalid_rows, plan_of, scan_chunk
 from . import hazards
 from .signal import checklist_flags, checklist_verdict
 
 PathLike = str | os.PathLike
-FIRST_ROWS = 5
 
 
 def _dist(v: np.ndarray) -> Dist:
@@ -164,12 +132,12 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
             continue
         cols = scan_chunk(t, plan, kl_coef, kl_penalty)
         batch = labels.batch_ids(t, chunk.path, chunk.start)
-        cols["batch"] = batch  # all 0 without --batch-key: the dataset is one batch
+        cols["batch_id"] = batch  # all 0 without --batch-key: the dataset is one batch
         cols["file"], cols["file_row"] = np.full(t.num_rows, chunk.file_index), chunk.start + drow - chunk.first_row
         cols["step"] = batch if batch_key is not None else np.full(t.num_rows, chunk.file_index)
         if plan.uid:
             gids = labels.group_ids(t, batch, chunk.path, chunk.start)
-            cols["gid"] = gids
+            cols["group_id"] = gids
             if plan.session:
                 enc = pc.dictionary_encode(t["session_id"]).combine_chunks()
                 values = enc.dictionary.to_pylist()
@@ -195,27 +163,6 @@ def inspect(inputs: Sequence[PathLike] | PathLike, *, expected_n: Optional[int] 
 
 
 # ==================================================================================== summary and checks
-class _Checks:
-    """Builds the checklist; rows given as dataset rows are shown 0-based within their file."""
-
-    def __init__(self, ds: RowSource):
-        self.ds = ds
-        self.items: list[Check] = []
-
-    def add(self, code: str, step: int, count: int, rows, ok: str, bad: str, *, severity: Status = "warn",
-            relevant: bool = True, irrelevant: str = "") -> None:
-        first = [int(r) for r in list(rows)[:FIRST_ROWS]]
-        where = [self.ds.locate(r) for r in first]
-        if count == 0:
-            status, message = "pass", ok
-        elif relevant:
-            status, message = severity, bad
-        else:
-            status, message = "pass", f"{bad} ({irrelevant})"
-        self.items.append(Check(code=code, status=status, message=message, count=int(count), rows=[w[1] for w in where],
-                                where=[f"{p}:{r}" for p, r in where], dataset_rows=first, step=step))
-
-
 def std_epsilon(est: Optional[Estimator], epsilon: float, norm_adv_by_std: bool) -> Optional[float]:
     """The epsilon ``est`` adds to its group std before dividing; without an estimator, the default group
     estimator's."""
@@ -230,15 +177,12 @@ def _summarise(ds: RowSource, plan: Plan, est: Optional[Estimator], rows: RowSca
                sessions: set, bad_rows: list, bad_columns: list[str], expected_n: Optional[int],
                kl_coef: float, kl_penalty: str, steps: list[str], columns: Optional[Mapping[str, str]],
                std_rule: tuple[float, bool], thresholds: Optional[Mapping[str, tuple]] = None) -> Inspection:
-    checks = _Checks(ds)
+    checks = Checklist(ds.locate, est)
     name = est.name if est else None
     # ---- step 0: the data contract
-    checks.add("invalid_rows", 0, len(bad_rows), [r for r, _ in bad_rows],
-               "every row passed the data contract (docs/contract.md §1) on the columns inspect reads",
-               f"{len(bad_rows)} row(s) break the data contract and are left out of everything below; first: "
-               f"{bad_rows[0][1] if bad_rows else ''}", severity="fail")
-    checks.add("invalid_columns", 0, len(bad_columns), [], "every contract column has an accepted Arrow type",
-               f"{len(bad_columns)} column(s) have the wrong type and are ignored: {'; '.join(bad_columns)}", severity="fail")
+    checks.add("invalid_rows", len(bad_rows), [r for r, _ in bad_rows], n=len(bad_rows),
+               first=bad_rows[0][1] if bad_rows else "")
+    checks.add("invalid_columns", len(bad_columns), [], problems=bad_columns)
     missing = []
     if plan.score is None:
         missing.append("rm_scores or score (a dataset needs one; score checks skipped)")
@@ -247,8 +191,7 @@ def _summarise(ds: RowSource, plan: Plan, est: Optional[Estimator], rows: RowSca
         missing += [c for c in validation.required_columns(names, est.reads) if c not in names and c not in ("rm_scores", "score")]
     if kl_coef != 0.0 and not {"old_log_probs", "ref_log_prob"} <= set(ds.columns):
         missing.append("old_log_probs and ref_log_prob (needed for --kl-coef; KL checks skipped)")
-    checks.add("missing_columns", 0, len(missing), [], "every column the checks" + (f" and {name}" if name else "") + " need is present",
-               "missing: " + "; ".join(missing), severity="fail")
+    checks.add("missing_columns", len(missing), [], missing=missing, also=f" and {name}" if name else "")
 
     length, actor, used, padding = rows["length"], rows["actor"], rows["used"], rows["padding"]
     total_tokens, actor_tokens, pad_tokens = int(length.sum()), int(actor.sum()), int(padding.sum())
@@ -258,56 +201,37 @@ def _summarise(ds: RowSource, plan: Plan, est: Optional[Estimator], rows: RowSca
     # ---- step 1: are the score totals what you expect?
     if plan.score == "rm_scores":
         fl = _flagged(rows, "non_terminal")
-        checks.add("non_terminal_score", 1, fl.size, fl, "every non-zero rm_score sits on its row's last non-padding position",
-                   f"{fl.size} row(s) have a non-zero rm_score before their last position: expected for a process "
-                   "reward; for an outcome reward check that the row total is what you meant")
+        checks.add("non_terminal_score", fl.size, fl, n=fl.size)
     # ---- step 2: KL shaping
     kl = None
     if plan.kl:
-        raises, flips = _flagged(rows, "kl_raises"), _flagged(rows, "kl_flips")
-        checks.add("kl_raises_reward", 2, raises.size, raises, f"no row's total reward rises through {kl_penalty} shaping",
-                   f"{raises.size} row(s) whose KL term (the coefficient times the sum of the row's {kl_penalty} "
-                   "estimates) is negative, so shaping raised their total reward (single tokens' k1/k2 estimates "
-                   "are signed by nature; a row's sum below 0 means its tokens are overall less likely under the "
-                   "policy than under the reference)")
-        checks.add("kl_flips_sign", 2, flips.size, flips, "KL shaping changes no row's total-reward sign",
-                   f"{flips.size} row(s) changed the sign of their total reward through KL shaping "
-                   f"(coefficient {kl_coef:g} too large for these scores?)")
+        raises, flips = _flagged(rows, "kl_raises_reward"), _flagged(rows, "kl_flips_sign")
+        checks.add("kl_raises_reward", raises.size, raises, n=raises.size, penalty=kl_penalty)
+        checks.add("kl_flips_sign", flips.size, flips, n=flips.size, coef=kl_coef)
         kl_row = rows["kl_row"]
         kl = KLSummary(penalty=kl_penalty, coef=kl_coef, mean=float(math.fsum(kl_row) / kl_row.size) if kl_row.size else None,
                        rows_raises_reward=int(raises.size), rows_flips_sign=int(flips.size))
     # ---- step 3: masks
     # actor tokens: the mask before rollout rejection (an rladv output's loss_mask), as compute's checks use
     actor_mask = "loss_mask" if plan.loss else "response_mask"
+    grouped = plan.uid and (est is None or est.groups)  # rows enter a group's baseline
     if scored:
         fl = rows["drow"][(rows["score_on_observation"] + rows["score_on_padding"]) > 0]
-        checks.add("score_on_masked_position", 3, fl.size, fl, f"every non-zero score sits on a {actor_mask} 1 position",
-                   f"{fl.size} row(s) carry a non-zero score on a {actor_mask} 0 position (a tool observation or "
-                   "padding): outcome estimators still count it, GAE/REINFORCE++/REMAX drop it")
+        checks.add("score_on_masked_position", fl.size, fl, n=fl.size, mask=actor_mask, est=est)
     without = rows["drow"][actor == 0]
-    checks.add("row_without_actor_tokens", 3, without.size, without, f"every row has a token with {actor_mask} 1",
-               f"{without.size} row(s) have no position with {actor_mask} 1: they get no advantage (and still enter "
-               "their group's baseline)")
+    checks.add("row_without_actor_tokens", without.size, without, n=without.size, mask=actor_mask, grouped=grouped)
     if scored:
-        hazards.empty_response_score(checks, rows, est)
+        hazards.empty_response_score(checks, rows)
     fully_rejected = rows["drow"][(actor > 0) & (used == 0)]
     if plan.loss:
-        checks.add("row_fully_rejected", 3, fully_rejected.size, fully_rejected,
-                   "every row with loss_mask 1 somewhere keeps a response_mask 1 token",
-                   f"{fully_rejected.size} row(s) lost every actor token to rollout rejection (loss_mask 1 but "
-                   "response_mask 0 everywhere): they get no advantage and still enter their group's baseline")
+        checks.add("row_fully_rejected", fully_rejected.size, fully_rejected, n=fully_rejected.size, grouped=grouped)
         fl = rows["drow"][rows["loss_only"] > 0]
-        checks.add("loss_mask_differs", 3, fl.size, fl, "loss_mask equals response_mask everywhere",
-                   f"{fl.size} row(s) where response_mask drops {int(rows['loss_only'].sum())} loss_mask token(s) "
-                   "(rollout-rejected tokens in an rladv or verl output; compute's estimator leaves them out)")
+        checks.add("loss_mask_differs", fl.size, fl, n=fl.size, tokens=int(rows["loss_only"].sum()))
     # ---- steps 4-5: groups
     groups = Groups(count=0, sizes={}, singletons=0, all_equal=0, expected_n=expected_n, basis=plan.basis)
     group_flags: dict[str, np.ndarray] = {}
     if not plan.uid and not (est is not None and est.groups):  # a group estimator: missing_columns fails
-        checks.add("no_groups", 4, 1, [], "", "no uid column: no groups, so the group checks (steps 4-5) did not run "
-                   f"and {', '.join(names_where(lambda e: e.groups))} cannot run on this dataset (--column "
-                   "uid=COLUMN names your prompt-id column)", relevant=est is None,
-                   irrelevant=f"{name} does not use groups")
+        checks.add("no_groups", 1, [])
     if plan.uid:
         groups, group_flags = _group_checks(checks, plan, est, rows, labels, sessions, expected_n, steps, std_rule)
     # ---- step 6: advantages
@@ -316,16 +240,8 @@ def _summarise(ds: RowSource, plan: Plan, est: Optional[Estimator], rows: RowSca
         adv, dead = _advantage_summary(checks, plan, rows, group_flags)
     # ---- step 7: REINFORCE++ credit
     if scored:
-        resetting = with_check("credit_reset_at_mask")
-        fl = _flagged(rows, "credit_cut")
-        checks.add("credit_reset_at_mask", 7, fl.size, fl,
-                   "no reward sits on an actor token after a mask-0 position that follows a response_mask 1 token",
-                   f"{fl.size} row(s) have a reward on an actor token after a response_mask 0 position that follows "
-                   "a response_mask 1 token: reinforce_plus_plus passes it back to the earlier tokens as verl 0.9.1 "
-                   "does (--rpp-mask-mode carry, the default); --rpp-mask-mode reset (verl before 0.9, the chapter) "
-                   "cuts it off there",
-                   relevant=name is None or name in resetting,
-                   irrelevant=f"only {' and '.join(resetting)} resets; {name} is unaffected")
+        fl = _flagged(rows, "credit_reset_at_mask")
+        checks.add("credit_reset_at_mask", fl.size, fl, n=fl.size)
 
     scores = None
     if scored:
@@ -336,7 +252,7 @@ def _summarise(ds: RowSource, plan: Plan, est: Optional[Estimator], rows: RowSca
             tokens_score_on_observation=int(rows["score_on_observation"].sum()),
             tokens_score_on_padding=int(rows["score_on_padding"].sum()),
             rows_non_terminal_score=int(rows["non_terminal"].sum()) if "non_terminal" in rows else 0,
-            tool_rewards=row_stats(rows["tool_sum"][rows["tool_calls"] > 0]) if plan.tools else None,
+            tool_rewards=row_stats(rows["tool_reward_sum"][rows["tool_calls"] > 0]) if plan.tools else None,
         )
     masks = Masks(
         has_loss_mask=plan.loss, has_attention_mask=plan.attention,
@@ -374,20 +290,18 @@ def _summarise(ds: RowSource, plan: Plan, est: Optional[Estimator], rows: RowSca
     ).with_tables(group_table, row_table)
 
 
-def _group_checks(checks: _Checks, plan: Plan, est: Optional[Estimator], rows: RowScalars, labels: Labels,
+def _group_checks(checks: Checklist, plan: Plan, est: Optional[Estimator], rows: RowScalars, labels: Labels,
                   sessions: set, expected_n: Optional[int], steps: list[str],
                   std_rule: tuple[float, bool]) -> tuple[Groups, dict[str, np.ndarray]]:
     """Steps 4-5: group sizes, singletons, uid merges, all-equal groups and the group hazards; per-group flags
     for the dead signal and the verdict."""
-    gid, drow = rows["gid"].astype(np.int64), rows["drow"].astype(np.int64)
+    gid, drow = rows["group_id"].astype(np.int64), rows["drow"].astype(np.int64)
     G = len(labels.groups)
     size = np.bincount(gid, minlength=G)
     first = np.full(G, np.iinfo(np.int64).max)
     np.minimum.at(first, gid, drow)
     present = size > 0  # groups whose rows were all invalid have no valid member
     uses_groups = est is None or est.groups
-    no_groups = f"{est.name if est else ''} does not use groups"
-    folding = " and ".join(names_where(lambda e: e.folds_sessions))
 
     session_sizes = None
     size_for_n = size
@@ -396,9 +310,8 @@ def _group_checks(checks: _Checks, plan: Plan, est: Optional[Estimator], rows: R
         session_sizes = {str(k): int(v) for k, v in sorted(Counter(per_group[present].tolist()).items())}
         if est is not None and est.folds_sessions:
             size_for_n = per_group
-    counts = Counter(size_for_n[present].tolist())
     group_batch = np.zeros(G, dtype=np.int64)
-    group_batch[gid] = rows["batch"].astype(np.int64)
+    group_batch[gid] = rows["batch_id"].astype(np.int64)
     reference = np.full(G, expected_n if expected_n is not None else 0)
     batches_off = 0
     for b in np.unique(group_batch[present]):  # each batch's most common size (ties: the larger), or --expected-n
@@ -408,54 +321,33 @@ def _group_checks(checks: _Checks, plan: Plan, est: Optional[Estimator], rows: R
             reference[in_b] = max(here, key=lambda s: (here[s], s))
         batches_off += bool((size_for_n[in_b] != reference[in_b]).any())
     mismatch = present & (size_for_n != reference)
-    what = "sessions" if size_for_n is not size else "rows"
-    hist = ", ".join(f"{k} {what} x{v}" for k, v in sorted(counts.items()))
+    unit = "sessions" if size_for_n is not size else "rows"
     off = int(mismatch.sum())
-    size_text = f"{expected_n} {what} (--expected-n)" if expected_n is not None else (
-        f"{int(reference[present][0])} {what}" if present.any() and np.unique(reference[present]).size == 1
-        else f"their batch's most common number of {what}")
+    common = int(reference[present][0]) if present.any() and np.unique(reference[present]).size == 1 else None
     # count: batches whose groups differ in size, as rladv compute's report counts (one batch without
     # --batch-key); the rows are the first rows of the groups off the reference size
-    checks.add("group_size_mismatch", 4, batches_off, np.sort(first[mismatch]),
-               f"every uid group has {size_text}",
-               f"{off} of {int(present.sum())} uid group(s) in {batches_off} batch(es) do not have {size_text}"
-               + ("" if expected_n is not None else " (the most common size)")
-               + f", their first rows shown; sizes: {hist}. Check that every prompt got rollout.n samples"
-               + (f"; with multi-output sessions {folding} counts sessions, other estimators count output rows"
-                  if plan.session else ""),
-               relevant=uses_groups, irrelevant=no_groups)
-    view = hazards.GroupView(gid=gid, size=size, first=first, present=present, est=est, uses_groups=uses_groups)
+    checks.add("group_size_mismatch", batches_off, np.sort(first[mismatch]), off=off, groups=int(present.sum()),
+               batches=batches_off, size=group_size_words(common, unit, expected_n),
+               sizes=Counter(size_for_n[present].tolist()), unit=unit, expected=expected_n is not None,
+               folding=plan.session)
+    view = hazards.GroupView(gid=gid, size=size, first=first, present=present, uses_groups=uses_groups)
     hazards.batch_multiple(checks, rows, view, steps)
     hazards.prompts_per_uid(checks, plan, rows, view)
     if labels.batch_key is None:  # the steps are the files
         hazards.files_per_uid(checks, rows, view, len(steps))
     single = present & (size == 1)
-    singleton_text = est.singleton if est is not None and est.singleton else SINGLETON_EXAMPLES
-    checks.add("singleton_group", 4, int(single.sum()), np.sort(first[single]), "no uid group has a single row",
-               f"{int(single.sum())} uid group(s) have one row, so there is no group baseline; "
-               f"{est.name + ': ' if est else ''}{singleton_text}", relevant=uses_groups, irrelevant=no_groups)
+    checks.add("singleton_group", int(single.sum()), np.sort(first[single]), groups=int(single.sum()), est=est)
     uids = [u for (_, u) in labels.groups]
     merges = uid_merges(uids)
     merged_gids = [i for (_, u), i in labels.groups.items() if present[i] and any(u in m for m in merges)]
-    shown = "; ".join("/".join(repr(u) for u in m) for m in merges[:3])
-    merging = " and ".join(names_where(lambda e: e.int_uids))
-    checks.add("uid_merge_grpo_vectorized", 4, len(merges), np.sort(first[merged_gids]) if merged_gids else [],
-               f"no two uids would be merged by verl's {merging}",
-               f"{len(merges)} set(s) of uids that verl's {merging} converts to one integer and merges into "
-               f"one group ({shown}); rladv compute merges them too for {merging}",
-               relevant=est is None or est.int_uids,
-               irrelevant=f"only {merging} merges; {est.name if est else ''} keeps them apart")
+    checks.add("uid_merge_grpo_vectorized", len(merges), np.sort(first[merged_gids]) if merged_gids else [],
+               merges=merges)
     if plan.session:
         uid_of = {g: u for (_, u), g in labels.groups.items()}
-        joined = [sorted(pairs, key=repr) for pairs in labels.session_key_collisions(sessions)]
+        joined = labels.session_key_collisions(sessions)
         joined_gids = sorted({g for pairs in joined for g, _ in pairs})
-        shown = "; ".join(" and ".join(f"({uid_of[g]!r}, {s!r})" for g, s in pairs) for pairs in joined[:3])
-        checks.add("session_key_collision", 4, len(joined), np.sort(first[joined_gids]) if joined_gids else [],
-                   "no two (uid, session_id) pairs join to the same verl session key",
-                   f"{len(joined)} verl session key(s) f'{{uid}}_{{session_id}}' shared by two or more sessions "
-                   f"({shown}): verl 0.9.1 folds them into one session, rladv compute keeps them apart and warns",
-                   relevant=est is None or est.folds_sessions,
-                   irrelevant=f"only {folding} folds sessions; {est.name if est else ''} counts every output row")
+        checks.add("session_key_collision", len(joined), np.sort(first[joined_gids]) if joined_gids else [],
+                   collisions=joined, uids=uid_of)
 
     flags: dict[str, np.ndarray] = {"singleton": single}
     all_equal_scores = 0
@@ -468,29 +360,16 @@ def _group_checks(checks: _Checks, plan: Plan, est: Optional[Estimator], rows: R
         eq_scores = equal(rows["score_total"])
         all_equal = equal(rows["reward_total"]) if plan.basis != "score" else eq_scores
         all_equal_scores = int(eq_scores.sum())
-        basis = {"score": "score totals", "kl_shaped": "KL-shaped reward totals",
-                 "token_level_rewards": "token_level_rewards totals"}[plan.basis]
-        extra = "" if plan.basis == "score" else f" ({all_equal_scores} by score totals before shaping)"
-        multi, ratios = int((present & (size > 1)).sum()), ""
-        if all_equal.any():
-            r = rows["reward_total"]
-            lo = group_min_max(r, gid, G)[0]
-            top = float(r.max())
-            shares = [int((all_equal & (lo == 0)).sum()), int((all_equal & (lo == top) & (top > 0)).sum())]
-            ratios = (f"; of the {multi} groups of 2+ rows, {shares[0] / multi:.1%} are all 0 (too hard?) and "
-                      f"{shares[1] / multi:.1%} all at the batch's top reward (too easy?)")
-        checks.add("all_equal_group", 5, int(all_equal.sum()), np.sort(first[all_equal]),
-                   f"no group of 2+ rows has equal {basis}",
-                   f"{int(all_equal.sum())} group(s) of 2+ rows have equal {basis}{extra}: R - mean = 0, no learning "
-                   "signal from them (float32 rounding can leave tiny non-zero advantages, as in verl)" + ratios,
-                   relevant=uses_groups, irrelevant=no_groups)
+        multi, tied = int((present & (size > 1)).sum()), int(all_equal.sum())
+        lo = group_min_max(rows["reward_total"], gid, G)[0]
+        top = float(rows["reward_total"].max()) if tied else 0.0
+        checks.add("all_equal_group", tied, np.sort(first[all_equal]), groups=tied, basis=plan.basis,
+                   before_shaping=None if plan.basis == "score" else all_equal_scores, multi=multi,
+                   all_zero=int((all_equal & (lo == 0)).sum()), all_top=int((all_equal & (lo == top) & (top > 0)).sum()))
         if plan.tools:
-            differ = all_equal & ~equal(rows["tool_sum"])
-            checks.add("tool_rewards_not_in_score", 5, int(differ.sum()), np.sort(first[differ]),
-                       "no all-equal group has rows whose tool_rewards differ",
-                       f"{int(differ.sum())} all-equal group(s) have rows whose tool_rewards differ: a signal the "
-                       f"{basis} leave out (verl never adds tool rewards; rladv compute --tool-reward-coef C adds C * "
-                       "their sum to each row's score)", relevant=uses_groups, irrelevant=no_groups)
+            differ = all_equal & ~equal(rows["tool_reward_sum"])
+            checks.add("tool_rewards_not_in_score", int(differ.sum()), np.sort(first[differ]), groups=int(differ.sum()),
+                       basis=plan.basis)
         epsilon, norm = std_rule
         hazards.epsilon_std(checks, rows, view, std_epsilon(est, epsilon, norm), epsilon)
         hazards.kl_only(checks, plan, rows, view, eq_scores, all_equal)
@@ -501,21 +380,18 @@ def _group_checks(checks: _Checks, plan: Plan, est: Optional[Estimator], rows: R
         singletons=int(single.sum()), all_equal=int(all_equal.sum()), expected_n=expected_n,
         all_equal_scores=all_equal_scores, size_mismatch=off, basis=plan.basis, session_sizes=session_sizes,
     )
-    flags["gid"] = gid
+    flags["group_id"] = gid
     return groups, flags
 
 
-def _advantage_summary(checks: _Checks, plan: Plan, rows: RowScalars,
+def _advantage_summary(checks: Checklist, plan: Plan, rows: RowScalars,
                        group_flags: dict[str, np.ndarray]) -> tuple[Advantages, DeadSignal]:
     """Step 6: advantages over response_mask 1 tokens; non-zero values off the mask; the dead signal by cause."""
     count, total, m2 = rows["adv_count"], rows["adv_sum"], rows["adv_m2"]
     n = int(count.sum())
     masked_nz = rows["adv_masked_nonzero"]
     fl = rows["drow"][masked_nz > 0]
-    checks.add("advantage_on_masked_position", 6, fl.size, fl, "advantages are 0 wherever response_mask is 0",
-               f"{fl.size} row(s) have a non-zero advantage on a response_mask 0 position "
-               f"({int(masked_nz.sum())} token(s)): observation/padding tokens would be trained on "
-               "(verl's GAE does this before masking in the loss)", severity="fail")
+    checks.add("advantage_on_masked_position", fl.size, fl, n=fl.size, tokens=int(masked_nz.sum()))
     off_mask = dict(masked_nonzero_tokens=int(masked_nz.sum()), masked_nonzero_rows=int(fl.size))
     if n == 0:
         adv = Advantages(count=0, mean=None, std=None, min=None, max=None, **off_mask)
@@ -524,17 +400,17 @@ def _advantage_summary(checks: _Checks, plan: Plan, rows: RowScalars,
         with np.errstate(invalid="ignore", divide="ignore"):
             row_mean = np.where(count > 0, total / np.maximum(count, 1), 0.0)
         M2 = math.fsum(m2) + math.fsum(count * (row_mean - mean) ** 2)
-        pos, neg = int(rows["adv_pos"].sum()), int(rows["adv_neg"].sum())
+        pos, neg = int(rows["adv_positive"].sum()), int(rows["adv_negative"].sum())
         adv = Advantages(
             count=n, mean=mean, std=math.sqrt(M2 / (n - 1)) if n > 1 else 0.0,
             min=float(rows["adv_min"][count > 0].min()), max=float(rows["adv_max"][count > 0].max()),
             fraction_positive=pos / n, fraction_negative=neg / n, fraction_zero=(n - pos - neg) / n, **off_mask,
         )
-    base, live = rows["dead_base"], rows["dead_used"]
+    base, live = rows["actor"], rows["adv_zero"]
     by = dict.fromkeys(CAUSES, 0)
     by["rejected"] = int(rows["dead_rejected"].sum())
     if group_flags:
-        gid = group_flags["gid"]
+        gid = group_flags["group_id"]
         eq = group_flags["all_equal_group"][gid]
         single = group_flags["singleton"][gid] & ~eq
         by["all_equal_group"] = int(live[eq].sum())

@@ -1,18 +1,21 @@
-"""What ``rladv inspect`` finds (docs/contract.md §5): the checklist's entries and the dataset's layout,
-groups, scores, masks, KL, advantages and dead signal as pydantic models (``Inspection``, what ``--json``
-prints), and their rendering on a terminal."""
+"""What ``rladv inspect`` finds (docs/contract.md §5): the checklist's entries (built by ``Checklist`` from the
+catalogue of checks) and the dataset's layout, groups, scores, masks, KL, advantages and dead signal as pydantic
+models (``Inspection``, what ``--json`` prints), and their rendering on a terminal."""
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..estimators.registry import Estimator
+from ..report.checks import CHECKS, STEP_TITLES
 from ..report.model import Histogram, RowFilter, Stats, filter_line
 from ..report.tables import WithTables
 from ..report.verdict import Verdict, render_verdict
 
 Status = Literal["pass", "warn", "fail"]
 CAUSES = ("rejected", "all_equal_group", "singleton", "other")  # rladv compute's dead_signal causes, in its order
+FIRST_ROWS = 5
 
 
 # ==================================================================================== models
@@ -32,6 +35,31 @@ class Check(_Model):
     dataset_rows: list[int] = Field(default_factory=list, description="the same rows 0-based across all files, "
                                     "in the order they are read: what --row takes")
     step: int = Field(description="step of the debugging order (docs/debugging.md) this check belongs to")
+
+
+class Checklist:
+    """Builds the checklist's entries from the catalogue of checks (``report.checks``: a code's step, message, pass
+    line, severity, and whether it matters for the estimator ``est``); rows given as dataset rows are shown 0-based
+    within their file (``locate``)."""
+
+    def __init__(self, locate: Callable[[int], tuple[str, int]], est: Optional[Estimator]):
+        self.locate, self.est = locate, est
+        self.items: list[Check] = []
+
+    def add(self, code: str, count: int, rows, /, *, relevant: Optional[bool] = None, **figures) -> None:
+        """The check ``code`` flagging ``count`` (its unit) at dataset ``rows``; ``figures``: what its message and
+        pass line read; ``relevant`` overrides whether it matters for the estimator."""
+        check = CHECKS[code]
+        first = [int(r) for r in list(rows)[:FIRST_ROWS]]
+        where = [self.locate(r) for r in first]
+        if count == 0:
+            status, message = "pass", check.pass_line(**figures)
+        elif check.applies(self.est) if relevant is None else relevant:
+            status, message = check.severity, check.message(**figures)
+        else:
+            status, message = "pass", f"{check.message(**figures)} ({check.applies.why_not(self.est)})"
+        self.items.append(Check(code=code, status=status, message=message, count=int(count), rows=[w[1] for w in where],
+                                where=[f"{p}:{r}" for p, r in where], dataset_rows=first, step=check.step))
 
 
 class TokenCounts(_Model):
@@ -186,10 +214,6 @@ class Inspection(_Model, WithTables):
 
 # ==================================================================================== rendering
 _STATUS_STYLE = {"pass": "[green]PASS[/green]", "warn": "[yellow]WARN[/yellow]", "fail": "[bold red]FAIL[/bold red]"}
-STEP_TITLES = {
-    0: "data contract", 1: "score totals", 2: "KL shaping", 3: "masks", 4: "group sizes",
-    5: "all-equal groups", 6: "advantages", 7: "REINFORCE++ credit",
-}
 
 
 def _fmt(x: Optional[float]) -> str:

@@ -19,52 +19,38 @@ the groups ``_group_checks`` formed; numpy only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import numpy as np
 
-from ..estimators.registry import Estimator
 from ..report.verdict import EPS_TIE, group_mean_std, group_min_max
+from .findings import Checklist
 from .scan import Plan, RowScalars
-
-if TYPE_CHECKING:
-    from .checklist import _Checks
-
 
 
 @dataclass(frozen=True)
 class GroupView:
     """The groups as ``_group_checks`` formed them: each valid row's ``gid (B,)``, and per group ``(G,)`` its
-    ``size``, ``first`` dataset row and whether it has a valid row (``present``); which estimator is judged
-    (``est``, None: any group estimator) and whether it forms groups."""
+    ``size``, ``first`` dataset row and whether it has a valid row (``present``); whether the estimator judged
+    forms groups."""
 
     gid: np.ndarray
     size: np.ndarray
     first: np.ndarray
     present: np.ndarray
-    est: Optional[Estimator]
     uses_groups: bool
 
-    @property
-    def irrelevant(self) -> str:
-        return f"{self.est.name if self.est else ''} does not use groups"
 
-
-def empty_response_score(checks: "_Checks", rows: RowScalars, est: Optional[Estimator]) -> None:
+def empty_response_score(checks: Checklist, rows: RowScalars) -> None:
     """``score_on_empty_response``: no actor token, a non-zero score on a masked or padding position."""
     if "score_total" not in rows:
         return
     masked = (rows["score_on_observation"] + rows["score_on_padding"]) > 0
     hit = rows["drow"][(rows["actor"] == 0) & masked]
-    groups = est is None or est.groups
-    checks.add("score_on_empty_response", 3, hit.size, hit, "no row without actor tokens carries a score",
-               f"{hit.size} row(s) have no actor token but a non-zero score on a padding or masked position (an "
-               "empty response: the score went to the last position, which is not the model's): the row gets no "
-               "advantage, yet its score enters its group's mean and std and moves the others' advantages",
-               relevant=groups, irrelevant=f"{est.name if est else ''} forms no group baseline for it to enter")
+    checks.add("score_on_empty_response", hit.size, hit, n=hit.size)
 
 
-def batch_multiple(checks: "_Checks", rows: RowScalars, view: GroupView, step_names: list[str]) -> None:
+def batch_multiple(checks: Checklist, rows: RowScalars, view: GroupView, step_names: list[str]) -> None:
     """``batch_not_multiple_of_group``: a step (batch key value, or file) whose valid rows are not a multiple of
     the most common group size (ties: the larger)."""
     sizes = view.size[view.present]
@@ -83,16 +69,10 @@ def batch_multiple(checks: "_Checks", rows: RowScalars, view: GroupView, step_na
     group_step[view.gid] = step
     short = view.present & (view.size != modal) & np.isin(group_step, off)
     at = view.first[short] if short.any() else first[off]
-    checks.add("batch_not_multiple_of_group", 4, off.size, np.sort(at),
-               f"every step's row count is a multiple of the most common group size ({modal})",
-               f"{off.size} step(s) have a row count that is not a multiple of the most common group size {modal} "
-               f"({shown}): samples were dropped or groups split; a trainer that cuts the batch into blocks of "
-               f"{modal} (TRL, OpenRLHF) groups rows of different prompts from the first short group on",
-               relevant=view.est is None,
-               irrelevant=f"verl groups by uid, so {view.est.name if view.est else ''}'s advantages do not depend on it")
+    checks.add("batch_not_multiple_of_group", off.size, np.sort(at), n=off.size, modal=modal, shown=shown)
 
 
-def prompts_per_uid(checks: "_Checks", plan: Plan, rows: RowScalars, view: GroupView) -> None:
+def prompts_per_uid(checks: Checklist, plan: Plan, rows: RowScalars, view: GroupView) -> None:
     """``uid_spans_prompts``: a uid group whose rows' ``prompts`` keys differ."""
     if not plan.prompts:
         return
@@ -103,26 +83,18 @@ def prompts_per_uid(checks: "_Checks", plan: Plan, rows: RowScalars, view: Group
     np.minimum.at(lo, view.gid, key)
     np.maximum.at(hi, view.gid, key)
     mixed = view.present & (lo != hi)
-    checks.add("uid_spans_prompts", 4, int(mixed.sum()), np.sort(view.first[mixed]),
-               "every uid group's rows share one prompt",
-               f"{int(mixed.sum())} uid group(s) hold rows of different prompts (the prompts column differs "
-               "within the group): their baseline mixes prompts of different difficulty. Is uid the prompt's id?",
-               relevant=view.uses_groups, irrelevant=view.irrelevant)
+    checks.add("uid_spans_prompts", int(mixed.sum()), np.sort(view.first[mixed]), n=int(mixed.sum()))
 
 
-def files_per_uid(checks: "_Checks", rows: RowScalars, view: GroupView, files: int) -> None:
+def files_per_uid(checks: Checklist, rows: RowScalars, view: GroupView, files: int) -> None:
     """``uid_spans_files``: without a batch key (``rows["step"]`` is then each row's file) and with several
     ``files``, a uid group whose rows are in two or more of them."""
     if files < 2:
         return
     spread = group_span(rows["step"].astype(np.int64), view.gid, view.size.size)
     hit = view.present & spread
-    checks.add("uid_spans_files", 4, int(hit.sum()), np.sort(view.first[hit]),
-               "every uid group's rows are in one file",
-               f"{int(hit.sum())} uid group(s) have rows in several input files, and no batch key splits them: if each "
-               "file is a training step, each such group merges a prompt's samples across steps (give --batch-key "
-               "COLUMN, or uids unique per step as verl's are)",
-               relevant=view.uses_groups, irrelevant=view.irrelevant)
+    checks.add("uid_spans_files", int(hit.sum()), np.sort(view.first[hit]), groups=int(hit.sum()),
+               members=int(view.size[hit].sum()))
 
 
 def group_span(values: np.ndarray, gid: np.ndarray, groups: int) -> np.ndarray:
@@ -134,7 +106,7 @@ def group_span(values: np.ndarray, gid: np.ndarray, groups: int) -> np.ndarray:
     return hi > lo
 
 
-def epsilon_std(checks: "_Checks", rows: RowScalars, view: GroupView, epsilon: Optional[float],
+def epsilon_std(checks: Checklist, rows: RowScalars, view: GroupView, epsilon: Optional[float],
                 checked: float) -> None:
     """``epsilon_dominated_std``: groups of 2+ rows with ``0 < std <= 9·eps`` (unbiased std of the reward totals,
     float64), with the largest ``|R - mean| / (std + eps)`` among them. ``epsilon``: what the estimator adds to
@@ -155,25 +127,15 @@ def epsilon_std(checks: "_Checks", rows: RowScalars, view: GroupView, epsilon: O
                   f"group std {std[gid[worst]]:.3g}, dataset row {int(rows['drow'][worst])})")
     else:
         detail = ""
-    checks.add("epsilon_dominated_std", 5, int(hit.sum()), np.sort(view.first[hit]),
-               f"no group's reward std is within 9 x epsilon ({epsilon:g}) of 0 without being 0",
-               f"{int(hit.sum())} group(s) have a reward std above 0 but at most 9 x epsilon ({epsilon:g}){detail}: "
-               "epsilon makes a tenth or more of the denominator std + eps, so epsilon and float32 rounding, not "
-               "the spread, set the advantages' size; a near tie (a verifier's rounding) passes for signal, and "
-               "with a smaller epsilon becomes a full-size one",
-               relevant=view.uses_groups and divides,
-               irrelevant=f"{view.est.name if view.est else ''} does not divide by std + epsilon")
+    checks.add("epsilon_dominated_std", int(hit.sum()), np.sort(view.first[hit]), relevant=view.uses_groups and divides,
+               n=int(hit.sum()), epsilon=epsilon, detail=detail)
 
 
-def kl_only(checks: "_Checks", plan: Plan, rows: RowScalars, view: GroupView, score_equal: np.ndarray,
+def kl_only(checks: Checklist, plan: Plan, rows: RowScalars, view: GroupView, score_equal: np.ndarray,
             all_equal: np.ndarray) -> None:
     """``kl_only_signal``: groups tied on their scores whose shaped totals (the reward basis) differ."""
     if plan.basis == "score":
         return
     hit = view.present & score_equal & ~all_equal
     what = "the KL penalty" if plan.basis == "kl_shaped" else "the shaping in the file's token_level_rewards"
-    checks.add("kl_only_signal", 5, int(hit.sum()), np.sort(view.first[hit]),
-               "no group's advantages come from the shaping alone",
-               f"{int(hit.sum())} group(s) tie on their scores but not on their shaped totals: their advantages "
-               f"come from {what} alone (zero-std groups that still get updates, with no signal from the task)",
-               relevant=view.uses_groups, irrelevant=view.irrelevant)
+    checks.add("kl_only_signal", int(hit.sum()), np.sort(view.first[hit]), n=int(hit.sum()), shaping=what)

@@ -4,9 +4,10 @@ machinery and charts), the verdict first. ``render_inspection_html(ins) -> str``
 from __future__ import annotations
 
 from ..report import plots
+from ..report.checks import STEP_TITLES
 from ..report.page import (Html, cards, charts, e, figure, kv, muted, num, page, pct, signal_card, stats_table, table,
                            verdict_card, verdict_steps)
-from .findings import STEP_TITLES, Inspection
+from .findings import Inspection
 
 SECTIONS = (
     ("verdict-steps", "Verdict per step"),

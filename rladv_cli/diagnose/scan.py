@@ -149,7 +149,8 @@ class Plan:
 
 @dataclass
 class RowScalars:
-    """Per-row scalars of the valid rows, appended chunk by chunk (dataset order)."""
+    """Per-row scalars of the valid rows, appended chunk by chunk (dataset order); the facts compute computes
+    too go by their names in ``report.facts.ROW_FACTS``."""
 
     parts: dict[str, list[np.ndarray]] = field(default_factory=dict)
     _whole: dict[str, np.ndarray] = field(default_factory=dict)
@@ -214,22 +215,22 @@ def scan_chunk(t: pa.Table, plan: Plan, beta: float, kl_mode: str) -> dict[str, 
             penalty = np.float32(beta) * kld
             r = s - penalty
             out.update(kl_row=_seg_sum(kld.astype(np.float64), off) / (actor + 1e-8),
-                       kl_raises=_seg_sum(penalty.astype(np.float64), off) < 0)
+                       kl_raises_reward=_seg_sum(penalty.astype(np.float64), off) < 0)
         elif plan.tlr:
             r = flat_values(t, "token_level_rewards", np.float32)
         reward_total = _seg_sum(r.astype(np.float64), off) if r is not s else score_total
         out["reward_total"] = reward_total
         if plan.kl:
             sign = np.sign(score_total)
-            out["kl_flips"] = (sign != 0) & (np.sign(reward_total) != sign)
+            out["kl_flips_sign"] = (sign != 0) & (np.sign(reward_total) != sign)
         # credit_reset_at_mask: a reward on an actor token after a mask-0 position that has an actor token
         # before it reaches those earlier tokens in carry mode and not in reset mode (both drop rewards that
         # sit on mask-0 positions themselves)
         actor_before = _in_row_cumsum(m, off, row_of) - m
         cut = _in_row_cumsum(~m & (actor_before > 0), off, row_of) > 0
-        out["credit_cut"] = _seg_sum(cut & m & (r != 0), off) > 0
+        out["credit_reset_at_mask"] = _seg_sum(cut & m & (r != 0), off) > 0
     if plan.tools:
-        out["tool_sum"], out["tool_calls"] = list_sums(t, "tool_rewards")
+        out["tool_reward_sum"], out["tool_calls"] = list_sums(t, "tool_rewards")
     if plan.prompts:
         out["prompt_key"] = prompt_keys(array_of(t["prompts"]))
     if plan.advantages:
@@ -241,9 +242,9 @@ def scan_chunk(t: pa.Table, plan: Plan, beta: float, kl_mode: str) -> dict[str, 
             adv_count=used, adv_sum=total, adv_m2=_seg_sum(np.where(m, (a - mean[row_of]) ** 2, 0.0), off),
             adv_min=np.minimum.reduceat(np.where(m, a, np.inf), off[:-1]) if B else np.zeros(0),
             adv_max=np.maximum.reduceat(np.where(m, a, -np.inf), off[:-1]) if B else np.zeros(0),
-            adv_pos=_seg_sum(m & (a > 0), off), adv_neg=_seg_sum(m & (a < 0), off),
+            adv_positive=_seg_sum(m & (a > 0), off), adv_negative=_seg_sum(m & (a < 0), off),
             adv_masked_nonzero=_seg_sum(~m & (a != 0), off),
-            dead_base=actor, dead_used=_seg_sum(m0 & m & (a == 0), off),
+            adv_zero=_seg_sum(m0 & m & (a == 0), off),
             dead_rejected=_seg_sum(m0 & ~m & (a == 0), off),
         )
     if plan.weights:

@@ -61,8 +61,8 @@ def checklist_verdict(rows: RowScalars, plan: Plan, est: Optional[Estimator], ui
                   epsilon=epsilon if uses_groups else None, thresholds={**THRESHOLDS, **(thresholds or {})},
                   weighing="the file's token_weight" if plan.weights else None)
     judged = RowsToJudge(
-        actor=rows["actor"], used=rows["used"], zero=rows["dead_used"] if plan.advantages else None,
-        group=rows["gid"].astype(np.int64) if plan.uid else None,
+        actor=rows["actor"], used=rows["used"], zero=rows["adv_zero"] if plan.advantages else None,
+        group=rows["group_id"].astype(np.int64) if plan.uid else None,
         reward=rows["reward_total"] if plan.score is not None else None, all_equal=group_flags.get("all_equal_group"),
         score_equal=group_flags.get("score_equal") if plan.basis != "score" else None,
         dataset_row=rows["drow"].astype(np.int64), step=rows["step"].astype(np.int64) if "step" in rows else None,

@@ -131,6 +131,12 @@ class Estimator:
         return epsilon if norm_adv_by_std or "norm_adv_by_std" not in self.settings else None
 
     @property
+    def counts_masked_rewards(self) -> bool:
+        """Its row total ``R_i`` sums every position, so a score on a mask-0 position still counts (the group
+        estimators' credit, ``_GROUP_CREDIT``); the others drop such a score."""
+        return self.observation_credit == _GROUP_CREDIT
+
+    @property
     def input_columns(self) -> tuple[str, ...]:
         """The input columns it reads beyond the mask and the score (``uid`` for a group estimator)."""
         return (*self.columns, *(("uid",) if self.groups else ()))

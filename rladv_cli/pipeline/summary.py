@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
@@ -15,11 +16,13 @@ from torch import Tensor
 
 from .. import __version__
 from ..config.settings import setting_notes
+from ..contract.columns import mask_before_rejection
 from ..contract.labels import Labels
 from ..estimators.registry import names_where
 from ..io.read import RowSource
 from ..io.write import SideFiles
 from ..report import replay
+from ..report.checks import CHECKS, group_size_words
 from ..report.diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions, first_rows, group_flags,
                                   token_stats)
 from ..report.model import (KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens, example_command,
@@ -146,52 +149,35 @@ def _files_warning(run: Finished, warn: WarningBuilder) -> None:
     gid, G = run.rows["group_id"].long(), run.groups.size.numel()
     lo = torch.full((G,), len(shards), dtype=torch.long).scatter_reduce(0, gid, file_of, "amin")
     hi = torch.full((G,), -1, dtype=torch.long).scatter_reduce(0, gid, file_of, "amax")
-    warn.add_rows("uid_spans_files", "{n} row(s) are in uid groups with rows in several input files, and no batch key "
-                  "splits them: if each file is a training step, each such group merges a prompt's samples across "
-                  "steps (give --batch-key COLUMN, or uids unique per step as verl's are)", (hi > lo)[gid])
+    spread = hi > lo
+    rows = torch.nonzero(spread[gid]).flatten()
+    warn.add("uid_spans_files", rows.numel(), rows, groups=int(spread.sum()), members=rows.numel())
 
 
 def _row_warnings(run: Finished, warn: WarningBuilder) -> None:
     """The warnings about single rows: scores off the mask, rows without (or with rejected) actor tokens, the
     estimators' own row checks, and sessions whose verl key collides."""
-    rows = run.rows
-    warn.add_rows("score_on_masked_position",
-                  "{n} row(s) carry a non-zero score on a position whose response_mask is 0 (a tool observation or padding): "
-                  "outcome estimators (R_i sums every position) still count it; gae, reinforce_plus_plus, remax and "
-                  "the optimal-token baselines drop it", rows["score_on_masked_position"])
-    warn.add_rows("row_without_actor_tokens", "{n} row(s) have no position with response_mask 1: they get no advantage",
-                  rows["actor"] == 0)
+    rows, cfg, est = run.rows, run.plan.cfg, run.plan.est
+    mask = mask_before_rejection(run.source.columns)
+    grouped = run.plan.grouped and est.groups  # rows enter a group's baseline
+    warn.add_rows("score_on_masked_position", rows["score_on_masked_position"], mask=mask, est=est)
+    warn.add_rows("row_without_actor_tokens", rows["actor"] == 0, mask=mask, grouped=grouped)
     if "unscorable" in rows:
-        warn.add_rows("unscorable_row", f"{{n}} row(s) have no score (null or NaN: {run.plan.cfg.conv.trainer}'s "
-                      "unscorable completion): left out of their group's mean and std, advantage 0 (the report's "
-                      "totals count them as 0)", rows["unscorable"])
+        warn.add_rows("unscorable_row", rows["unscorable"], trainer=cfg.conv.trainer)
     if "credit_reset_at_mask" in rows:
-        text = ("{n} row(s): reinforce_plus_plus in reset mode cut a reward off from earlier tokens at a mask-0 "
-                "position (--rpp-mask-mode carry passes it through, as verl 0.9.1 does)"
-                if run.plan.cfg.rpp_mask_mode == "reset" else
-                "{n} row(s) pass a return across a mask-0 position to earlier tokens, as verl 0.9.1 does (--rpp-mask-mode "
-                "carry, the default); --rpp-mask-mode reset (verl before 0.9, the chapter) would cut it off there")
-        warn.add_rows("credit_reset_at_mask", text, rows["credit_reset_at_mask"])
+        warn.add_rows("credit_reset_at_mask", rows["credit_reset_at_mask"], mode=cfg.rpp_mask_mode)
     if "negative_token_weight" in rows:
-        warn.add_rows("negative_token_weight",
-                      "{n} row(s) have an actor token whose optimal-baseline weight w = 1 - 2π + sum_pi_squared is "
-                      "negative: sum_pi_squared is below π² = exp(old_log_prob)² there, which a policy's own Σπ² "
-                      "never is (another temperature or policy?); such weights can cancel in a group's baseline",
-                      rows["negative_token_weight"])
+        warn.add_rows("negative_token_weight", rows["negative_token_weight"])
     if run.plan.fold:
+        uids = {g: uid for (_, uid), g in run.labels.groups.items()}
         warn.add_rows("session_key_collision",
-                      "{n} row(s) belong to sessions whose uid and session_id join to another session's verl key "
-                      "f'{{uid}}_{{session_id}}' in the same batch: verl 0.9.1 folds such sessions into one, rladv keeps "
-                      "them apart (ids from verl, an integer session_id, never collide)",
-                      torch.isin(rows["session"], torch.from_numpy(run.labels.colliding_sessions())))
+                      torch.isin(rows["session"], torch.from_numpy(run.labels.colliding_sessions())),
+                      collisions=run.labels.session_key_collisions(run.labels.sessions), uids=uids)
     # rejected: by this run's rollout rejection, or already in the input (response_mask below its loss_mask)
     rejected = rows["actor"] - rows["used"]
-    warn.add_rows("row_fully_rejected", "{n} row(s) lost every valid token to rollout rejection",
-                  (rows["actor"] > 0) & (rows["used"] == 0))
-    if run.plan.est.groups:
-        warn.add_rows("rejected_in_group_baseline",
-                      "{n} row(s) with rejected tokens still contribute their full reward to their group's baseline",
-                      rejected > 0)
+    warn.add_rows("row_fully_rejected", (rows["actor"] > 0) & (rows["used"] == 0), grouped=grouped)
+    if CHECKS["rejected_in_group_baseline"].applies(est):
+        warn.add_rows("rejected_in_group_baseline", rejected > 0)
 
 
 def _conditioning_warnings(run: Finished, warn: WarningBuilder) -> None:
@@ -203,20 +189,11 @@ def _conditioning_warnings(run: Finished, warn: WarningBuilder) -> None:
     if ill:
         first = [int(torch.nonzero(rows["batch_id"] == b)[0]) for b in ill]
         worst = max(ill.values())
-        warn.add("whitening_ill_conditioned",
-                 f"{len(first)} batch(es) whiten values whose spread is tiny next to their size: one float32 ulp "
-                 f"of the batch mean moves every advantage by up to {worst:.1e}. verl sums the mean in float32 in an "
-                 "order rladv cannot follow (rladv: float64), so its advantages differ from rladv's by a few such "
-                 "steps; all values equal gives rladv 0 and verl float32 noise", len(first), sorted(first))
+        warn.add("whitening_ill_conditioned", len(first), sorted(first), batches=len(first), worst=worst)
     worst, ill_groups = run.baseline_ill_conditioned
     if ill_groups.numel():
         first = torch.sort(first_rows(rows["group_id"], run.labels.group_count)[ill_groups]).values
-        warn.add("baseline_ill_conditioned",
-                 f"{ill_groups.numel()} group(s) have positions where the baseline's weights Σ_i W[i,t] nearly cancel "
-                 f"(w = 1 - 2π + Σπ² is negative where sum_pi_squared < π², which a policy's own Σπ² never "
-                 f"is): one float32 rounding of its sums moves the baseline, and "
-                 f"the advantages, by up to {worst:.1e}. verl sums them in float32 (rladv: float64), so its "
-                 "advantages there differ from rladv's by about that much", ill_groups.numel(), first)
+        warn.add("baseline_ill_conditioned", ill_groups.numel(), first, groups=ill_groups.numel(), worst=worst)
 
 
 def _verdict(run: Finished) -> tuple[Verdict, tuple, Optional[Gradient]]:
@@ -352,16 +329,14 @@ def _tool_rewards_report(run: Finished, warn: WarningBuilder) -> Optional[dict]:
     out = {"added": coef is not None, "coef": coef, "rows_with_calls": int(called.sum()), "calls": int(calls.sum()),
            "sum_per_row": row_stats(sums[called].numpy()).model_dump()}
     groups = run.groups
-    if groups is not None and run.plan.est.groups:
+    if groups is not None and CHECKS["tool_rewards_not_in_score"].applies(run.plan.est):
         gid, size = rows["group_id"], groups.size
         differ = run.flags["all_equal_group"] & ~group_flags(sums, gid, size)["all_equal_group"]
         out["all_equal_groups_with_differing_tool_rewards"] = int(differ.sum())
         if coef is None:
             hit = torch.nonzero(differ).flatten()
-            warn.add("tool_rewards_not_in_score",
-                     f"{hit.numel()} all-equal group(s) have rows whose tool_rewards differ: a signal the score "
-                     "leaves out (verl never adds tool rewards; --tool-reward-coef C adds C * their sum to each "
-                     "row's score)", hit.numel(), torch.sort(first_rows(gid, size.numel())[hit]).values)
+            warn.add("tool_rewards_not_in_score", hit.numel(), torch.sort(first_rows(gid, size.numel())[hit]).values,
+                     groups=hit.numel(), basis=_basis(run))
     return out
 
 
@@ -403,30 +378,17 @@ def _groups_report(run: Finished, warn: WarningBuilder) -> Groups:
     gid, size, flags = rows["group_id"], groups.size, run.flags
     first_row = first_rows(gid, size.numel())
     group_batch = torch.zeros(size.numel(), dtype=torch.long).scatter_(0, gid, rows["batch_id"])
-    if est.groups:  # an estimator without groups computes the same advantages whatever the groups are
-        equal = "equal reward components" if cfg.reward_components else "equal total rewards"
-        for code, text in (
-            ("singleton_group", f"{{n}} uid group(s) have one row; {cfg.estimator}: {est.singleton}"),
-            ("all_equal_group", f"{{n}} group(s) of 2+ rows have {equal}: no learning signal from them (float32 "
-                                "rounding can leave tiny non-zero advantages, as in verl)"),
-        ):
-            hit = torch.nonzero(flags[code]).flatten()
-            warn.add(code, text.format(n=hit.numel()), hit.numel(), torch.sort(first_row[hit]).values)
+    if CHECKS["all_equal_group"].applies(est):  # an estimator without groups computes the same whatever the groups
+        single = torch.nonzero(flags["singleton_group"]).flatten()
+        warn.add("singleton_group", single.numel(), torch.sort(first_row[single]).values, groups=single.numel(), est=est)
+        _all_equal_warning(run, first_row, warn)
         _size_mismatch(size, group_batch, first_row, n_batches, warn)
     merges, merged_rows = run.uid_merges
     if merges:
-        shown = "; ".join("/".join(repr(u) for u in m) for m in merges[:3])
-        merging = ", ".join(names_where(lambda e: e.int_uids))
-        warn.add("uid_merge_grpo_vectorized",
-                 f"{len(merges)} set(s) of distinct uids that verl's {merging} converts to one integer and "
-                 f"merges into one group ({shown}); rladv merges them too, as verl does", len(merges), merged_rows)
+        warn.add("uid_merge_grpo_vectorized", len(merges), merged_rows, merges=merges)
     mixed = run.mixed_blocks
     if mixed is not None and mixed.numel():
-        conv = run.plan.cfg.conv
-        warn.add("block_mixes_uids",
-                 f"{mixed.numel()} block(s) of {conv.trainer}'s consecutive --group-size rows hold rows of more than "
-                 f"one uid: the file is not in the order {conv.trainer} grouped it, or --group-size is not its group "
-                 "size; these blocks' baselines mix prompts", mixed.numel(), mixed)
+        warn.add("block_mixes_uids", mixed.numel(), mixed, n=mixed.numel(), trainer=cfg.conv.trainer)
     hist = torch.bincount(size)
     return Groups(
         count=size.numel(), sizes={str(k): int(v) for k, v in enumerate(hist.tolist()) if v},
@@ -435,38 +397,62 @@ def _groups_report(run: Finished, warn: WarningBuilder) -> Groups:
     )
 
 
+def _basis(run: Finished) -> str:
+    """What the all-equal decision compared, a key of ``report.checks.BASES``: the reward components, the
+    KL-shaped totals, the score totals when nothing shaped them, else the shaped totals."""
+    cfg, rows = run.plan.cfg, run.rows
+    if cfg.reward_components:
+        return "components"
+    if cfg.kl_in_reward:
+        return "kl_shaped"
+    return "score" if torch.equal(rows["reward_total"], rows["score_total"]) else "shaped"
+
+
+def _all_equal_warning(run: Finished, first_row: Tensor, warn: WarningBuilder) -> None:
+    """``all_equal_group``, with the groups tied before shaping and the shares of the groups of 2+ rows that are
+    all 0 and all at the batch's largest total R."""
+    rows, size, tied = run.rows, run.groups.size, run.flags["all_equal_group"]
+    gid, reward = rows["group_id"], rows["reward_total"].double()
+    hit = torch.nonzero(tied).flatten()
+    lo = torch.full((size.numel(),), math.inf, dtype=torch.float64).scatter_reduce(0, gid, reward, "amin")
+    top = float(reward.max()) if hit.numel() else 0.0
+    basis = _basis(run)
+    before = (int(group_flags(rows["score_total"], gid, size)["all_equal_group"].sum())
+              if basis in ("kl_shaped", "shaped") else None)
+    warn.add("all_equal_group", hit.numel(), torch.sort(first_row[hit]).values, groups=hit.numel(), basis=basis,
+             before_shaping=before, multi=int((size > 1).sum()), all_zero=int((tied & (lo == 0)).sum()),
+             all_top=int((tied & (lo == top) & (top > 0)).sum()))
+
+
 def _size_mismatch(size: Tensor, group_batch: Tensor, first_row: Tensor, n_batches: int, warn: WarningBuilder) -> None:
     """``group_size_mismatch``: batches whose groups differ in size; its rows are the first rows of the groups off
     their batch's most common size (ties: the larger), as ``rladv inspect`` points at them."""
-    off_groups, batches = [], 0
+    off_groups, references, batches = [], set(), 0
     for b in range(n_batches):
         in_batch = torch.nonzero(group_batch == b).flatten()
         sizes, counts = torch.unique(size[in_batch], return_counts=True)
+        if not sizes.numel():
+            continue
+        modal = sizes[counts == counts.max()].max()
+        references.add(int(modal))
         if sizes.numel() < 2:
             continue
         batches += 1
-        modal = sizes[counts == counts.max()].max()
         off_groups.append(in_batch[size[in_batch] != modal])
     if batches:
         off = torch.cat(off_groups)
-        shown = ", ".join(str(s) for s in torch.unique(size).tolist())
-        warn.add("group_size_mismatch",
-                 f"group sizes differ within {batches} batch(es) ({shown} rows): {off.numel()} group(s) off their "
-                 "batch's most common size, their first rows shown; check that every prompt got rollout.n samples",
-                 batches, torch.sort(first_row[off]).values)
+        common = next(iter(references)) if len(references) == 1 else None
+        warn.add("group_size_mismatch", batches, torch.sort(first_row[off]).values, off=off.numel(),
+                 groups=size.numel(), batches=batches, size=group_size_words(common, "rows", None),
+                 sizes=Counter(size.tolist()), unit="rows", expected=False)
 
 
 def _kl_report(run: Finished, warn: WarningBuilder) -> KL:
     cfg, rows, labels = run.plan.cfg, run.rows, run.labels
     if not cfg.kl_in_reward:
         return KL(enabled=False, penalty=cfg.kl_penalty, ctrl=cfg.kl_ctrl, coef=cfg.kl_coef)
-    warn.add_rows("kl_raises_reward",
-                  "{n} row(s) whose KL term (the coefficient times the sum of the row's KL estimates) is negative, so "
-                  "shaping raised their total reward: the policy is less likely than the reference on those rows' "
-                  "tokens overall, unusual outside k1/k2's noise",
-                  rows["kl_raises_reward"])
-    warn.add_rows("kl_flips_sign", "{n} row(s) changed the sign of their total reward through KL shaping",
-                  rows["kl_flips_sign"])
+    warn.add_rows("kl_raises_reward", rows["kl_raises_reward"], penalty=cfg.kl_penalty)
+    warn.add_rows("kl_flips_sign", rows["kl_flips_sign"], coef=cfg.kl_coef)
     kl_row, batch_of_row, beta = rows["kl_row"], rows["batch_id"], run.known.shaping.beta
     batches = []
     for b in labels.batch_order():

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from ..tensors import kernels
 from ..tensors.batch import Batch
+from .checks import CHECKS
 from .distributions import Sketch, histogram
 from .model import AdvantageSplits, Distributions, ReportWarning, ReturnsVsValues, SignSplit, SplitPart, Stats
 
@@ -18,7 +19,8 @@ FIRST_ROWS = 5
 
 
 class RowTable:
-    """Per-row values of the whole dataset, appended chunk by chunk in dataset row order; kept on the CPU."""
+    """Per-row values of the whole dataset, appended chunk by chunk in dataset row order; kept on the CPU. The
+    facts inspect computes too go by their names in ``report.facts.ROW_FACTS``."""
 
     def __init__(self) -> None:
         self._parts: dict[str, list[Tensor]] = defaultdict(list)
@@ -79,28 +81,29 @@ def first_rows(group_id: Tensor, n_groups: int) -> Tensor:
 
 
 class WarningBuilder:
-    """Collects warnings as (code, message, flagged dataset-wide rows) and renders them with file:row."""
+    """Collects the report's warnings: a code of the catalogue of checks (``report.checks``), its message worded
+    from the figures given, its count and the first flagged dataset-wide rows, rendered with file:row."""
 
     def __init__(self, locate: Callable[[int], tuple[str, int]]):
         self._locate = locate
         self.items: list[ReportWarning] = []
 
-    def add(self, code: str, message: str, count: int, rows: Tensor | list[int]) -> None:
+    def add(self, code: str, count: int, rows: Tensor | list[int], /, **figures) -> None:
         if count <= 0:
             return
         first = [int(r) for r in (rows[:FIRST_ROWS] if isinstance(rows, list) else rows[:FIRST_ROWS].tolist())]
         where = [self._locate(r) for r in first]
         self.items.append(
             ReportWarning(
-                code=code, message=message, count=int(count), rows=[w[1] for w in where],
+                code=code, message=CHECKS[code].message(**figures), count=int(count), rows=[w[1] for w in where],
                 where=[f"{p}:{r}" for p, r in where],
             )
         )
 
-    def add_rows(self, code: str, message: str, flags: Tensor) -> None:
-        """A warning over rows: ``flags (B_total,) bool``; count = flagged rows."""
+    def add_rows(self, code: str, flags: Tensor, /, **figures) -> None:
+        """A warning over rows: ``flags (B_total,) bool``; count (its figure ``n``) = flagged rows."""
         rows = torch.nonzero(flags).flatten()
-        self.add(code, message.format(n=rows.numel()), rows.numel(), rows)
+        self.add(code, rows.numel(), rows, n=rows.numel(), **figures)
 
 
 OUTCOME_BASES = {

@@ -31,25 +31,13 @@ from typing import Callable, Literal, Mapping, Optional, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from .checks import MEASURES, Limits
+
 Level = Literal["ok", "note", "warn", "fail"]
 LEVELS: tuple[Level, ...] = ("ok", "note", "warn", "fail")
-Limits = tuple[Optional[float], Optional[float]]  # (warn at or above, fail at or above); None: never
 Thresholds = Mapping[str, Limits]
-# Each check's measure and its levels (docs/debugging.md, "Levels"): a share of the actor tokens for the causes
-# and for no_signal, a factor for length_bias, a share of the gradient mass for the other two hazards.
-THRESHOLDS: Thresholds = MappingProxyType({
-    "no_signal": (0.50, 0.75),
-    "rejected": (0.10, 0.50),
-    "no_uid": (0.0, 0.0),
-    "singleton_group": (0.05, 0.50),
-    "all_equal_group": (0.50, 0.75),
-    "kl_only_group": (0.05, 0.50),
-    "epsilon_tie_group": (0.05, 0.50),
-    "zero_advantage": (0.10, 0.50),
-    "length_bias": (2.0, None),
-    "mass_concentration": (0.50, None),
-    "truncated_negative_mass": (0.50, None),
-})
+# Each check's measure and its levels (docs/debugging.md, "Levels"), declared in the catalogue of checks
+THRESHOLDS: Thresholds = MappingProxyType({code: m.limits for code, m in MEASURES.items()})
 
 
 class _Model(BaseModel):
