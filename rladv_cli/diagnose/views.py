@@ -29,6 +29,7 @@ from ..estimators.conventions import DEFAULT
 from ..estimators.registry import DEFAULT_GROUP_ESTIMATOR, Estimator, with_check
 from ..io.frames import open_rows
 from ..io.read import Origin, RowSource, TableSource
+from ..report.checks import masked_score_fate
 
 PathLike = str | os.PathLike
 
@@ -294,8 +295,8 @@ def row_view(inputs: Sequence[PathLike] | PathLike, row: int, *, estimator: Opti
         for t, v in enumerate(score):
             if v != 0 and not m[t]:
                 kind = "padding" if att is not None and att[t] == 0 else "rejected" if loss and loss[t] else "observation"
-                notes.append(f"score_on_masked_position: score {v:g} at position {t} ({kind}): outcome estimators count "
-                             "it, GAE/REINFORCE++/REMAX drop it")
+                notes.append(f"score_on_masked_position: score {v:g} at position {t} ({kind}): "
+                             f"{masked_score_fate(est)}")
     basis = reward if reward is not None else score
     if (estimator is None or estimator in with_check("credit_reset_at_mask")) and basis is not None \
             and _credit_cut(m, basis):

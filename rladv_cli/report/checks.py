@@ -160,17 +160,19 @@ def kl_flips_sign(n: int, coef: float) -> str:
 
 
 # ==================================================================================== step 3: masks
-def _masked_score_fate(est: Optional[Estimator]) -> str:
+def masked_score_fate(est: Optional[Estimator]) -> str:
+    """What ``est`` does with a score on a masked position (every estimator's fate without one)."""
     if est is not None:
         return f"{est.name} {'still counts' if est.counts_masked_rewards else 'drops'} it"
-    dropping = " and ".join(names_where(lambda e: not e.counts_masked_rewards and not e.components))
+    *some, last = names_where(lambda e: not e.counts_masked_rewards and not e.components)
+    dropping = f"{', '.join(some)} and {last}" if some else last
     return f"outcome estimators (R_i sums every position) still count it; {dropping} drop it"
 
 
 @_check(3, "a non-zero score on a position that is not an actor token", passed="every non-zero score sits on a {mask} 1 position")
 def score_on_masked_position(n: int, mask: str, est: Optional[Estimator]) -> str:
     return (f"{n} row(s) carry a non-zero score on a {mask} 0 position (a tool observation or padding): "
-            + _masked_score_fate(est))
+            + masked_score_fate(est))
 
 
 @_check(3, "a row without an actor token", passed="every row has a token with {mask} 1")

@@ -29,6 +29,16 @@ def test_every_check_has_a_row_and_every_level_is_the_verdicts():
     assert dict(THRESHOLDS) == {code: m.limits for code, m in MEASURES.items()}
 
 
+def test_report_md_explains_every_code_compute_warns_with():
+    """docs/report.md's table of warnings (what each means, what to do) has one row per code of the catalogue that
+    compute raises, and no other."""
+    import re
+
+    text = (ROOT / "docs" / "report.md").read_text().split("## Warnings")[1].split("\n## ")[0]
+    documented = re.findall(r"^\| `(\w+)` \|", text, re.M)
+    assert sorted(documented) == sorted(code for code, check in CHECKS.items() if "compute" in check.by)
+
+
 def test_the_hazards_do_not_import_the_checklist():
     """checklist -> hazards -> findings, one way."""
     tree = ast.parse((ROOT / "rladv_cli" / "diagnose" / "hazards.py").read_text(encoding="utf-8"))
