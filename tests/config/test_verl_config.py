@@ -506,13 +506,21 @@ def test_bad_values_name_the_key(tmp_path, text, key, words):
     assert message.startswith(key + ": ") and words in message
 
 
-def test_verl_estimator_rladv_lacks(tmp_path, monkeypatch):
+def test_verl_estimator_rladv_lacks(tmp_path):
     from rladv_cli.estimators import registry
 
-    monkeypatch.delitem(registry.ESTIMATORS, "gdpo", raising=False)  # pretend rladv lacks one of verl's
-    assert "gdpo" in REFERENCE_NAMES
-    message = error_of(tmp_path, "adv_estimator: gdpo\n")
+    # pretend rladv lacks one of verl's; the registry is put back in its order (monkeypatch.delitem would put the
+    # entry back at the end, and the order is what rladv estimators and the docs' tables list)
+    saved = dict(registry.ESTIMATORS)
+    del registry.ESTIMATORS["gdpo"]
+    try:
+        assert "gdpo" in REFERENCE_NAMES
+        message = error_of(tmp_path, "adv_estimator: gdpo\n")
+    finally:
+        registry.ESTIMATORS.clear()
+        registry.ESTIMATORS.update(saved)
     assert message.startswith("algorithm.adv_estimator: ") and "not implemented by rladv" in message
+    assert list(registry.ESTIMATORS) == list(saved)
 
 
 def test_algorithm_not_a_mapping(tmp_path):
