@@ -59,9 +59,11 @@ def _pipeline_imported():
 
 
 def _config(config: Optional[Config], settings: dict) -> Config:
+    """``settings`` (``Config`` fields) over ``config``, validated as one ``Config`` (a bad value or combination
+    is a ``ConfigError`` whichever of the two gave it)."""
     if config is None:
         return Config(**settings)
-    return config.model_copy(update=settings) if settings else config
+    return Config(**{**config.model_dump(), **settings}) if settings else config
 
 
 def compute(table: "pa.Table | pl.DataFrame | pl.LazyFrame | pd.DataFrame", config: Optional[Config] = None, *,

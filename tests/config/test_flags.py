@@ -130,3 +130,20 @@ def test_an_output_error_names_the_output_as_its_reader_gave_it(tmp_path):
     result = CliRunner().invoke(app, ["compute", str(data), "--estimator", "grpo", "-o", str(data)])
     assert result.exit_code == 2 and result.output.startswith(f"Error: -o {data} is one of the inputs"), result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["groups.parquet"]
+
+
+def test_keywords_over_a_config_are_validated_as_one_config():
+    """``compute(frame, config, gamma=5.0)`` is refused as ``Config(gamma=5.0)`` is (the keywords were copied into
+    the config without a check)."""
+    import pyarrow as pa
+
+    import rladv_cli
+    from rladv_cli.errors import ConfigError
+
+    table = pa.table({"uid": ["a", "a"], "response_mask": [[1], [1]], "rm_scores": [[1.0], [0.0]]})
+    with pytest.raises(ConfigError, match="^gamma: Input should be less than or equal to 1"):
+        rladv_cli.compute(table, Config(estimator="grpo"), gamma=5.0)
+    with pytest.raises(ConfigError, match="needs max_resp_len"):
+        rladv_cli.compute(table, Config(estimator="grpo"), overlong_buffer_len=4)
+    out, _ = rladv_cli.compute(table, Config(estimator="grpo"), norm_adv_by_std=False)
+    assert out["advantages"].to_pylist() == [[0.5], [-0.5]]
