@@ -250,7 +250,7 @@ def test_nemo_rl_stop_properly_penalty_error_cases(nemo_shaping, coef):
     """test_stop_properly_penalty_error_cases: NeMo-RL asserts 0 <= coef <= 1; rladv refuses both under nemo_rl."""
     with pytest.raises(AssertionError, match="stop_properly_penalty_coef must be in"):
         nemo_shaped(nemo_shaping, [1.0, 0.5], [False, True], coef)
-    with pytest.raises(rladv_cli.RladvError, match="stop-properly-penalty-coef"):
+    with pytest.raises(rladv_cli.RladvError, match="stop_properly_penalty_coef"):
         rladv_cli.Config(convention="nemo_rl", estimator="grpo", stop_properly_penalty_coef=coef)
 
 
