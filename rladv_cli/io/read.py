@@ -76,9 +76,7 @@ def response_part(table: pa.Table) -> pa.Table:
     mask, responses = array_of(table["attention_mask"]), array_of(table["responses"])
     if pa.types.is_fixed_size_list(mask.type):  # a padded [B, P + T] tensor saved with pyarrow
         mask = mask.cast(pa.list_(mask.type.value_field))
-    if mask.null_count or responses.null_count:
-        return table  # validation names the row
-    width = numpy_of(pc.list_value_length(responses)).astype(np.int64)
+    width = numpy_of(pc.list_value_length(responses).fill_null(0)).astype(np.int64)  # a null row: validation names it
     offsets = list_offsets(mask)
     start = offsets[1:] - np.minimum(width, np.diff(offsets))  # the response part's first position per row
     if (start > offsets[:-1]).any():
