@@ -11,7 +11,7 @@ from typing import Annotated, Any, Callable, Literal, Optional, Union, get_args,
 
 import typer
 
-from ..config.flags import RUN, Flag, flags, option_name
+from ..config.flags import RUN, Flag, flag_word, flags, option_name
 from ..config.settings import Config
 from ..estimators.conventions import CONVENTIONS
 from ..estimators.registry import ESTIMATORS
@@ -108,7 +108,7 @@ def setting_option(name: str) -> tuple[Any, Any]:
     field = Config.model_fields[name]
     flag = flags()[name]
     annotation = flag.typed_as or field.annotation
-    decls = [f"{option_name(name)}/--no-{option_name(name)[2:]}"] if annotation is bool else [option_name(name)]
+    decls = [f"{option_name(name)}/{flag_word(name, False)}"] if annotation is bool else [option_name(name)]
     option = typer.Option(*decls, metavar=_metavar(flag, annotation), help=_help(field.description),
                           rich_help_panel=flag.panel, autocompletion=flag.choices and _names(flag.choices))
     return Annotated[annotation, option], field.default

@@ -72,6 +72,12 @@ def option_name(name: str) -> str:
     return flag.name if flag is not None and flag.name else "--" + name.replace("_", "-")
 
 
+def flag_word(name: str, value: Any = True) -> str:
+    """The flag that sets ``name``: ``--x``, or ``--no-x`` for a boolean setting set False."""
+    flag = option_name(name)
+    return f"--no-{flag[2:]}" if value is False else flag
+
+
 _AUDIENCE = {"command_line": False}  # one per process: a run's threads name settings as the run does
 
 
@@ -95,12 +101,9 @@ def named(name: str, value: Any = _NO_VALUE) -> str:
     shown = f"{value:g}" if isinstance(value, float) else value
     if not _AUDIENCE["command_line"]:
         return name if value is _NO_VALUE else f"{name}={shown!r}" if isinstance(value, str) else f"{name}={shown}"
-    flag = option_name(name)
-    if value is _NO_VALUE:
-        return flag
-    if isinstance(value, bool):
-        return flag if value else f"--no-{flag[2:]}"
-    return f"{flag} {shown}"
+    if value is _NO_VALUE or isinstance(value, bool):
+        return flag_word(name, value)
+    return f"{option_name(name)} {shown}"
 
 
 def command_flags(settings: Mapping[str, Any]) -> list[str]:
@@ -109,7 +112,7 @@ def command_flags(settings: Mapping[str, Any]) -> list[str]:
     for key, value in settings.items():
         flag = option_name(key)
         if isinstance(value, bool):  # every boolean setting is an --x/--no-x pair
-            out.append(flag if value else f"--no-{flag[2:]}")
+            out.append(flag_word(key, value))
         elif isinstance(value, (list, tuple)):
             out += [flag, ",".join(str(v) for v in value)]
         elif isinstance(value, dict):  # columns: one --column NAME=COLUMN each

@@ -8,7 +8,7 @@ import os
 from typing import Mapping, Optional
 
 from ..estimators.registry import REFERENCE_DEFAULT
-from .flags import flags, option_name
+from .flags import flag_word, flags
 from .settings import Config
 
 __all__ = ["merge_verl_config", "refused_inert", "settings_from_flags"]
@@ -65,6 +65,4 @@ def refused_inert(cfg: Config, typed_values: Mapping[str, object], ray_engine: b
     if not inert:
         return None
     name, why = inert[0]
-    value = typed_values[name]
-    flag = option_name(name) if not isinstance(value, bool) or value else f"--no-{option_name(name)[2:]}"
-    return f"{flag} has no effect {why}"
+    return f"{flag_word(name, typed_values[name])} has no effect {why}"

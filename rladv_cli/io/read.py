@@ -78,9 +78,9 @@ def response_part(table: pa.Table) -> pa.Table:
         mask = mask.cast(pa.list_(mask.type.value_field))
     width = numpy_of(pc.list_value_length(responses).fill_null(0)).astype(np.int64)  # a null row: validation names it
     offsets = list_offsets(mask)
-    start = offsets[1:] - np.minimum(width, np.diff(offsets))  # the response part's first position per row
+    kept = np.minimum(width, np.diff(offsets))  # the response part's length per row
+    start = offsets[1:] - kept
     if (start > offsets[:-1]).any():
-        kept = np.minimum(width, np.diff(offsets))
         new = np.concatenate(([0], np.cumsum(kept)))
         index = np.repeat(start - new[:-1], kept) + np.arange(new[-1])
         mask = pa.ListArray.from_arrays(arrow_of(new.astype(np.int32), pa.int32()), mask.flatten().take(index))

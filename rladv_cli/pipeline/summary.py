@@ -24,7 +24,7 @@ from ..io.write import SideFiles
 from ..report import replay
 from ..report.checks import CHECKS, group_size_words
 from ..report.diagnostics import (RowTable, TokenSketches, WarningBuilder, distributions, first_rows, group_flags,
-                                  token_stats)
+                                  group_min_max, token_stats)
 from ..report.model import (KL, FileInfo, Groups, Inputs, KLBatch, Report, Scores, Timing, Tokens, example_command,
                             row_filter, row_stats)
 from ..report.tables import RowFacts, verdict_tables, write_tables
@@ -414,7 +414,7 @@ def _all_equal_warning(run: Finished, first_row: Tensor, warn: WarningBuilder) -
     rows, size, tied = run.rows, run.groups.size, run.flags["all_equal_group"]
     gid, reward = rows["group_id"], rows["reward_total"].double()
     hit = torch.nonzero(tied).flatten()
-    lo = torch.full((size.numel(),), math.inf, dtype=torch.float64).scatter_reduce(0, gid, reward, "amin")
+    lo, _ = group_min_max(reward, gid, size.numel())
     top = float(reward.max()) if hit.numel() else 0.0
     basis = _basis(run)
     before = (int(group_flags(rows["score_total"], gid, size)["all_equal_group"].sum())

@@ -65,11 +65,17 @@ def token_stats(rows: RowTable, prefix: str) -> Stats:
     )
 
 
+def group_min_max(x: Tensor, group: Tensor, n_groups: int) -> tuple[Tensor, Tensor]:
+    """Each group's smallest and largest ``x``, ``(G,)`` each, in ``x``'s dtype (inf and -inf for a group without
+    rows), given each row's ``group (B,)``."""
+    lo = torch.full((n_groups,), math.inf, dtype=x.dtype).scatter_reduce(0, group, x, "amin")
+    hi = torch.full((n_groups,), -math.inf, dtype=x.dtype).scatter_reduce(0, group, x, "amax")
+    return lo, hi
+
+
 def group_flags(reward_total: Tensor, group_index: Tensor, size: Tensor) -> dict[str, Tensor]:
     """Per-group booleans ``(G,)``: ``singleton_group`` (one row) and ``all_equal_group`` (2+ rows, equal ``R``)."""
-    g = size.numel()
-    hi = torch.full((g,), float("-inf"), dtype=reward_total.dtype).scatter_reduce(0, group_index, reward_total, "amax")
-    lo = torch.full((g,), float("inf"), dtype=reward_total.dtype).scatter_reduce(0, group_index, reward_total, "amin")
+    lo, hi = group_min_max(reward_total, group_index, size.numel())
     return {"singleton_group": size == 1, "all_equal_group": (size > 1) & (hi == lo)}
 
 
@@ -234,8 +240,7 @@ def distributions(rows: RowTable, sketches: TokenSketches, basis: str, group_id:
     if group_id is not None:
         n = int(group_id.max()) + 1 if group_id.numel() else 0
         members = torch.bincount(group_id, minlength=n)
-        hi = torch.full((n,), -math.inf, dtype=torch.float64).scatter_reduce(0, group_id, rows["reward_total"].double(), "amax")
-        lo = torch.full((n,), math.inf, dtype=torch.float64).scatter_reduce(0, group_id, rows["reward_total"].double(), "amin")
+        lo, hi = group_min_max(rows["reward_total"].double(), group_id, n)
         spread = histogram((hi - lo)[members > 1].numpy())
     adv = sketches.advantages
     edges = adv.edges()
