@@ -1,19 +1,22 @@
 """A chunk of rows as flat token tensors plus row offsets (Arrow's list offsets, rebased to 0)."""
 from __future__ import annotations
 
+import importlib.util
+import re
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import pyarrow as pa
-import torch
-from torch import Tensor
 
 from ..contract.columns import (array_of, assemble_scores, flat_values, list_offsets, mask_before_rejection,
                                 scalar_values, score_positions)
 from ..errors import ConfigError
 from . import kernels
+from . import xp as X
+from .xp import Array
 
 
 @dataclass(frozen=True)
@@ -30,65 +33,90 @@ class Batch:
     are the input's columns of the same names, when it has them (``rollout_is_weights`` once the IS stage ran).
     """
 
-    row_offsets: Tensor
-    original_mask: Tensor
-    response_mask: Tensor
-    token_level_scores: Tensor
-    token_level_rewards: Tensor
-    row_index: Tensor
-    values: Optional[Tensor] = None
-    old_log_probs: Optional[Tensor] = None
-    ref_log_prob: Optional[Tensor] = None
-    rollout_log_probs: Optional[Tensor] = None
-    sum_pi_squared: Optional[Tensor] = None
-    rollout_is_weights: Optional[Tensor] = None
-    reward_baselines: Optional[Tensor] = None
-    padding: Optional[Tensor] = None
-    pad_width: Optional[Tensor] = None
-    score_position: Optional[Tensor] = None
-    valid_length: Optional[Tensor] = None
+    row_offsets: Array
+    original_mask: Array
+    response_mask: Array
+    token_level_scores: Array
+    token_level_rewards: Array
+    row_index: Array
+    values: Optional[Array] = None
+    old_log_probs: Optional[Array] = None
+    ref_log_prob: Optional[Array] = None
+    rollout_log_probs: Optional[Array] = None
+    sum_pi_squared: Optional[Array] = None
+    rollout_is_weights: Optional[Array] = None
+    reward_baselines: Optional[Array] = None
+    padding: Optional[Array] = None
+    pad_width: Optional[Array] = None
+    score_position: Optional[Array] = None
+    valid_length: Optional[Array] = None
 
     @property
     def num_rows(self) -> int:
-        return self.row_offsets.numel() - 1
+        return X.numel(self.row_offsets) - 1
 
     @property
     def num_tokens(self) -> int:
-        return self.response_mask.numel()
+        return X.numel(self.response_mask)
 
-    def row_total(self, x: Tensor) -> Tensor:
+    def row_total(self, x: Array) -> Array:
         """``R_i = Σ_t x[i,t]`` over every position, float32, rounded exactly as verl sums the row padded
         to its batch's longest response (``pad_width``); ``(B,)``."""
         width = self.pad_width if self.pad_width is not None else kernels.row_lengths(self.row_offsets)
         return kernels.padded_row_sum(x, self.row_offsets, width)
 
-    def row_sum(self, x: Tensor) -> Tensor:
+    def row_sum(self, x: Array) -> Array:
         """``Σ_t x[i,t]`` per row as float32 (accumulated in float64); ``(B,)``."""
-        return kernels.segment_sum(x, self.row_offsets).float()
+        return X.float32(kernels.segment_sum(x, self.row_offsets))
 
-    def per_token(self, per_row: Tensor) -> Tensor:
+    def per_token(self, per_row: Array) -> Array:
         """Broadcast ``(B,)`` to the row's tokens ``(N,)``."""
         return kernels.broadcast_rows(per_row, self.row_offsets)
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` = cuda when available, else cpu; asking for cuda without one is an error."""
+def resolve_device(name: str) -> str:
+    """``auto`` = cuda when there is one, else cpu; asking for cuda without one is an error. On the CPU the arrays
+    are numpy's and torch is not imported: ``auto`` asks torch only where a CUDA build of it is installed and
+    the machine shows an NVIDIA device (docs/arrays.md)."""
+    if name == "cpu" or (name == "auto" and not _may_have_cuda()):
+        return X.CPU
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda" if name == "auto" else name
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda: torch sees no CUDA device here; use --device cpu or auto")
-    return torch.device(name)
+        return X.CPU
+    raise ConfigError("--device cuda: torch sees no CUDA device here; use --device cpu or auto")
 
 
-def as_tensor(a: np.ndarray, device: torch.device | str = "cpu") -> Tensor:
-    """A tensor over ``a`` without a copy where possible, then moved to ``device``."""
+def _may_have_cuda() -> bool:
+    """Whether an installed torch is a CUDA build and a device node is there, read without importing torch."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    version = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    try:
+        text = version.read_text()
+    except OSError:
+        return True  # an unusual install: let torch answer
+    if re.search(r"^cuda\s*(?::[^=]*)?=\s*None", text, re.M):
+        return False
+    return any(Path("/dev").glob("nvidia[0-9]*")) or not Path("/dev").exists()
+
+
+def as_array(a: np.ndarray, device: str = X.CPU) -> Array:
+    """``a`` as the arrays of ``device`` hold it: a contiguous numpy array on the CPU (no copy where possible),
+    a tensor elsewhere."""
+    a = np.ascontiguousarray(a)
+    if device == X.CPU:
+        return a
     # Arrow buffers are read-only; the tensors made from them are never written in place.
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.from_numpy(np.ascontiguousarray(a)).to(device)
+        return X.on_device(a, device)
 
 
-def from_arrow(table: pa.Table, first_row: int, device: torch.device) -> Batch:
+def from_arrow(table: pa.Table, first_row: int, device: str) -> Batch:
     """Build a ``Batch`` from a validated chunk; optional columns become tensors when present."""
     names = table.column_names
     offsets = list_offsets(array_of(table["response_mask"]))
@@ -97,8 +125,8 @@ def from_arrow(table: pa.Table, first_row: int, device: torch.device) -> Batch:
     position, valid_length = score_positions(offsets, attention)
     scores = assemble_scores(table, offsets, position)
 
-    def t(a: np.ndarray) -> Tensor:
-        return as_tensor(a, device)
+    def t(a: np.ndarray) -> Array:
+        return as_array(a, device)
 
     optional = {
         name: t(flat_values(table, name))
@@ -118,7 +146,7 @@ def from_arrow(table: pa.Table, first_row: int, device: torch.device) -> Batch:
         response_mask=m,
         token_level_scores=s,
         token_level_rewards=s,
-        row_index=torch.arange(first_row, first_row + table.num_rows, device=device),
+        row_index=t(np.arange(first_row, first_row + table.num_rows, dtype=np.int64)),
         padding=None if attention is None else t((attention == 0).astype(np.float32)),
         score_position=t(position),
         valid_length=t(valid_length),

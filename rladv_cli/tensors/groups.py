@@ -8,8 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Iterable, Iterator, Optional
 
-import torch
-from torch import Tensor
+import numpy as np
+
+from . import xp as X
+from .kernels import torch_row_sums
+from .xp import Array
 
 
 @dataclass(frozen=True)
@@ -19,7 +22,8 @@ class GroupStats:
     estimator's ``group_statistics``) and None otherwise.
 
     size: rows in the group. mean, std: float32 ``torch.mean`` / ``torch.std`` (Bessel) over the members in
-    row order, as verl's dict-based estimators stack them; a singleton has ``mean = 0, std = 1``.
+    row order, rounded as torch rounds them (``kernels.torch_row_sums``), as verl's dict-based estimators stack
+    them; a singleton has ``mean = 0, std = 1``.
     seq_sum: float32 sum accumulated member by member in row order; seq_mean = seq_sum / max(size, 1);
     seq_std = sqrt(Σ (R − seq_mean)² / max(size − 1, 1)) (verl 0.9.1's two-pass ``group_mean_std``).
     length_weighted_mean: ``Σ n_i R_i / Σ n_i`` with ``n_i`` the row's valid tokens (``opo``; 0 for a
@@ -31,43 +35,45 @@ class GroupStats:
     totals in ascending order, +inf past its size (``pkpo``).
     """
 
-    size: Tensor
-    mean: Optional[Tensor] = None
-    std: Optional[Tensor] = None
-    seq_sum: Optional[Tensor] = None
-    seq_std: Optional[Tensor] = None
-    length_weighted_mean: Optional[Tensor] = None
-    top_gap: Optional[Tensor] = None
-    top_row: Optional[Tensor] = None
-    longest_row: Optional[Tensor] = None
-    second_longest: Optional[Tensor] = None
-    nonempty_size: Optional[Tensor] = None
-    sorted_totals: Optional[Tensor] = None
+    size: Array
+    mean: Optional[Array] = None
+    std: Optional[Array] = None
+    seq_sum: Optional[Array] = None
+    seq_std: Optional[Array] = None
+    length_weighted_mean: Optional[Array] = None
+    top_gap: Optional[Array] = None
+    top_row: Optional[Array] = None
+    longest_row: Optional[Array] = None
+    second_longest: Optional[Array] = None
+    nonempty_size: Optional[Array] = None
+    sorted_totals: Optional[Array] = None
 
     @property
-    def seq_mean(self) -> Tensor:
-        return self.seq_sum / self.size.clamp_min(1).to(self.seq_sum.dtype)
+    def seq_mean(self) -> Array:
+        xp = X.namespace(self.seq_sum)
+        return self.seq_sum / xp.astype(xp.clip(self.size, min=1), self.seq_sum.dtype)
 
-    def to(self, device: torch.device) -> "GroupStats":
-        return replace(self, **{f.name: getattr(self, f.name).to(device) for f in fields(self)
+    def to(self, device: str) -> "GroupStats":
+        """The statistics (numpy, as ``group_stats`` makes them) as the arrays of ``device`` hold them."""
+        return replace(self, **{f.name: X.on_device(getattr(self, f.name), device) for f in fields(self)
                                 if getattr(self, f.name) is not None})
 
 
 STATISTICS = tuple(f.name for f in fields(GroupStats) if f.name != "size")
 
 
-def _two_pass_std(members: Tensor, mean: Tensor) -> Tensor:
+def _two_pass_std(members: np.ndarray, mean: np.ndarray) -> np.ndarray:
     """Per-row ``torch.std`` of ``members [G, s]`` (s ≥ 2) as torch computes it for one 1-D CPU tensor:
     ``sqrt(Σ (x − μ)² / (s − 1))`` in float64 about the float32 mean ``μ (G,)``, rounded once to float32.
 
     ``members.std(dim=1)`` is not that for ``G ≥ 2``: torch takes another reduction path, which rounds otherwise
     and on a group whose totals are a few ulps apart moves an advantage by ~1e-3 (0.18410 against verl's 0.18368).
     """
-    deviation = members.double() - mean.double()[:, None]
-    return ((deviation * deviation).sum(dim=1) / (members.shape[1] - 1)).sqrt().to(members.dtype)
+    deviation = members.astype(np.float64) - mean.astype(np.float64)[:, None]
+    return np.sqrt((deviation * deviation).sum(axis=1) / (members.shape[1] - 1)).astype(members.dtype)
 
 
-def group_stats(row_total: Tensor, group_index: Tensor, num_groups: int, valid_count: Tensor,
+def group_stats(row_total: Array, group_index: Array, num_groups: int, valid_count: Array,
                 wanted: Iterable[str] = STATISTICS) -> GroupStats:
     """Group statistics ``wanted`` (``STATISTICS``; ``size`` always) of ``row_total (B,) float32`` with dense
     ``group_index (B,) int64`` in ``[0, G)`` and each row's valid-token count ``valid_count (B,)``; rows are
@@ -75,52 +81,51 @@ def group_stats(row_total: Tensor, group_index: Tensor, num_groups: int, valid_c
 
     Groups are bucketed by size and each bucket reduced as a ``[G_s, s]`` matrix of its members in row order,
     so every statistic rounds as verl's per-group 1-D tensors do (the std by ``_two_pass_std``). Sequential sums use
-    ``index_add_`` in row order, as verl's scatter does. Computed on the CPU whatever the inputs' device
-    (``B`` values; a GPU's reductions round otherwise) and returned on that device.
+    ``index_add`` in row order, as verl's scatter does. Computed with numpy on the CPU whatever the inputs'
+    device (``B`` values; a GPU's reductions round otherwise) and returned as the kind of array given.
     """
     wanted = set(wanted)
     unknown = wanted - set(STATISTICS)
     if unknown:
         raise ValueError(f"unknown group statistics {sorted(unknown)}")
-    device = row_total.device
-    if device.type != "cpu":
-        return group_stats(row_total.cpu(), group_index.cpu(), num_groups, valid_count.cpu(), wanted).to(device)
+    given = row_total
+    row_total, group_index = X.to_numpy(row_total), X.to_numpy(group_index).astype(np.int64, copy=False)
     dtype = row_total.dtype
-    size = torch.bincount(group_index, minlength=num_groups)
-    lengths = valid_count.to(torch.long)
+    size = np.bincount(group_index, minlength=num_groups).astype(np.int64)
+    lengths = X.to_numpy(valid_count).astype(np.int64)
     out = dict(size=size, **_bucketed(row_total, group_index, num_groups, size, lengths, wanted))
     if wanted & {"seq_sum", "seq_std"}:
-        seq_sum = torch.zeros(num_groups, dtype=dtype).index_add_(0, group_index, row_total)
+        seq_sum = X.index_add(num_groups, group_index, row_total)
         if "seq_sum" in wanted:
             out["seq_sum"] = seq_sum
         if "seq_std" in wanted:
-            seq_mean = seq_sum / size.clamp_min(1).to(dtype)
+            seq_mean = seq_sum / np.maximum(size, 1).astype(dtype)
             dev = row_total - seq_mean[group_index]
-            sq = torch.zeros(num_groups, dtype=dtype).index_add_(0, group_index, dev * dev)
-            out["seq_std"] = torch.sqrt((sq / (size - 1).clamp_min(1).to(dtype)).clamp_min(0.0))
+            sq = X.index_add(num_groups, group_index, dev * dev)
+            out["seq_std"] = np.sqrt(np.maximum(sq / np.maximum(size - 1, 1).astype(dtype), 0.0)).astype(dtype)
     if "nonempty_size" in wanted:
-        out["nonempty_size"] = torch.bincount(group_index, weights=(lengths > 0).double(), minlength=num_groups).long()
+        out["nonempty_size"] = np.bincount(group_index, weights=lengths > 0, minlength=num_groups).astype(np.int64)
     if "sorted_totals" in wanted:
         out["sorted_totals"] = _sorted_totals(row_total, group_index, size)
-    return GroupStats(**out)
+    return GroupStats(**{name: X.like(value, given) for name, value in out.items()})
 
 
 _BUCKETED = {"mean", "std", "length_weighted_mean", "top_gap", "top_row", "longest_row", "second_longest"}
 
 
-def _bucketed(row_total: Tensor, group_index: Tensor, num_groups: int, size: Tensor, lengths: Tensor,
-              wanted: set[str]) -> dict[str, Tensor]:
+def _bucketed(row_total: np.ndarray, group_index: np.ndarray, num_groups: int, size: np.ndarray,
+              lengths: np.ndarray, wanted: set[str]) -> dict[str, np.ndarray]:
     """The statistics of ``wanted`` that reduce each group's members as one row of a ``[G_s, s]`` matrix."""
     wanted = wanted & _BUCKETED
     if not wanted:
         return {}
     dtype = row_total.dtype
     out = {
-        "mean": torch.zeros(num_groups, dtype=dtype), "std": torch.ones(num_groups, dtype=dtype),
-        "length_weighted_mean": torch.zeros(num_groups, dtype=dtype), "top_gap": torch.zeros(num_groups, dtype=dtype),
-        "top_row": torch.full((num_groups,), -1, dtype=torch.long),
-        "longest_row": torch.full((num_groups,), -1, dtype=torch.long),
-        "second_longest": torch.zeros(num_groups, dtype=torch.long),
+        "mean": np.zeros(num_groups, dtype=dtype), "std": np.ones(num_groups, dtype=dtype),
+        "length_weighted_mean": np.zeros(num_groups, dtype=dtype), "top_gap": np.zeros(num_groups, dtype=dtype),
+        "top_row": np.full(num_groups, -1, dtype=np.int64),
+        "longest_row": np.full(num_groups, -1, dtype=np.int64),
+        "second_longest": np.zeros(num_groups, dtype=np.int64),
     }
     out = {name: out[name] for name in wanted}
     for ids, rows in group_rows(group_index, size):
@@ -128,61 +133,72 @@ def _bucketed(row_total: Tensor, group_index: Tensor, num_groups: int, size: Ten
             continue
         members, n = row_total[rows], lengths[rows]
         if wanted & {"mean", "std"}:
-            group_mean = members.mean(dim=1)
+            group_mean = torch_row_sums(members) / np.float32(rows.shape[1])
             if "mean" in wanted:
                 out["mean"][ids] = group_mean
             if "std" in wanted:
                 out["std"][ids] = _two_pass_std(members, group_mean)
         if "length_weighted_mean" in wanted:
-            out["length_weighted_mean"][ids] = (n * members).sum(dim=1) / n.sum(dim=1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out["length_weighted_mean"][ids] = (torch_row_sums((n * members).astype(dtype))
+                                                    / n.sum(axis=1).astype(dtype))
         if wanted & {"top_gap", "top_row"}:
-            best, at = torch.topk(members, 2, dim=1)
+            best, at = _top2(members)
             if "top_gap" in wanted:
                 out["top_gap"][ids] = best[:, 0] - best[:, 1]
             if "top_row" in wanted:
-                out["top_row"][ids] = rows.gather(1, at[:, :1]).flatten()
+                out["top_row"][ids] = np.take_along_axis(rows, at[:, :1], axis=1)[:, 0]
         if wanted & {"longest_row", "second_longest"}:
-            longest, at = torch.topk(n, 2, dim=1)
+            longest, at = _top2(n)
             if "longest_row" in wanted:
-                unique = (n == longest[:, :1]).sum(dim=1) == 1
-                out["longest_row"][ids] = torch.where(unique, rows.gather(1, at[:, :1]).flatten(), -1)
+                unique = (n == longest[:, :1]).sum(axis=1) == 1
+                out["longest_row"][ids] = np.where(unique, np.take_along_axis(rows, at[:, :1], axis=1)[:, 0], -1)
             if "second_longest" in wanted:
                 out["second_longest"][ids] = longest[:, 1]
     return out
 
 
-def group_rows(group_index: Tensor, size: Tensor) -> Iterator[tuple[Tensor, Tensor]]:
+def _top2(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The two largest values of each row of ``m (G, s)`` (s ≥ 2) and their columns, largest first; among equal
+    values the first column wins (``torch.topk`` on the CPU)."""
+    order = np.argsort(-m, axis=1, kind="stable")[:, :2]
+    return np.take_along_axis(m, order, axis=1), order
+
+
+def group_rows(group_index: Array, size: Array) -> Iterator[tuple[Array, Array]]:
     """The groups bucketed by size: for each size ``s`` present (ascending), the group ids ``(G_s,)`` and their
     members' dataset rows as a ``[G_s, s]`` matrix, each group's rows in row order (``size``: rows per group
-    ``(G,)``, ``torch.bincount(group_index)``)."""
-    order = torch.sort(group_index, stable=True).indices
-    start = torch.cumsum(size, 0) - size
-    for s in torch.unique(size).tolist():
+    ``(G,)``, ``bincount(group_index)``)."""
+    xp = X.namespace(group_index)
+    order = xp.argsort(group_index, stable=True)
+    start = xp.cumulative_sum(size) - size
+    for s in X.unique(size).tolist():
         if s == 0:
             continue
-        ids = torch.nonzero(size == s).flatten()
-        yield ids, order[start[ids, None] + torch.arange(s)]
+        ids = X.flatnonzero(size == s)
+        yield ids, order[start[ids, None] + xp.arange(s, device=X.dev(group_index))]
 
 
-def block_rows(group_index: Tensor, batch_index: Tensor, size: int) -> Iterator[Tensor]:
+def block_rows(group_index: Array, batch_index: Array, size: int) -> Iterator[Array]:
     """For each batch id (ascending), the dataset rows of its groups, every one of ``size`` rows, as a
     ``[G_b, size]`` matrix (groups by id, each group's rows in row order): the matrix a trainer's
     ``rewards.view(-1, size)`` makes of its batch, up to the order of its rows."""
-    rows = torch.sort(group_index, stable=True).indices.view(-1, size)
+    xp = X.namespace(group_index)
+    rows = xp.reshape(xp.argsort(group_index, stable=True), (-1, size))
     batch_of_group = batch_index[rows[:, 0]]
-    for b in torch.unique(batch_index).tolist():
+    for b in X.unique(batch_index).tolist():
         yield rows[batch_of_group == b]
 
 
-def _sorted_totals(row_total: Tensor, group_index: Tensor, size: Tensor) -> Tensor:
+def _sorted_totals(row_total: np.ndarray, group_index: np.ndarray, size: np.ndarray) -> np.ndarray:
     """``(G, max size)``: each group's totals ascending (a stable sort by total, then by group), +inf past the
     group's size."""
-    by_total = torch.sort(row_total, stable=True).indices
-    order = by_total[torch.sort(group_index[by_total], stable=True).indices]
+    by_total = np.argsort(row_total, kind="stable")
+    order = by_total[np.argsort(group_index[by_total], kind="stable")]
     group = group_index[order]
-    start = torch.cumsum(size, 0) - size
-    out = torch.full((size.numel(), max(int(size.max()) if size.numel() else 0, 1)), float("inf"), dtype=row_total.dtype)
-    out[group, torch.arange(order.numel()) - start[group]] = row_total[order]
+    start = np.cumsum(size) - size
+    out = np.full((size.size, max(int(size.max()) if size.size else 0, 1)), np.inf, dtype=row_total.dtype)
+    out[group, np.arange(order.size) - start[group]] = row_total[order]
     return out
 
 
@@ -192,7 +208,7 @@ class PositionSums:
     response: ``sums[name]`` is ``(G·width,)`` float32, entry ``g·width + t`` for group ``g``, position ``t``."""
 
     width: int
-    sums: dict[str, Tensor]
+    sums: dict[str, Array]
 
-    def index(self, group: Tensor, position: Tensor) -> Tensor:
+    def index(self, group: Array, position: Array) -> Array:
         return group * self.width + position
