@@ -5,7 +5,7 @@ process (stderr).
 
 The command runs in this process as the ``rladv`` executable runs it (``cli.main``, exit included), with hooks
 on rladv's own functions that note the time:
-  import torch      begun and done (``api._pipeline_imported``)
+  import passes     the pipeline (and torch, on a GPU run) imported, begun and done (``api._pipeline_imported``)
   reading           the thread that decodes and checks the whole input (``io.read.ReadOnce``), begun and done
   carried columns   their early encoding (``write._Carried``): the first begun, the last done, and how many row
                     groups were encoded on the background threads and how many by their row group's own task
@@ -45,10 +45,10 @@ def hook_import() -> None:
     imported = api._pipeline_imported
 
     @contextmanager
-    def timed():
-        note("import torch begins")
-        with imported() as pipeline:
-            note("import torch done")
+    def timed(*args):
+        note("import passes begins")
+        with imported(*args) as pipeline:
+            note("import passes done")
             stage_of = pipeline.Pipeline._map
 
             def mapped(self, map_shards, stage, *args):

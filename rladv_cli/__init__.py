@@ -1,6 +1,6 @@
 """rladv: verl's reward-to-advantage step, offline, on saved rollout Parquet files.
 
-Public API (torch is imported only when tensors are needed)::
+Public API (torch is imported only for a run on CUDA, or to read a ``.pt`` dump; docs/arrays.md)::
 
     import rladv_cli
     cfg = rladv_cli.Config(estimator="grpo")

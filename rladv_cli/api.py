@@ -31,19 +31,36 @@ if TYPE_CHECKING:
 PathLike = str | os.PathLike
 
 
+def _torch_to_import(device: str) -> bool:
+    """Whether a run on ``device`` (``Config.device``) imports torch, which this process has not: to use CUDA,
+    or with ``auto`` to ask for it where a CUDA build of torch and an NVIDIA device are there
+    (``tensors.batch.resolve_device``). A run on the CPU never does (docs/arrays.md)."""
+    from .tensors.batch import _may_have_cuda
+
+    return "torch" not in sys.modules and (device == "cuda" or (device == "auto" and _may_have_cuda()))
+
+
 @contextmanager
-def _pipeline_imported():
-    """``pipeline`` (and torch) imported with the cyclic garbage collector paused, then, until the block
-    ends, every object that exists then frozen out of its collections (``gc.freeze``; ``gc.unfreeze`` on
-    exit). Importing torch creates ~120k objects: the collector would traverse them a dozen times (about
-    0.2 s, on the critical path of a run) and find nothing to free. A caller that froze objects itself keeps
-    its freeze: ``gc.unfreeze`` cannot tell its objects from ours, so nothing is frozen or unfrozen then.
-    A Ctrl-C (or SIGTERM, SIGHUP) during the import acts once it is done (``signals_deferred``): raised inside
-    torch's initialisation it can be swallowed there, or abort the process from C++."""
+def _pipeline_imported(device: str = "auto"):
+    """``pipeline`` imported for a run on ``device``, and torch where the run imports it (``_torch_to_import``):
+    then with the cyclic garbage collector paused, and until the block ends every object that exists then
+    frozen out of its collections (``gc.freeze``; ``gc.unfreeze`` on exit). Importing torch creates ~120k
+    objects: the collector would traverse them a dozen times (about 0.2 s, on the critical path of a run) and
+    find nothing to free. A caller that froze objects itself keeps its freeze: ``gc.unfreeze`` cannot tell its
+    objects from ours, so nothing is frozen or unfrozen then. A Ctrl-C (or SIGTERM, SIGHUP) during the import
+    acts once it is done (``signals_deferred``): raised inside torch's initialisation it can be swallowed there,
+    or abort the process from C++."""
+    if not _torch_to_import(device):
+        from .pipeline import driver as pipeline
+
+        yield pipeline
+        return
     enabled, ours = gc.isenabled(), gc.get_freeze_count() == 0
     gc.disable()
     try:
         with signals_deferred():
+            import torch  # noqa: F401  (the run's arrays on CUDA; ``resolve_device`` asks it)
+
             from .pipeline import driver as pipeline
 
         if ours:
@@ -117,7 +134,7 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
                                             "groups_path": groups_path, "rows_path": rows_path})
     switch = sys.getswitchinterval()
     # The reading and writing threads are in C most of the time, but each needs the GIL back between calls:
-    # at Python's default 5 ms they queue behind the torch import and the stages, at 0.5 ms they do not.
+    # at Python's default 5 ms they queue behind the stages (and a torch import), at 0.5 ms they do not.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
         added = {"with_is_weights": bool(cfg.rollout_is), "with_token_weight": cfg.loss_mode is not None}
@@ -125,12 +142,13 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
         carried = [name for name in dataset.columns if name not in computed_columns(**added)]
         written = dataset.names.written(schema.names)  # the files' own names of mapped columns (--column)
         with AtomicParquetWriter(out, schema, carried, written) as sink, SideFiles() as side:
-            # while torch imports: the input is decoded and checked, and its carried columns encoded
+            # as the passes are imported and start: the input is decoded and checked, and its carried columns
+            # encoded (as it is decoded where torch imports meanwhile, whose import leaves CPU idle)
             check = partial(validation.check_chunk, unscorable=cfg.conv.unscorable)
-            once = dataset.read_once(cfg.chunk_rows, cfg.cache_mib << 20, check, sink) if isinstance(
-                dataset, Dataset) else None  # a frame, or the rows --where kept: in memory or streamed
+            once = dataset.read_once(cfg.chunk_rows, cfg.cache_mib << 20, check, sink, _torch_to_import(cfg.device)
+                                     ) if isinstance(dataset, Dataset) else None  # a frame, or the rows --where kept
             try:
-                with _pipeline_imported() as stages:
+                with _pipeline_imported(cfg.device) as stages:
                     from .pipeline.summary import finish_report
 
                     pipeline = stages.Pipeline(dataset, cfg, progress)

@@ -168,7 +168,7 @@ def compute(
     engine: Annotated[Engine, typer.Option(metavar=choices(Engine), help="local: this process, one output file; ray: a Ray cluster, one output file per input file.", rich_help_panel=RUN)] = Engine.local,
     ray_address: Annotated[Optional[str], typer.Option(envvar="RAY_ADDRESS", metavar="HOST:PORT", help="--engine ray: the cluster to join (default: a local one for the run).", rich_help_panel=RUN)] = None,
     ray_workers: Annotated[Optional[int], typer.Option(metavar="N", help="--engine ray: workers, each holding a share of the input files and of the free CPUs for the whole run (default: one per free CPU, at most one per file).", rich_help_panel=RUN)] = None,
-    ray_keep_workers: Annotated[float, typer.Option(metavar="SECONDS", help="--engine ray on a running cluster: keep the workers up this long after a run that finished, for the next run of this rladv with as many workers; it skips their start and torch import (default 0: they stop with the run).", rich_help_panel=RUN)] = 0.0,
+    ray_keep_workers: Annotated[float, typer.Option(metavar="SECONDS", help="--engine ray on a running cluster: keep the workers up this long after a run that finished, for the next run of this rladv with as many workers; it skips their start and imports (default 0: they stop with the run).", rich_help_panel=RUN)] = 0.0,
     **settings,
 ) -> None:
     """Compute advantages and returns, written beside every input column. The report says what shaped them:
@@ -347,9 +347,9 @@ def inspect(
     config: VerlConfig = None,
     **settings,
 ) -> None:
-    """Debug a dataset: layout, groups, scores, masks and a pass/warn/fail checklist. It needs no torch unless
-    --row or --uid asks for advantages: those compute with every setting of compute; the checklist takes only
-    --kl-coef, --kl-penalty and --column.
+    """Debug a dataset: layout, groups, scores, masks and a pass/warn/fail checklist. --row and --uid also
+    compute advantages, with every setting of compute; the checklist takes only --kl-coef, --kl-penalty and
+    --column.
 
     Examples:
       rladv inspect rollouts.parquet --estimator grpo --expected-n 8

@@ -11,15 +11,16 @@ from .commands import app
 
 
 def main() -> None:
-    """The ``rladv`` executable. Once torch is imported, finalising the interpreter (tearing down every
-    module the process is about to drop anyway) takes about 0.45 s; so after the command the exit handlers
-    run, the output streams are flushed, and the process leaves with ``os._exit`` and the command's code.
+    """The ``rladv`` executable. Once torch is imported (a run that may use CUDA), finalising the interpreter
+    (tearing down every module the process is about to drop anyway) takes about 0.45 s; so after the command
+    the exit handlers run, the output streams are flushed, and the process leaves with ``os._exit`` and the
+    command's code.
     (``app`` itself, as tests and embedders call it, exits normally.)
 
     Settings of the process, unless the environment gives its own (each is read once, when its library loads,
     so they are set before anything imports numpy, pyarrow or ray):
     - ``OPENBLAS_NUM_THREADS=1``: rladv makes no BLAS calls through numpy, whose OpenBLAS otherwise starts a
-      thread per core that spins for ~0.1 s of CPU at start-up, while the input is read and torch imported;
+      thread per core that spins for ~0.1 s of CPU at start-up, while the input is read and the passes imported;
     - on Linux, ``ARROW_DEFAULT_MEMORY_POOL=jemalloc`` (pyarrow's Linux wheels ship it): with the default
       mimalloc, freed chunk buffers go back to the system and come back as fresh (zero-filled, often huge)
       pages, ~0.4 s of kernel time per 20M tokens; jemalloc reuses them (and peaks ~150 MB lower);

@@ -3,7 +3,7 @@
 What the runs share, and what memory it takes:
 
 - **One read.** The dataset is opened once; a dataset whose decoded columns fit ``cache_mib`` is decoded and
-  checked once, on a thread, while torch imports (``Dataset.read_once``, as ``rladv compute`` does), and every
+  checked once, on a thread, as the runs start (``Dataset.read_once``, as ``rladv compute`` does), and every
   pass of every run, and the comparison, takes its chunks from memory (``_Shared``: no run's last pass drops
   them). A larger dataset is read from its files by each pass, as compute reads it.
 - **One run at a time.** Each run is a whole ``rladv compute`` pipeline (every pass, its report), one after the
@@ -332,7 +332,7 @@ def compare_runs(inputs: "Sequence[PathLike] | PathLike", runs: "Mapping[str, Co
     named = [(spec, cfg.for_columns(source.columns)) for spec, cfg in named]  # the data's step column, unless given
     out = None if output is None else os.fspath(output)
     _check_outputs(source, specs, out, html_path)
-    # a dataset that fits the cache is decoded and checked once, on a thread, while torch imports (as compute does)
+    # a dataset that fits the cache is decoded and checked once, on a thread, as the runs start (as compute does)
     once = None if not isinstance(source, Dataset) else source.read_once(chunk_rows, cache_mib << 20,
                                                                         validation.check_chunk)
     switch = sys.getswitchinterval()
@@ -340,7 +340,7 @@ def compare_runs(inputs: "Sequence[PathLike] | PathLike", runs: "Mapping[str, Co
     t0 = time.perf_counter()
     try:
         shared = _Shared(source)
-        with tempfile.TemporaryDirectory(prefix="rladv-compare-") as folder, _pipeline_imported() as stages:
+        with tempfile.TemporaryDirectory(prefix="rladv-compare-") as folder, _pipeline_imported(device) as stages:
             done = [_one_run(stages, shared, spec, cfg, folder, progress) for spec, cfg in named]
             has_uid, batch_key = _group_key([cfg for _, cfg in named], source.columns)
             comparing = _Comparing(shared, [d.spill.path for d in done], [d.row_means for d in done], has_uid,

@@ -196,11 +196,12 @@ class Config(BaseModel):
         description="A dataset whose decoded columns fit this many MiB is read once and kept in memory for every "
         "pass; a larger one is read again by each pass (0: always)")
     device: Annotated[Literal["auto", "cpu", "cuda"], Flag(RUN, numbers=False, shared=False)] = Field(
-        "auto", description="Torch device; auto = cuda when available")
+        "auto", description="Where the arrays are: cpu = numpy (torch is not imported), cuda = torch on the GPU; "
+        "auto = cuda when available")
     threads: Annotated[int, Flag(RUN, numbers=False, shared=False)] = Field(
         1, ge=1, le=1024,
-        description="Torch CPU threads for the run (the kernels are memory-bound; on small CPUs the thread pool's "
-        "wake-up cost exceeds the gain)")
+        description="Torch CPU threads for a run on cuda (the kernels are memory-bound; on small CPUs the thread "
+        "pool's wake-up cost exceeds the gain); a run on cpu computes with numpy, on one thread")
 
     @field_validator("batch_key")
     @classmethod

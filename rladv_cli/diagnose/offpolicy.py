@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Mapping, Optional, Sequence
 
-import torch
+import numpy as np
 from pydantic import BaseModel, Field
 
 from ..contract import validation
@@ -21,7 +21,8 @@ from ..report.diagnostics import RowTable
 from ..config.correction import parse_rollout_rs
 from ..stages.rejection import rejection_keep
 from ..tensors import kernels
-from ..tensors.batch import as_tensor
+from ..tensors import xp as X
+from ..tensors.batch import as_array
 
 
 class SweepEntry(BaseModel):
@@ -74,14 +75,14 @@ def sweep(inputs: Sequence[str | os.PathLike] | str | os.PathLike, options: Sequ
     original = mask_before_rejection(dataset.columns)  # as compute's
     for chunk in dataset.chunks(sorted(set(needed) | {original} | ({"uid"} if has_uid else set())), chunk_rows):
         validation.check_chunk(chunk.table, chunk.path, chunk.start)
-        off = as_tensor(list_offsets(array_of(chunk.table["response_mask"])))
-        m0 = as_tensor(flat_values(chunk.table, original))
-        old = as_tensor(flat_values(chunk.table, "old_log_probs"))
-        rollout = as_tensor(flat_values(chunk.table, "rollout_log_probs"))
+        off = as_array(list_offsets(array_of(chunk.table["response_mask"])))  # numpy: the sweep runs on the CPU
+        m0 = as_array(flat_values(chunk.table, original))
+        old = as_array(flat_values(chunk.table, "old_log_probs"))
+        rollout = as_array(flat_values(chunk.table, "rollout_log_probs"))
         cols = {"valid": kernels.segment_sum(m0, off)}
         if has_uid:
             batch_ids = labels.batch_ids(chunk.table, chunk.path, chunk.start)
-            cols["group_id"] = torch.from_numpy(labels.group_ids(chunk.table, batch_ids, chunk.path, chunk.start))
+            cols["group_id"] = labels.group_ids(chunk.table, batch_ids, chunk.path, chunk.start)
         for i, (_, _, rules) in enumerate(configs):
             keep, _ = rejection_keep(rules, old, rollout, m0, off)
             cols[f"kept_{i}"] = kernels.segment_sum(m0 * keep, off)
@@ -107,13 +108,13 @@ def sweep(inputs: Sequence[str | os.PathLike] | str | os.PathLike, options: Sequ
                  groups=len(labels.groups) if has_uid else None, entries=entries)
 
 
-def _group_effects(gid: torch.Tensor, valid: torch.Tensor, kept: torch.Tensor, groups: int) -> dict:
-    """Per-group consequences of one keep mask: groups left empty or with one surviving row, tokens left."""
-    zeros = torch.zeros(groups, dtype=torch.float64)
-    tokens_before = zeros.index_add(0, gid, valid)
-    tokens_after = zeros.index_add(0, gid, kept)
-    size = torch.bincount(gid, minlength=groups)
-    surviving_rows = torch.bincount(gid, weights=(kept > 0).double(), minlength=groups)
+def _group_effects(gid: np.ndarray, valid: np.ndarray, kept: np.ndarray, groups: int) -> dict:
+    """Per-group consequences of one keep mask: groups left empty or with one surviving row, tokens left.
+    ``(B,)`` each; ``valid``, ``kept``: float64 token counts."""
+    tokens_before = X.index_add(groups, gid, valid)
+    tokens_after = X.index_add(groups, gid, kept)
+    size = X.bincount(gid, groups)
+    surviving_rows = X.bincount(gid, groups, weights=(kept > 0).astype(np.float64))
     return dict(
         groups_losing_all_tokens=int(((tokens_before > 0) & (tokens_after == 0)).sum()),
         groups_with_one_surviving_row=int(((size > 1) & (surviving_rows == 1)).sum()),

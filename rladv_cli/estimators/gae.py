@@ -4,10 +4,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-from torch import Tensor
 
+from ..tensors import xp as X
 from ..tensors.batch import Batch
 from ..tensors.kernels import native_gae, reverse_linear_scan, shift_left_in_row
+from ..tensors.xp import Array
 from .derivation import Derivation, Row
 from .inputs import Inputs
 from .registry import Estimator
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from ..config.settings import Params
 
 
-def gae(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+def gae(batch: Batch, inputs: Inputs, params: Params) -> tuple[Array, Array]:
     """Raw GAE advantages and returns on flat tokens, ``(N,)`` float32 each (docs/semantics.md §7.1).
 
     Per row, right to left, over positions with ``m_t = 1`` only::
@@ -39,16 +40,17 @@ def gae(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
     return advantages, advantages + values
 
 
-def scanned_gae(batch: Batch, gamma: float, gamma_lam: float | Tensor) -> Tensor:
+def scanned_gae(batch: Batch, gamma: float, gamma_lam: float | Array) -> Array:
     """The recurrence above as two segmented scans: raw advantages ``(N,)`` float32. ``gamma_lam`` is one
     float32 value or one per token ``(N,)`` (``vapo``'s per-row λ); it is read at mask-1 positions only."""
     m, r, values = batch.response_mask, batch.token_level_rewards, batch.values
     kept = m > 0
+    skipped = X.float32(~kept)
     # V at the first kept position at or after t: pass through unkept positions.
-    value_here_or_next = reverse_linear_scan((~kept).float(), values * m, batch.row_offsets)
+    value_here_or_next = reverse_linear_scan(skipped, values * m, batch.row_offsets)
     nextvalues = shift_left_in_row(value_here_or_next, batch.row_offsets)
     delta = (r + gamma * nextvalues) - values
-    a = kept.float() * gamma_lam + (~kept).float()
+    a = X.float32(kept) * gamma_lam + skipped
     return reverse_linear_scan(a, delta * m, batch.row_offsets)
 
 

@@ -3,17 +3,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
-
+from ..tensors import xp as X
 from ..tensors.batch import Batch
+from ..tensors.xp import Array
 from .inputs import Inputs
 
 if TYPE_CHECKING:
     from ..config.settings import Params
 
 
-def gdpo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+def gdpo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Array, Array]:
     """``A_sum = Σ_k w_k · (c_k − μ_{k,g}) / (σ_{k,g} + ε) · m`` over the reward components ``c_k`` (columns
     named by ``--reward-components``, weights ``--reward-weights`` or 1); without components the single
     component is the row total ``R``. The pipeline whitens ``A_sum`` over the batch; returns = advantages
@@ -22,7 +21,8 @@ def gdpo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
         components, stats = inputs.reward_total[None], [inputs.groups]
     else:
         components, stats = inputs.components, inputs.component_groups
-    weights = torch.tensor(params.reward_weights or [1.0] * len(stats), dtype=torch.float32, device=components.device)
+    xp = X.namespace(components)
+    weights = xp.asarray(params.reward_weights or [1.0] * len(stats), dtype=xp.float32, device=X.dev(components))
     advantages = None
     at = inputs.group_index
     for k, g in enumerate(stats):

@@ -5,16 +5,17 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
-from torch import Tensor
 
+from ..tensors import xp as X
 from ..tensors.batch import Batch
+from ..tensors.xp import Array
 from .inputs import Inputs
 
 if TYPE_CHECKING:
     from ..config.settings import Params
 
 
-def grpo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+def grpo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Array, Array]:
     """``a_i = (R_i − μ_g) / (σ_g + ε)`` (or ``R_i − μ_g`` without std normalisation), times ``m``; ``(N,)``.
 
     ``R_i = Σ_t r[i,t]`` over every position; ``μ_g``, ``σ_g``: float32 mean and Bessel std of the group's
@@ -32,14 +33,15 @@ def grpo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
     return advantages, advantages
 
 
-def grpo_vectorized(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+def grpo_vectorized(batch: Batch, inputs: Inputs, params: Params) -> tuple[Array, Array]:
     """``a_i = (R_i − μ_g) / (σ_g + ε)`` with verl 0.9.1's ``group_mean_std`` (docs/semantics.md §7.3): ``μ_g`` =
     row-order sum / size, ``σ_g`` = two-pass Bessel std without floor, ``μ = 0, σ = 1`` for a singleton. Always
     divides by the std: verl's dispatcher never passes ``norm_adv_by_std_in_grpo`` to it. ``(N,)``."""
     g, at = inputs.groups, inputs.group_index
+    xp = X.namespace(at)
     single = g.size[at] <= 1
-    mean = g.seq_mean[at].masked_fill(single, 0.0)
-    std = g.seq_std[at].masked_fill(single, 1.0)
+    mean = xp.where(single, 0.0, g.seq_mean[at])
+    std = xp.where(single, 1.0, g.seq_std[at])
     advantages = batch.per_token((inputs.reward_total - mean) / (std + params.epsilon)) * batch.response_mask
     return advantages, advantages
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from torch import Tensor
-
 from ..tensors.groups import GroupStats, PositionSums
+from ..tensors.xp import Array
 
 
 @dataclass(frozen=True)
@@ -27,16 +26,16 @@ class Inputs:
     ``groups``' mean and std of a group holding the batch's rows (0 and 1 for a batch of one row).
     """
 
-    reward_total: Optional[Tensor] = None
-    group_index: Optional[Tensor] = None
+    reward_total: Optional[Array] = None
+    group_index: Optional[Array] = None
     groups: Optional[GroupStats] = None
-    session_total: Optional[Tensor] = None
-    session_active: Optional[Tensor] = None
-    batch_rows: Optional[Tensor] = None
-    batch_nonzero_rows: Optional[Tensor] = None
-    components: Optional[Tensor] = None
+    session_total: Optional[Array] = None
+    session_active: Optional[Array] = None
+    batch_rows: Optional[Array] = None
+    batch_nonzero_rows: Optional[Array] = None
+    components: Optional[Array] = None
     component_groups: Optional[tuple[GroupStats, ...]] = None
     position_sums: Optional[PositionSums] = None
-    row_advantage: Optional[Tensor] = None
-    batch_mean: Optional[Tensor] = None
-    batch_std: Optional[Tensor] = None
+    row_advantage: Optional[Array] = None
+    batch_mean: Optional[Array] = None
+    batch_std: Optional[Array] = None

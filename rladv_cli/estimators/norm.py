@@ -9,16 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torch import Tensor
-
 from ..tensors.batch import Batch
+from ..tensors.xp import Array
 from .inputs import Inputs
 
 if TYPE_CHECKING:
     from ..config.settings import Params
 
 
-def grpo_norm(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+def grpo_norm(batch: Batch, inputs: Inputs, params: Params) -> tuple[Array, Array]:
     """``a_i = (R_i − μ_i) / (σ_i + ε)``, times ``m``; ``(N,)`` advantages, returns = advantages.
 
     ``μ_i``: the float32 mean of the row totals of the row's uid group (``--mean-level group``), of its batch

@@ -3,16 +3,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torch import Tensor
-
 from ..tensors.batch import Batch
+from ..tensors.xp import Array
 from .inputs import Inputs
 
 if TYPE_CHECKING:
     from ..config.settings import Params
 
 
-def grpo_passk(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+def grpo_passk(batch: Batch, inputs: Inputs, params: Params) -> tuple[Array, Array]:
     """Only the best row of a group learns: it gets ``r1 − r2`` (the gap between the two largest totals),
     divided by ``σ_g + ε`` (Bessel std) unless ``--no-norm-adv-by-std``; every other row gets 0. Ties for
     the maximum give 0. Groups need 2+ rows (the pipeline stops otherwise, as verl raises).

@@ -8,17 +8,18 @@ from functools import cache
 from math import comb, sqrt
 from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
+import numpy as np
 
+from ..tensors import xp as X
 from ..tensors.batch import Batch
+from ..tensors.xp import Array
 from .inputs import Inputs
 
 if TYPE_CHECKING:
     from ..config.settings import Params
 
 
-def passk_analytic(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+def passk_analytic(batch: Batch, inputs: Inputs, params: Params) -> tuple[Array, Array]:
     """The advantage of a binary-reward row under the group's pass@k reward; ``(N,)`` advantages = returns.
 
     A group of ``n ≥ k`` rows (``--k``) with ``c`` correct ones (``R = 1``; every other row has ``R = 0``: the
@@ -34,14 +35,16 @@ def passk_analytic(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor
     docs/semantics.md §7.18.
     """
     g, at, total = inputs.groups, inputs.group_index, inputs.reward_total
-    size, correct = g.size[at], g.seq_sum[at].round().long()
-    sizes, inverse = torch.unique(size.cpu(), return_inverse=True)
-    width = int(sizes.max()) + 1 if sizes.numel() else 1
-    table = torch.zeros(sizes.numel(), 2, width, dtype=torch.float64)  # [size, correct?, c]
+    size = X.to_numpy(g.size[at])
+    correct = np.round(X.to_numpy(g.seq_sum[at])).astype(np.int64)
+    sizes, inverse = np.unique(size, return_inverse=True)
+    width = int(sizes.max()) + 1 if sizes.size else 1
+    table = np.zeros((sizes.size, 2, width), dtype=np.float64)  # [size, correct?, c]
     for u, n in enumerate(sizes.tolist()):
-        table[u, :, :n + 1] = torch.tensor(_advantages(n, params.k, params.epsilon), dtype=torch.float64)
-    rows = table[inverse].to(total.device)  # (B, 2, width)
-    a = rows[torch.arange(total.numel(), device=total.device), (total == 1).long(), correct].float()
+        table[u, :, :n + 1] = _advantages(n, params.k, params.epsilon)
+    # looked up on the host, (B,) moved to the rows' device
+    passed = (X.to_numpy(total) == 1).astype(np.int64)
+    a = X.like(table[inverse, passed, correct].astype(np.float32), total)
     advantages = batch.per_token(a) * batch.response_mask
     return advantages, advantages
 

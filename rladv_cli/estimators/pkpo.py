@@ -11,17 +11,18 @@ from functools import cache
 from math import comb
 from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
+import numpy as np
 
+from ..tensors import xp as X
 from ..tensors.batch import Batch
+from ..tensors.xp import Array
 from .inputs import Inputs
 
 if TYPE_CHECKING:
     from ..config.settings import Params
 
 
-def pkpo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+def pkpo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Array, Array]:
     """Per-sample credit for ``max@k``, the expected best of ``k`` draws; ``(N,)`` advantages = returns.
 
     Over the ``C(n, k)`` subsets ``I`` of size ``k`` of a group of ``n ≥ k`` rows (``--k``), row ``i`` gets
@@ -40,28 +41,30 @@ def pkpo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
     docs/semantics.md §7.17.
     """
     g, at, total = inputs.groups, inputs.group_index, inputs.reward_total
+    xp = X.namespace(total)
     ordered = g.sorted_totals[at]  # (B, S): the row's group, ascending, +inf past its size
-    below = torch.searchsorted(ordered, total[:, None].contiguous()).squeeze(1)  # p − 1
-    top, lower = _coefficient_rows(g.size[at], params.k, ordered.shape[1], total.device)
-    j = torch.arange(ordered.shape[1], device=total.device)
+    below = xp.sum(ordered < total[:, None], axis=1)  # p − 1: the row's first position among its sorted group
+    top, lower = _coefficient_rows(g.size[at], params.k, ordered.shape[1], total)
+    j = xp.arange(ordered.shape[1], device=X.dev(total))
     taken = j[None, :] < below[:, None]
-    baseline = torch.where(taken, lower * ordered.double(), 0.0).sum(dim=1)
-    a = (top.gather(1, below[:, None]).squeeze(1) * total.double() - baseline).float()
+    with np.errstate(invalid="ignore"):  # 0 · inf past the group's size, not taken
+        baseline = xp.sum(xp.where(taken, lower * X.float64(ordered), 0.0), axis=1)
+    a = X.float32(xp.take_along_axis(top, below[:, None], axis=1)[:, 0] * X.float64(total) - baseline)
     advantages = batch.per_token(a) * batch.response_mask
     return advantages, advantages
 
 
-def _coefficient_rows(size: Tensor, k: int, width: int, device: torch.device) -> tuple[Tensor, Tensor]:
+def _coefficient_rows(size: Array, k: int, width: int, like: Array) -> tuple[Array, Array]:
     """Per row of group size ``n``: ``C(p, k−1) / C(n, k)`` and ``C(j, k−2) / C(n, k)`` for 0-based ``p, j <
-    width`` (0 past ``n``), float64 ``(B, width)`` each."""
-    sizes, inverse = torch.unique(size.cpu(), return_inverse=True)
+    width`` (0 past ``n``), float64 ``(B, width)`` each, built on the host and given as the kind of ``like``."""
+    sizes, inverse = np.unique(X.to_numpy(size), return_inverse=True)
     tables = [_coefficients(int(n), k) for n in sizes.tolist()]
-    top = torch.zeros(len(tables), width, dtype=torch.float64)
-    lower = torch.zeros(len(tables), width, dtype=torch.float64)
+    top = np.zeros((len(tables), width), dtype=np.float64)
+    lower = np.zeros((len(tables), width), dtype=np.float64)
     for u, (t, low) in enumerate(tables):
-        top[u, :len(t)] = torch.tensor(t, dtype=torch.float64)
-        lower[u, :len(low)] = torch.tensor(low, dtype=torch.float64)
-    return top[inverse].to(device), lower[inverse].to(device)
+        top[u, :len(t)] = t
+        lower[u, :len(low)] = low
+    return X.like(top[inverse], like), X.like(lower[inverse], like)
 
 
 @cache

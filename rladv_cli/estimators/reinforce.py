@@ -3,11 +3,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
-
+from ..tensors import xp as X
 from ..tensors.batch import Batch
 from ..tensors.kernels import reverse_linear_scan
+from ..tensors.xp import Array
 from .derivation import Derivation, Row
 from .inputs import Inputs
 from .registry import Estimator
@@ -16,7 +15,7 @@ if TYPE_CHECKING:
     from ..config.settings import Params
 
 
-def reinforce_plus_plus(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+def reinforce_plus_plus(batch: Batch, inputs: Inputs, params: Params) -> tuple[Array, Array]:
     """Discounted reward-to-go ``G (N,)`` over actor tokens; the pipeline whitens it over the batch
     (docs/semantics.md §7.7).
 
@@ -27,12 +26,13 @@ def reinforce_plus_plus(batch: Batch, inputs: Inputs, params: Params) -> tuple[T
     """
     m = batch.response_mask
     keep = params.gamma * m if params.rpp_mask_mode == "reset" else params.gamma * m + (1 - m)
-    # the scan's output is a new tensor (its inputs are temporaries too): masked in place, no second copy
-    returns = reverse_linear_scan(keep, batch.token_level_rewards * m, batch.row_offsets).mul_(m)
+    # the scan's output is a new array (its inputs are temporaries too): masked in place, no second copy
+    returns = reverse_linear_scan(keep, batch.token_level_rewards * m, batch.row_offsets)
+    returns *= m
     return returns, returns
 
 
-def credit_cut_rows(batch: Batch, inputs: Inputs, params: Params) -> Tensor:
+def credit_cut_rows(batch: Batch, inputs: Inputs, params: Params) -> Array:
     """Rows ``(B,) bool`` whose returns the mask mode decides: at some mask-0 position ``t`` with an actor token
     before it in its row, ``carry`` passes ``γ·h_t ≠ 0`` back to the earlier tokens (``h`` the carry scan) and
     ``reset`` cuts it off. Exactly the rows whose returns differ between the two modes (a reward sitting on a
@@ -42,20 +42,21 @@ def credit_cut_rows(batch: Batch, inputs: Inputs, params: Params) -> Tensor:
     in the row are ``t − start_i`` and the ``m = 0`` ones among them ``k − first_i``, ``first_i`` the index of
     the row's first ``m = 0`` position."""
     m = batch.response_mask
-    cut = torch.zeros(batch.num_rows, dtype=torch.bool, device=m.device)
-    at = torch.nonzero(m == 0).flatten()
-    if at.numel() == 0:
+    xp = X.namespace(m)
+    cut = xp.zeros(batch.num_rows, dtype=xp.bool, device=X.dev(m))
+    at = X.flatnonzero(m == 0)
+    if X.numel(at) == 0:
         return cut
     offsets = batch.row_offsets
-    row = torch.searchsorted(offsets, at, right=True) - 1
+    row = xp.searchsorted(offsets, at, side="right") - 1
     carried = params.gamma * reverse_linear_scan(params.gamma * m + (1 - m), batch.token_level_rewards * m, offsets)
-    first = torch.searchsorted(at, offsets[:-1])
-    kept_before = (at - offsets[row]) > (torch.arange(at.numel(), device=m.device) - first[row])
+    first = xp.searchsorted(at, offsets[:-1])
+    kept_before = (at - offsets[row]) > (xp.arange(X.numel(at), device=X.dev(m)) - first[row])
     cut[row[(carried[at] != 0) & kept_before]] = True
     return cut
 
 
-def reinforce_plus_plus_baseline(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+def reinforce_plus_plus_baseline(batch: Batch, inputs: Inputs, params: Params) -> tuple[Array, Array]:
     """``X[i,t] = (R_i − b_g)·m[i,t]`` with ``b_g`` the float32 group mean (0 for a singleton); the pipeline
     whitens ``X`` over the batch (docs/semantics.md §7.8). returns = advantages."""
     x = batch.per_token(inputs.reward_total - inputs.groups.mean[inputs.group_index]) * batch.response_mask

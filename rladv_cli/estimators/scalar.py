@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torch import Tensor
-
 from ..tensors.batch import Batch
+from ..tensors.xp import Array
 from .inputs import Inputs
 
 if TYPE_CHECKING:
     from ..config.settings import Params
 
 
-def from_rows(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+def from_rows(batch: Batch, inputs: Inputs, params: Params) -> tuple[Array, Array]:
     """The row's scalar advantage ``inputs.row_advantage (B,)`` at each of its actor tokens; ``(N,)``;
     returns = advantages."""
     advantages = batch.per_token(inputs.row_advantage) * batch.response_mask

@@ -8,36 +8,36 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
-
+from ..tensors import xp as X
 from ..tensors.batch import Batch
+from ..tensors.xp import Array
 from .inputs import Inputs
 
 if TYPE_CHECKING:
     from ..config.settings import Params
 
 
-def _totals(inputs: Inputs) -> Tensor:
+def _totals(inputs: Inputs) -> Array:
     """Each row's ``R``: its own total, or its trajectory's last step's where rows are steps (``session_total``,
     SkyRL's step-wise trajectories)."""
     return inputs.reward_total if inputs.session_total is None else inputs.session_total
 
 
-def rloo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+def rloo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Array, Array]:
     """``a_i = (R_i − μ_g) · n/(n − 1)`` with the factor rounded to float32 once; a singleton gets 0. ``(N,)``."""
     g, at, total = inputs.groups, inputs.group_index, _totals(inputs)
-    n = g.size[at].double()
-    factor = (n / (n - 1).clamp_min(1)).to(total.dtype)
-    a = torch.where(n > 1, (total - g.mean[at]) * factor, torch.zeros_like(total))
+    xp = X.namespace(total)
+    n = X.float64(g.size[at])
+    factor = xp.astype(n / xp.clip(n - 1, min=1), total.dtype)
+    a = xp.where(n > 1, (total - g.mean[at]) * factor, xp.zeros_like(total))
     advantages = batch.per_token(a) * batch.response_mask
     return advantages, advantages
 
 
-def maxrl(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+def maxrl(batch: Batch, inputs: Inputs, params: Params) -> tuple[Array, Array]:
     """``a_i = (R_i − μ_g) / (μ_g + ε)`` for groups of two or more rows, ``R_i`` for a singleton. ``(N,)``."""
     g, at, total = inputs.groups, inputs.group_index, _totals(inputs)
     mean = g.mean[at]
-    a = torch.where(g.size[at] > 1, (total - mean) / (mean + params.epsilon), total)
+    a = X.namespace(total).where(g.size[at] > 1, (total - mean) / (mean + params.epsilon), total)
     advantages = batch.per_token(a) * batch.response_mask
     return advantages, advantages

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
+import numpy as np
 
+from ..tensors import xp as X
 from ..tensors.groups import block_rows
+from ..tensors.xp import Array
+from . import matrix
 
 if TYPE_CHECKING:
     from ..config.settings import Params
@@ -21,33 +23,44 @@ if TYPE_CHECKING:
 TRL_EPSILON = 1e-4  # hard-coded in TRL; not a setting
 
 
-def nanstd(x: Tensor, dim: int | None = None) -> Tensor:
-    """TRL's Bessel-corrected std ignoring NaNs: ``sqrt(nanmean((x − nanmean x)²) · c/(c − 1))`` over ``dim`` (all
-    of ``x`` when None), NaN where fewer than two values count (``c ≤ 1``)."""
-    mean = torch.nanmean(x, dim=dim, keepdim=True)
-    variance = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True)
-    count = torch.sum(~torch.isnan(x), dim=dim, keepdim=True)
-    correction = count / (count - 1)
-    correction = torch.where(count > 1, correction, torch.full_like(correction, float("nan")))
-    std = torch.sqrt(variance * correction)
-    return std.squeeze() if dim is None else std.squeeze(dim)
+def nanstd(x: Array, dim: int | None = None) -> Array:
+    """TRL's Bessel-corrected std ignoring NaNs: ``sqrt(nanmean((x − nanmean x)²) · c/(c − 1))`` over the last
+    axis ``dim`` of a matrix (all of ``x`` when None), NaN where fewer than two values count (``c ≤ 1``); reduced
+    on the host as torch reduces it (``matrix.nanmeans``) and given as the kind of ``x``: ``x.shape[:-1]``, or 0-d."""
+    values = X.to_numpy(x)
+    if dim is not None and dim not in (-1, values.ndim - 1):
+        raise ValueError("nanstd: dim must be the last axis or None")
+    std = _nanstd_rows(values.reshape(1, -1) if dim is None else values.reshape(-1, values.shape[-1]))
+    return X.namespace(x).reshape(X.like(std, x), () if dim is None else values.shape[:-1])
 
 
-def grpo_rows(total: Tensor, group: Tensor, batch: Tensor, params: Params) -> Tensor:
+def _nanstd_rows(r: np.ndarray) -> np.ndarray:
+    """``nanstd`` along each row of ``r (G, n)``; ``(G,)``. The count's ratio ``c/(c − 1)`` is torch's integer
+    division, in float32."""
+    deviation = r - matrix.nanmeans(r)[:, None]
+    variance = matrix.nanmeans(deviation * deviation)
+    count = np.sum(~np.isnan(r), axis=1).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        correction = np.where(count > 1, count / (count - 1), np.float32(np.nan))
+        return np.sqrt(variance * correction)
+
+
+def grpo_rows(total: Array, group: Array, batch: Array, params: Params) -> Array:
     """Per batch, with ``r [G, n]`` its row totals cut into blocks of ``n``: ``a = r − nanmean_g(r)``, divided by
     ``σ + 1e-4`` unless ``scale_rewards`` is ``none``, with ``σ`` the ``nanstd`` of the block (``group``; 0 when
-    ``n = 1``) or of the whole batch (``batch``; 0 for a one-row batch); NaN becomes 0. ``(B,)`` float32."""
-    out = torch.zeros_like(total)
+    ``n = 1``) or of the whole batch (``batch``; 0 for a one-row batch); NaN becomes 0. ``(B,)`` float32,
+    computed on the host as torch computes it (``matrix``) and given as the kind of ``total``."""
+    values = X.to_numpy(total)
+    out = np.zeros_like(values)
     n = params.group_size
-    for rows in block_rows(group, batch, n):
-        r = total[rows]
-        mean = torch.nanmean(r, dim=1, keepdim=True)
+    for rows in block_rows(X.to_numpy(group), X.to_numpy(batch), n):
+        r = values[rows]
         if params.scale_rewards == "batch":
-            std = nanstd(r.flatten()).expand_as(r) if r.numel() > 1 else torch.zeros_like(r)
+            std = np.broadcast_to(_nanstd_rows(r.reshape(1, -1)), r.shape) if r.size > 1 else np.zeros_like(r)
         else:
-            std = nanstd(r, dim=1)[:, None] if n > 1 else torch.zeros_like(r)
-        a = r - mean
+            std = _nanstd_rows(r)[:, None] if n > 1 else np.zeros_like(r)
+        a = r - matrix.nanmeans(r)[:, None]
         if params.scale_rewards != "none":
             a = a / (std + TRL_EPSILON)
-        out[rows] = torch.nan_to_num(a, nan=0.0)
-    return out
+        out[rows] = np.nan_to_num(a, nan=0.0)
+    return X.like(out, total)

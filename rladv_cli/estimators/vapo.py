@@ -8,10 +8,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
-from torch import Tensor
 
 from ..tensors import kernels
+from ..tensors import xp as X
 from ..tensors.batch import Batch
+from ..tensors.xp import Array
 from .derivation import Derivation, Row
 from .gae import explain as gae_explain
 from .gae import gae, scanned_gae
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from ..config.settings import Params
 
 
-def vapo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
+def vapo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Array, Array]:
     """Raw advantages with a per-row policy λ and returns with the critic's λ, ``(N,)`` float32 each.
 
     ``λ_i = clamp(1 − 1/(α·l_i), 0, 1)`` with ``l_i`` the row's tokens with ``response_mask`` 1 and
@@ -34,16 +35,17 @@ def vapo(batch: Batch, inputs: Inputs, params: Params) -> tuple[Tensor, Tensor]:
 
     both by ``gae``'s recurrence, over mask-1 positions only (docs/semantics.md §7.19).
     """
-    gamma_lam = (params.gamma * row_lambda(batch, params.vapo_alpha)).float()
+    gamma_lam = X.float32(params.gamma * row_lambda(batch, params.vapo_alpha))
     advantages = scanned_gae(batch, params.gamma, batch.per_token(gamma_lam))
     _, returns = gae(batch, inputs, replace(params, lam=params.value_lam))
     return advantages, returns
 
 
-def row_lambda(batch: Batch, alpha: float) -> Tensor:
+def row_lambda(batch: Batch, alpha: float) -> Array:
     """``clamp(1 − 1/(α·l_i), 0, 1)`` per row, float64 ``(B,)`` (0 for a row without a mask-1 token)."""
     length = kernels.segment_sum(batch.response_mask, batch.row_offsets)
-    return (1 - 1 / (alpha * length)).clamp(0.0, 1.0)
+    with np.errstate(divide="ignore"):  # l = 0: 1 − ∞, clipped to 0
+        return X.namespace(length).clip(1 - 1 / (alpha * length), min=0.0, max=1.0)
 
 
 def explain(est: Estimator, row: Row, params: Params, whitening: dict) -> Derivation:

@@ -1,13 +1,12 @@
 """Parquet in: a dataset of one or more files read as one sequence of rows, in chunks of rows holding only
 the columns a pass needs (``Dataset``), an in-memory table with the same interface (``TableSource``), and the
-read-once cache that decodes a dataset on a background thread while torch imports (``ReadOnce``)."""
+read-once cache that decodes a dataset on a background thread as the run starts (``ReadOnce``)."""
 from __future__ import annotations
 
 import dataclasses
 import difflib
 import itertools
 import os
-import sys
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
@@ -323,15 +322,17 @@ class Dataset(RowSource):
         (``last``: no later pass reads this shard, so kept chunks are dropped as they are taken)."""
         return _kept_or_read(self._once, shard, columns, chunk_rows, last, self._files[shard.index])
 
-    def read_once(self, chunk_rows: int, budget: int, check: Check,
-                  writer: "AtomicParquetWriter | None" = None) -> "ReadOnce | None":
+    def read_once(self, chunk_rows: int, budget: int, check: Check, writer: "AtomicParquetWriter | None" = None,
+                  as_read: bool = False) -> "ReadOnce | None":
         """When the dataset's decoded columns should fit ``budget`` bytes, start decoding (and ``check``ing)
         every chunk on a thread; ``shard_chunks`` calls with the same ``chunk_rows`` take them from there (see
-        ``ReadOnce``), and ``writer`` gets them as they are kept (``AtomicParquetWriter.carry``). Close it
-        when the run ends. None (every pass reads the files) when the dataset looks larger."""
+        ``ReadOnce``), and ``writer`` gets them (``AtomicParquetWriter.carry``) once all are kept, or with
+        ``as_read`` as they are (``ReadOnce``). Close it when the run ends. None (every pass reads the files)
+        when the dataset looks larger."""
         if sum(_decoded_bytes(f) for f in self._files) > budget:
             return None
-        self._once = ReadOnce(self, chunk_rows, budget, check, (lambda shard: writer) if writer is not None else None)
+        self._once = ReadOnce(self, chunk_rows, budget, check, (lambda shard: writer) if writer is not None else None,
+                              as_read)
         return self._once
 
     def locate(self, row: int) -> tuple[str, int]:
@@ -358,8 +359,8 @@ class ShardSet:
     """Some shards of a dataset, read where this process runs (a Ray worker holding them for a whole run):
     while their decoded columns should fit ``budget`` bytes, a ``ReadOnce`` decodes and ``check``s them on a
     thread from the start, and every pass takes them from memory (the first in the shards' order); else, or
-    after ``read_files``, each pass reads the files. ``writer_of(shard)`` receives the shard's chunks as they
-    are kept (``ReadOnce``)."""
+    after ``read_files``, each pass reads the files. ``writer_of(shard)`` receives the shard's chunks once all
+    are kept (``ReadOnce``: the worker runs on the CPU and imports no torch beside the decoding)."""
 
     def __init__(self, shards: Sequence[Shard], chunk_rows: int, budget: int, check: Check,
                  writer_of: "Callable[[Shard], AtomicParquetWriter | None] | None" = None):
@@ -389,16 +390,11 @@ def _decoded_bytes(f: pq.ParquetFile) -> int:
     return sum(f.metadata.row_group(g).total_byte_size for g in range(f.metadata.num_row_groups))
 
 
-def torch_to_import() -> bool:
-    """Whether this process has yet to import torch (``ReadOnce``: its import then runs beside the reading)."""
-    return "torch" not in sys.modules
-
-
 class ReadOnce:
     """A dataset's chunks, every column, decoded once on a background thread in dataset order.
 
-    The thread starts before the caller needs the data (``compute_file`` starts it before importing torch),
-    so decoding, and the row checks of every column (``check``), overlap start-up. While the decoded chunks
+    The thread starts before the caller needs the data (``compute_file`` starts it before importing the
+    passes), so decoding, and the row checks of every column (``check``), overlap start-up. While the decoded chunks
     fit ``budget`` bytes they are all kept, and every pass takes them from memory instead of reading the
     files again. Past the budget, the kept chunks are
     dropped and the thread only reads ahead of the first pass (``READ_AHEAD`` chunks, each handed out once);
@@ -406,15 +402,16 @@ class ReadOnce:
     plus a few chunks, whatever the dataset's size. A read error is raised where the pass reaches it.
     ``writer_of(shard)`` names the writer that receives the shard's chunks (``AtomicParquetWriter.carry``), in
     dataset order, and ``None`` after the last chunk it gets, for their carried columns' early encoding (on
-    threads at the lowest priority): as they are kept while this process has yet to import torch, whose import
-    leaves CPU idle; else once every chunk is decoded and kept (``_carry_kept``), since the encoders beside the
-    decoding would slow it down. When the chunks are dropped, each writer drops what it took (``drop_carried``).
+    threads at the lowest priority): with ``as_read``, as they are kept, for a process that meanwhile imports
+    torch (a run that may use CUDA, docs/arrays.md), whose import leaves CPU idle; else once every chunk is
+    decoded and kept (``_carry_kept``), since the encoders beside the decoding would slow it down. When the
+    chunks are dropped, each writer drops what it took (``drop_carried``).
     """
 
     def __init__(self, dataset: "Dataset | ShardSet", chunk_rows: int, budget: int, check: Check,
-                 writer_of: "Callable[[Shard], AtomicParquetWriter | None] | None" = None):
+                 writer_of: "Callable[[Shard], AtomicParquetWriter | None] | None" = None, as_read: bool = False):
         self.chunk_rows, self.budget, self._check, self._writer_of = chunk_rows, budget, check, writer_of
-        self._as_read = torch_to_import()  # hand chunks over as they are kept (``_read``)
+        self._as_read = as_read  # hand chunks over as they are kept (``_read``)
         self._writers: list[AtomicParquetWriter] = []  # every writer handed chunks, in the order first handed
         self._kept_bytes = 0
         self._chunks: list[Chunk | None] = []  # in dataset order; None once handed out and not kept
@@ -476,10 +473,10 @@ class ReadOnce:
 
     def _carry_kept(self, shards: Sequence[Shard]) -> None:
         """Hand every writer its shards' kept chunks (``_hand_over``) once all are decoded (before ``_done``: the
-        first pass still waits for the last shard). In a process that has torch (a kept Ray worker) nothing else
-        runs beside the decoding, and encoders at the lowest priority beside it slowed it down (a kept worker
-        decoding 20M tokens on 2 cores beside the driver's torch import: 3.9-4.5 s with them, 1.9-2.4 s without):
-        they take the GIL between calls and may hold it while they wait for a CPU."""
+        first pass still waits for the last shard). Without a torch import beside the decoding (a run on the
+        CPU, a Ray worker) the passes wait for it, and encoders at the lowest priority beside it slowed it down
+        (a kept worker decoding 20M tokens on 2 cores beside the driver's torch import: 3.9-4.5 s with them,
+        1.9-2.4 s without): they take the GIL between calls and may hold it while they wait for a CPU."""
         of_index = {shard.index: shard for shard in shards}
         self._hand_over((of_index[chunk.file_index], chunk.table) for chunk in self._chunks)
 

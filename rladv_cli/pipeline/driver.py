@@ -12,6 +12,7 @@ reaches the next one as a new frozen ``shard.Established``; the report is built 
 """
 from __future__ import annotations
 
+import sys
 import time
 from collections import defaultdict
 from dataclasses import replace
@@ -20,8 +21,6 @@ from typing import Callable, Mapping, Optional
 
 import numpy as np
 import pyarrow as pa
-import torch
-from torch import Tensor
 
 from ..config.correction import parse_rollout_is, parse_rollout_rs
 from ..config.flags import named
@@ -46,6 +45,7 @@ from ..report.verdict import group_min_max
 from ..stages.chain import Chain, Shaping
 from ..stages.shaping import KLController
 from ..tensors import kernels
+from ..tensors import xp as X
 from ..tensors.batch import resolve_device
 from ..tensors.groups import PositionSums, group_stats
 from .shard import (
@@ -126,6 +126,9 @@ class Pipeline:
         workers put them (``write`` is then unused)."""
         if map_shards is None:
             map_shards = partial(map_here, write=write)
+        torch = sys.modules.get("torch")  # imported for a run on cuda; numpy needs no thread setting
+        if torch is None:
+            return self._run(map_shards)
         threads = torch.get_num_threads()
         torch.set_num_threads(self.cfg.threads)
         try:
@@ -140,7 +143,7 @@ class Pipeline:
         if self.plan.adaptive_kl:
             known = self._step_kl_controller(self._map(map_shards, "kl", ("batch_id",), known), known)
         correction, known = self._merge_scan(self._map(map_shards, "scan", ("batch_id",), known), known)
-        uid_merges = self._merge_int_uids() if est.int_uids and self.plan.group_key else ([], torch.zeros(0, dtype=torch.long))
+        uid_merges = self._merge_int_uids() if est.int_uids and self.plan.group_key else ([], np.zeros(0, dtype=np.int64))
         group_size, blocks = self._cut_blocks() if self.cfg.conv.blocks else (None, None)
         if self.plan.correct:
             check_correction_batches(self.rows, self.labels)
@@ -148,13 +151,14 @@ class Pipeline:
         weighing = self._weigh() if self.cfg.loss_mode is not None else None
         given = ("batch_id", "group_id", "reward_total", *(("session_total", "session_active") if fold else ()),
                  *(("row_advantage",) if est.row_advantage else ()), *(("token_scale",) if weighing else ()))
-        ill = (0.0, torch.zeros(0, dtype=torch.long))
+        ill = (0.0, np.zeros(0, dtype=np.int64))
         if (est.whiten and est.groups) or est.accumulate:
             known, ill = self._merge_group_statistics(self._map(map_shards, "group_statistics", given, known), known)
         entries = []
         if est.whiten:
             mean, var, entries = whitening(self.rows, self.labels, self.cfg.estimator, est.biased_whitening)
-            known = replace(known, whiten_mean=mean.to(self.device), whiten_var=var.to(self.device))
+            known = replace(known, whiten_mean=X.on_device(mean, self.device),
+                            whiten_var=X.on_device(var, self.device))
         if est.groups and known.groups:
             outcome_basis, outcome = row_outcomes(grouped["basis"], self.rows["group_id"], grouped["flags"])
         else:
@@ -194,16 +198,15 @@ class Pipeline:
             renumber = self.labels.absorb(result.labels)
             cols = dict(result.rows)
             if "batch_id" in cols:  # absent for a file without rows
-                cols["batch_id"] = torch.from_numpy(renumber["batch"])[cols["batch_id"]]
+                cols["batch_id"] = renumber["batch"][cols["batch_id"]]
             self.rows.add(**cols)
         n_batches = len(self.labels.batches)
-        pad_width = torch.zeros(n_batches, dtype=torch.long).scatter_reduce(
-            0, self.rows["batch_id"], self.rows["length"], "amax")
+        pad_width = X.scatter_max(n_batches, self.rows["batch_id"], X.int64(self.rows["length"]), 0)
         positions = int(pad_width.max()) if n_batches else 0
         for value, b in self.labels.batches.items() if self.pad_widths is not None else ():
             pad_width[b] = max(int(pad_width[b]), self.pad_widths.get(value, 0))
         if self.cfg.pad_width is not None:
-            pad_width.clamp_(min=self.cfg.pad_width)
+            pad_width = np.maximum(pad_width, self.cfg.pad_width)
         return Established(shaping=Shaping(pad_width), positions=positions)
 
     def _step_kl_controller(self, results: list[ShardResult], known: Established) -> Established:
@@ -213,11 +216,11 @@ class Pipeline:
             self.rows.add(**result.rows)
         batch_of_row = self.rows["batch_id"]
         ctrl = KLController(self.cfg.kl_ctrl, self.cfg.kl_coef, self.cfg.kl_target, self.cfg.kl_horizon)
-        beta = torch.zeros(len(self.labels.batches), dtype=torch.float64)
+        beta = np.zeros(len(self.labels.batches), dtype=np.float64)
         for b in self.labels.batch_order():
             sel = batch_of_row == b
             beta[b] = ctrl.value
-            ctrl.update(float(self.rows["kl_row"][sel].mean()), int(sel.sum()))
+            ctrl.update(float(kernels.torch_mean(self.rows["kl_row"][sel])), int(sel.sum()))
         return replace(known, shaping=replace(known.shaping, beta=beta))
 
     def _merge_scan(self, results: list[ShardResult], known: Established) -> tuple[dict, Established]:
@@ -229,7 +232,7 @@ class Pipeline:
             cols = dict(result.rows)
             for name, kind in (("group_id", "group"), ("session", "session")):
                 if name in cols:
-                    cols[name] = torch.from_numpy(renumber[kind])[cols[name]]
+                    cols[name] = renumber[kind][cols[name]]
             self.rows.add(**cols)
             for bid, stats in result.correction.items():
                 if bid in correction:
@@ -238,12 +241,12 @@ class Pipeline:
                     correction[bid] = stats
         is_cfg = self.plan.chain.is_cfg
         if is_cfg is not None and is_cfg.batch_normalize:
-            factor = torch.tensor([correction[b].norm_factor() for b in range(len(self.labels.batches))],
-                                  dtype=torch.float32)
+            factor = np.array([correction[b].norm_factor() for b in range(len(self.labels.batches))],
+                              dtype=np.float32)
             known = replace(known, shaping=replace(known.shaping, is_norm_factor=factor))
         return correction, known
 
-    def _cut_blocks(self) -> tuple[int, Tensor]:
+    def _cut_blocks(self) -> tuple[int, np.ndarray]:
         """Groups as a trainer that reshapes its batch into ``[G, n]`` forms them (docs/conventions.md): blocks of
         ``n`` consecutive rows of each batch in row order (in the order of ``Convention.order_column`` when the
         file has it), ``n`` = ``--group-size`` or the uid groups' common size. Returns ``n`` and the first row of
@@ -251,24 +254,23 @@ class Pipeline:
         conv, batch_of_row = self.cfg.conv, self.rows["batch_id"]
         uid_group = self.rows["group_id"] if self.plan.group_key else None
         n = self.cfg.group_size or self._common_group_size(uid_group)
-        counts = torch.bincount(batch_of_row, minlength=len(self.labels.batches))
-        uneven = torch.nonzero(counts % n).flatten()
-        if uneven.numel():
+        counts = X.bincount(batch_of_row, len(self.labels.batches))
+        uneven = np.flatnonzero(counts % n)
+        if uneven.size:
             where = self.labels.batch_name(int(uneven[0]))
             raise ComputeError(
                 f"{named('convention', conv.name)}: {conv.trainer} cuts each batch into blocks of {n} rows "
                 f"({named('group_size')}), "
                 f"and {'batch ' + where if where else 'the dataset'} has {int(counts[uneven[0]])} rows")
         if "order_key" in self.rows:  # the trainer's sample index: rows within a batch in its order
-            order = torch.from_numpy(np.lexsort((self.rows["order_key"].numpy(), batch_of_row.numpy())))
+            order = np.lexsort((self.rows["order_key"], batch_of_row))
         else:
-            order = torch.sort(batch_of_row, stable=True).indices
-        ordinal = torch.empty_like(order)
-        ordinal[order] = torch.arange(order.numel()) - (torch.cumsum(counts, 0) - counts)[batch_of_row[order]]
+            order = np.argsort(batch_of_row, kind="stable")
+        ordinal = np.empty_like(order)
+        ordinal[order] = np.arange(order.size) - (np.cumsum(counts) - counts)[batch_of_row[order]]
         width = int(counts.max()) // n
         key = batch_of_row * width + ordinal // n
-        _, dense = Labels._first_appearance(key.numpy())
-        group = torch.from_numpy(dense)
+        _, group = Labels._first_appearance(key)
         first = first_rows(group, int(group.max()) + 1)
         old = {g: uid for (_, uid), g in self.labels.groups.items()}
         seen: dict[tuple, int] = defaultdict(int)
@@ -281,34 +283,34 @@ class Pipeline:
         self.labels.groups = names
         self.rows.replace("group_id", group)
         if uid_group is None:
-            return n, torch.zeros(0, dtype=torch.long)
-        lo, hi = group_min_max(uid_group.numpy(), group.numpy(), first.numel())
-        return n, torch.sort(first[torch.from_numpy(lo != hi)]).values
+            return n, np.zeros(0, dtype=np.int64)
+        lo, hi = group_min_max(uid_group, group, first.size)
+        return n, np.sort(first[lo != hi])
 
-    def _common_group_size(self, uid_group: Optional[Tensor]) -> int:
+    def _common_group_size(self, uid_group: Optional[np.ndarray]) -> int:
         """The size every uid group shares: what ``--group-size`` defaults to under a blocks convention."""
         conv = self.cfg.conv
         if uid_group is None:
             raise ComputeError(f"{named('convention', conv.name)}: {conv.trainer} groups blocks of rows in file order; "
                                f"give {named('group_size')} (the file has no uid column to take the group size from)")
-        sizes = torch.unique(torch.bincount(uid_group)).tolist()
+        sizes = np.unique(np.bincount(uid_group)).tolist()
         if len(sizes) != 1:
             raise ComputeError(f"{named('convention', conv.name)}: the uid groups have {len(sizes)} sizes "
                                f"({', '.join(map(str, sizes[:4]))}); {conv.trainer} cuts blocks of one size: give "
                                f"{named('group_size')}")
         return int(sizes[0])
 
-    def _merge_int_uids(self) -> tuple[list[tuple], Tensor]:
+    def _merge_int_uids(self) -> tuple[list[tuple], np.ndarray]:
         """Groups whose uids verl's ``as_torch_index`` converts to one integer become one group, as in verl
         (``Estimator.int_uids``); returns the sets of uids merged and the first row of each merged uid."""
         old = self.rows["group_id"]
         old_uids = [uid for (_, uid) in self.labels.groups]
-        renumber = torch.from_numpy(self.labels.merge_as_verl_index())
-        members = torch.bincount(renumber)[renumber] > 1
+        renumber = self.labels.merge_as_verl_index()
+        members = np.bincount(renumber)[renumber] > 1
         sets = defaultdict(list)
-        for g in torch.nonzero(members).flatten().tolist():
+        for g in np.flatnonzero(members).tolist():
             sets[int(renumber[g])].append(old_uids[g])
-        merged_rows = torch.sort(first_rows(old, renumber.numel())[members]).values
+        merged_rows = np.sort(first_rows(old, renumber.size)[members])
         self.rows.replace("group_id", renumber[old])
         return [tuple(m) for m in sets.values()], merged_rows
 
@@ -320,9 +322,9 @@ class Pipeline:
         output (``fold``) when sessions are folded. ``group_size``: the blocks' size under a convention that cuts
         blocks (a trainer's ``row_advantage`` reshapes by it)."""
         est, n_batches, batch_of_row = self.est, len(self.labels.batches), self.rows["batch_id"]
-        known = replace(known, batch_rows=torch.bincount(batch_of_row, minlength=n_batches),
-                        batch_nonzero_rows=torch.bincount(batch_of_row, weights=(self.rows["reward_total"] != 0).double(),
-                                                          minlength=n_batches).long())
+        known = replace(known, batch_rows=X.bincount(batch_of_row, n_batches),
+                        batch_nonzero_rows=X.int64(X.bincount(batch_of_row, n_batches,
+                                                              X.float64(self.rows["reward_total"] != 0))))
         if est.binary_rewards:
             self._check_binary(self.rows["reward_total"])
         if {"batch_mean", "batch_std"} & set(est.needs):  # each batch's rows as one group
@@ -336,7 +338,7 @@ class Pipeline:
         if self.plan.fold or self.plan.steps:
             grouped["fold"] = fold = (_final_outputs(self.rows["session"], self.rows["output_index"]) if self.plan.fold
                                       else self._trajectory_ends())
-            final = torch.unique(fold)
+            final = np.unique(fold)
             groups = group_stats(reward[final], gid[final], n_groups, used[final], wanted)
         else:
             groups = group_stats(reward, gid, n_groups, used, wanted)
@@ -348,55 +350,55 @@ class Pipeline:
                 group_stats(c, gid, n_groups, used, wanted).to(self.device) for c in components))
             # gdpo's groups are judged on its components: a group is all-equal when every component is
             weights = self.cfg.reward_weights or (1.0,) * len(components)
-            grouped["basis"] = sum(w * c.double() for w, c in zip(weights, components))
+            grouped["basis"] = sum(w * X.float64(c) for w, c in zip(weights, components))
             per_component = [group_flags(c, gid, groups.size)["all_equal_group"] for c in components]
-            flags["all_equal_group"] = torch.stack(per_component).all(0)
+            flags["all_equal_group"] = np.stack(per_component).all(0)
         minimum = est.min_group(self.cfg.params())
-        small = torch.nonzero(groups.size < minimum).flatten()
-        if est.groups and small.numel():
+        small = np.flatnonzero(groups.size < minimum)
+        if est.groups and small.size:
             batch, uid = next(key for key, g in self.labels.groups.items() if g == int(small[0]))
             where = self.labels.batch_name(batch)
             setting = f" ({named(est.min_group_setting, minimum)})" if minimum > est.min_group_size else ""
             raise ComputeError(
                 f"{self.cfg.estimator} requires at least {minimum} samples per group{setting}. Got "
                 f"{int(groups.size[small[0]])} for group {uid}{' in batch ' + where if where else ''} "
-                f"({small.numel()} such group(s))"
+                f"({small.size} such group(s))"
             )
         if self.plan.fold:
-            self.rows.add(session_total=reward[grouped["fold"]], session_active=(used[grouped["fold"]] > 0).float())
+            self.rows.add(session_total=reward[grouped["fold"]], session_active=X.float32(used[grouped["fold"]] > 0))
         elif self.plan.steps:  # SkyRL gives the last step's scalar to every step, whatever its mask
             self.rows.add(session_total=reward[grouped["fold"]])
         if est.row_advantage:  # on the float64 rewards where they are kept (docs/conventions.md)
             params = replace(self.cfg.params(), group_size=group_size)
             totals = self.rows["exact_reward"] if "exact_reward" in self.rows else reward
             if "unscorable" in self.rows:  # NaN: the trainer leaves such rows out of its statistics
-                totals = totals.masked_fill(self.rows["unscorable"], float("nan"))
+                totals = np.where(self.rows["unscorable"], np.nan, totals)
             self.rows.add(row_advantage=est.row_advantages()(totals, gid, batch_of_row, params))
         return replace(known, groups=groups.to(self.device)), grouped
 
-    def _trajectory_ends(self) -> Tensor:
+    def _trajectory_ends(self) -> np.ndarray:
         """For every row, the dataset row of its trajectory's last step (SkyRL's step-wise trajectories,
         docs/conventions.md): within each batch, in row order, a trajectory is the rows up to and including one
         whose ``is_last_step`` is true. A batch that ends inside a trajectory, or a trajectory whose steps carry
         different uids, is an ``InputError`` naming the row (SkyRL asserts both). ``(B,)`` int64."""
         batch, last, column = self.rows["batch_id"], self.rows["last_step"], self.plan.steps
-        order = torch.sort(batch, stable=True).indices  # each batch's rows in dataset order, batch after batch
-        ends_batch = torch.ones_like(last)
+        order = np.argsort(batch, kind="stable")  # each batch's rows in dataset order, batch after batch
+        ends_batch = np.ones_like(last)
         ends_batch[:-1] = batch[order][1:] != batch[order][:-1]
-        open_end = torch.nonzero(ends_batch & ~last[order]).flatten()
-        if open_end.numel():
+        open_end = np.flatnonzero(ends_batch & ~last[order])
+        if open_end.size:
             path, row = self.source.locate(int(order[open_end[0]]))
             where = self.labels.batch_name(int(batch[order[open_end[0]]]))
             raise InputError(path, f"is false on the last row of {'batch ' + where if where else 'the dataset'}: "
                              "its steps end no trajectory (SkyRL asserts a batch ends with a last step)", row=row,
                              column=column)
-        flags = last[order].long()
-        trajectory = torch.cumsum(flags, 0) - flags  # SkyRL's cumsum of the shifted flags
-        final = torch.empty_like(order)
+        flags = X.int64(last[order])
+        trajectory = np.cumsum(flags) - flags  # SkyRL's cumsum of the shifted flags
+        final = np.empty_like(order)
         final[order] = order[last[order]][trajectory]
         group = self.rows["group_id"]
-        other = torch.nonzero(group != group[final]).flatten()
-        if other.numel():
+        other = np.flatnonzero(group != group[final])
+        if other.size:
             path, row = self.source.locate(int(other[0]))
             _, end = self.source.locate(int(final[other[0]]))
             raise InputError(path, f"the row is a step of the trajectory that ends at row {end}, whose uid differs "
@@ -412,58 +414,58 @@ class Pipeline:
             path, local = self.source.locate(row)
             return f"{shown(path)}: row {local}"
 
-        facts = RowFacts(step=rows["batch_id"].numpy(), loss_tokens=rows["actor"].numpy(), tokens=rows["used"].numpy(),
-                         width=(rows["length"] - rows["padding"]).numpy(),
-                         prompt=rows["group_id"].numpy() if self.plan.grouped else None,
+        facts = RowFacts(step=rows["batch_id"], loss_tokens=rows["actor"], tokens=rows["used"],
+                         width=rows["length"] - rows["padding"], prompt=rows["group_id"] if self.plan.grouped else None,
                          step_names=tuple(labels.batch_name(b) for b in range(len(labels.batches))), locate=locate)
         weighing = weigh(cfg.loss_mode, facts, LossSettings(cfg.mini_batch_size, cfg.micro_batch_size,
                                                             cfg.loss_scale_factor, cfg.epsilon_high))
-        self.rows.add(token_scale=torch.from_numpy(weighing.scale))
+        self.rows.add(token_scale=weighing.scale)
         return weighing
 
-    def _check_binary(self, reward: Tensor) -> None:
+    def _check_binary(self, reward: np.ndarray) -> None:
         """An estimator of 0/1 rewards stops at the first row whose total is neither, naming its file and row."""
-        bad = torch.nonzero((reward != 0) & (reward != 1)).flatten()
-        if bad.numel():
+        bad = np.flatnonzero((reward != 0) & (reward != 1))
+        if bad.size:
             path, row = self.source.locate(int(bad[0]))
             raise ComputeError(f"{shown(path)}: row {row}: total reward {float(reward[bad[0]]):.9g} is neither 0 nor 1; "
                                f"{self.cfg.estimator} reads binary rewards (shaping such as {named('kl_coef')} or "
-                               f"{named('reward_scale')} changes the totals) ({bad.numel()} such row(s))")
+                               f"{named('reward_scale')} changes the totals) ({bad.size} such row(s))")
 
     def _merge_group_statistics(self, results: list[ShardResult],
-                                known: Established) -> tuple[Established, tuple[float, Tensor]]:
+                                known: Established) -> tuple[Established, tuple[float, np.ndarray]]:
         """Whitening moments per row; the per-(group, position) sums added shard after shard in float64,
         rounded to float32 once. Also the largest rounding effect on the baseline (``Estimator.rounding``)
         and the groups where it reaches ``ILL_CONDITIONED_SHIFT``."""
         width = known.positions
-        sums: dict[str, Tensor] = {}
+        sums: dict[str, np.ndarray] = {}
         for result in results:
             self.rows.add(**result.rows)
             if result.position_sums is not None:
                 slots, values = result.position_sums
                 for name, v in values.items():
-                    sums.setdefault(name, torch.zeros(self.labels.group_count * width, dtype=torch.float64)).index_add_(0, slots, v)
-        ill = (0.0, torch.zeros(0, dtype=torch.long))
+                    np.add.at(sums.setdefault(name, np.zeros(self.labels.group_count * width)), slots, v)
+        ill = (0.0, np.zeros(0, dtype=np.int64))
         if self.est.accumulate:
             effect = self.est.rounding_effect()
             if effect is not None and sums:
                 rounding = effect(sums)
-                over = torch.nonzero(rounding >= ILL_CONDITIONED_SHIFT).flatten()
-                if over.numel():
-                    ill = (float(rounding[over].max()), torch.unique(over // width))
+                over = np.flatnonzero(rounding >= ILL_CONDITIONED_SHIFT)
+                if over.size:
+                    ill = (float(rounding[over].max()), np.unique(over // width))
             known = replace(known, position_sums=PositionSums(
-                width, {k: v.float().to(self.device) for k, v in sums.items() if not k.endswith("_abs")}))
+                width, {k: X.on_device(X.float32(v), self.device) for k, v in sums.items() if not k.endswith("_abs")}))
         return known, ill
 
 
-def whitening(rows: RowTable, labels: Labels, estimator: str, biased: bool = False) -> tuple[Tensor, Tensor, list[dict]]:
+def whitening(rows: RowTable, labels: Labels, estimator: str,
+              biased: bool = False) -> tuple[np.ndarray, np.ndarray, list[dict]]:
     """Per-batch mean and unbiased variance (``biased``: divided by the token count, as OpenRLHF) ``(n_batches,)``
     of the raw advantages over valid tokens, from the rows' moments (float64, returned as float32), and the
     report's entry for each batch. verl raises where a batch has fewer than 2 valid tokens; a variance beyond
     float32 would zero every advantage there."""
     n_batches = len(labels.batches)
-    mean = torch.zeros(n_batches, dtype=torch.float64)
-    var = torch.zeros(n_batches, dtype=torch.float64)
+    mean = np.zeros(n_batches, dtype=np.float64)
+    var = np.zeros(n_batches, dtype=np.float64)
     batch_of_row, entries = rows["batch_id"], []
     for b in range(n_batches):
         sel = batch_of_row == b
@@ -486,7 +488,7 @@ def whitening(rows: RowTable, labels: Labels, estimator: str, biased: bool = Fal
             )
         mean[b], var[b] = mu, v
         entries.append({"batch": where, "tokens": int(n), "mean": float(np.float32(mu)), "var": float(np.float32(v))})
-    return mean.float(), var.float(), entries
+    return X.float32(mean), X.float32(var), entries
 
 
 def exact_rewards(cfg: Config, schema: pa.Schema) -> bool:
@@ -518,13 +520,13 @@ def run_in_memory(source: RowSource, cfg: Config, progress: Optional[Progress] =
     return (pa.concat_tables(parts) if parts else pipeline.plan.schema.empty_table()), report
 
 
-def _final_outputs(session: Tensor, output_index: Tensor) -> Tensor:
+def _final_outputs(session: np.ndarray, output_index: np.ndarray) -> np.ndarray:
     """For every row, the dataset row of its session's final output: the largest ``output_index``, the first
     such row on ties (verl 0.9.1's ``compute_advantage_for_multi_trajectories``); ``(B,)`` int64."""
-    rows = np.arange(session.numel())
-    order = np.lexsort((rows, -output_index.numpy(), session.numpy()))
+    rows = np.arange(session.size)
+    order = np.lexsort((rows, -output_index, session))
     first = np.ones(order.size, dtype=bool)
-    first[1:] = session.numpy()[order][1:] != session.numpy()[order][:-1]
-    final = np.empty(int(session.max()) + 1 if session.numel() else 0, dtype=np.int64)
-    final[session.numpy()[order][first]] = order[first]
-    return torch.from_numpy(final[session.numpy()])
+    first[1:] = session[order][1:] != session[order][:-1]
+    final = np.empty(int(session.max()) + 1 if session.size else 0, dtype=np.int64)
+    final[session[order][first]] = order[first]
+    return final[session]

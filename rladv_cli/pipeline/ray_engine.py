@@ -3,7 +3,8 @@ that hold their shards for the whole run (``ray_worker.ShardWorker``), reduced o
 the numbers are the local engine's (docs/ray.md).
 
     start    one actor per worker, each given a fixed set of shards (balanced by rows); it decodes them on a
-             thread while it imports torch, as the driver imports torch and builds the run
+             thread while it imports the passes, as the driver does and builds the run (on the CPU, on numpy:
+             no process imports torch, docs/arrays.md)
     layout, [kl], scan, [group stats]   per shard one actor call -> per-row arrays + partial statistics
              driver: merge in shard order, reduce batch-wide statistics (group sums, counts, whitening moments,
              KL means), ``ray.put`` them once for every actor
@@ -95,11 +96,10 @@ def compute_ray(inputs: Sequence[PathLike] | PathLike, config: Config, *, output
             try:
                 with named_os_errors(str(out_dir)), signals_deferred():  # the cleanup knows it as soon as it exists
                     staging = tempfile.mkdtemp(prefix=".rladv-", dir=out_dir)
-                # the actors start (decoding their shards, importing torch) while this process imports torch
+                # the actors start (decoding their shards, importing the passes) while this process imports them
                 pool = RayWorkers(ray, dataset, config, staging, names, workers, progress, keep_workers)
-                with signals_deferred():  # a Ctrl-C inside torch's initialisation could abort from C++
-                    from .driver import Pipeline
-                    from .summary import finish_report
+                from .driver import Pipeline
+                from .summary import finish_report
 
                 pipeline = Pipeline(dataset, config, progress)
                 pool.wait_started()
@@ -322,7 +322,7 @@ class RayWorkers:
     established values are put in Ray's object store once. Results come back in shard order.
 
     With ``keep_s`` > 0 the workers are kept (``KeptWorkers``): named actors that outlive the run and serve the
-    next run of the same rladv with the same shape, so that it pays neither their start nor their torch import.
+    next run of the same rladv with the same shape, so that it pays neither their start nor their imports.
     Idle kept workers of other shapes are asked to stop when the run's workers do not fit the free CPUs."""
 
     def __init__(self, ray, dataset: Dataset, config: Config, staging: str, names: list[str],
@@ -408,8 +408,8 @@ class RayWorkers:
 
     def wait_started(self) -> None:
         """Wait until every worker began its run (a worker that cannot import rladv fails here, once), so that
-        the passes' time, as the local engine's, counts from when every process has torch. A kept worker that
-        stopped itself just as it was asked (its wait ran out) is started again, once."""
+        the passes' time, as the local engine's, counts from when every process has imported them. A kept worker
+        that stopped itself just as it was asked (its wait ran out) is started again, once."""
         for i, begun in enumerate(self._begun):
             for again in (bool(self.prefix), False):
                 try:

@@ -2,8 +2,9 @@
 the dataset's shards for a run (``Holding``, from the run's ``RunPlan``) and runs every pass over them.
 
     begin        starts decoding and checking the plan's shards on a thread (``io.read.ShardSet``), and
-                 encoding their carried columns into one staged output writer per shard, then imports torch
-                 and the passes (at once for a worker that already ran, which a kept worker has)
+                 encoding their carried columns into one staged output writer per shard once they are all
+                 decoded, then imports the passes (at once for a worker that already ran, which a kept worker
+                 has); a worker runs on the CPU, on numpy, and never imports torch (docs/arrays.md)
     each pass    ``run`` once per shard, in dataset order: the pass over the shard's chunks, from memory while
                  they fit the worker's share of ``--cache-mib``, else from the file; the write pass writes
                  ``staging/<name>`` through that shard's writer, whose last row groups are encoded and the file
@@ -42,9 +43,6 @@ from ..io.write import AtomicParquetWriter
 def run_shard(held: "Holding", stage: str, shard: Shard, given: dict, work, known):
     """One pass over one shard; a plan's default ``task``. The write pass's rows go to the shard's staged writer,
     which ``held.finish`` commits on a thread (``Holding.settled`` says whether it did)."""
-    import torch
-
-    torch.set_num_threads(work.plan.cfg.threads)
     if stage != "write":
         return work.run(stage, shard, given, known)
     with held.writer(shard) as sink:
@@ -154,12 +152,10 @@ class ShardWorker:
 
     def begin(self, refs: list) -> None:
         """Hold the run of ``refs[0]`` (its ``RunPlan``): start decoding its shards, then import what every pass
-        needs (while the shards are decoded). Returns once both began and torch is imported."""
+        needs (while the shards are decoded). Returns once both began and the passes are imported."""
         key, plan = self._plan(refs)
         if key not in self._held:
             self._held[key] = Holding(plan, decode=True)
-        import torch  # noqa: F401
-
         from . import driver  # noqa: F401
 
     def run(self, stage: str, refs: list, shard: Shard, given: dict) -> bytes:

@@ -18,8 +18,6 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
-import torch
-from torch import Tensor
 
 from ..config.settings import Config
 from ..contract import validation
@@ -35,8 +33,10 @@ from ..report.gradient import weight_rows
 from ..stages.chain import Chain, Prepared, Shaping, Timer, prepare
 from ..stages.shaping import kl_penalty
 from ..tensors import kernels
-from ..tensors.batch import Batch, as_tensor
+from ..tensors import xp as X
+from ..tensors.batch import Batch, as_array
 from ..tensors.groups import GroupStats, PositionSums
+from ..tensors.xp import Array
 from .output import check_finite, output_table
 
 Progress = Callable[[str, int, int], None]
@@ -81,43 +81,45 @@ class Established:
     (``batch_rows``, ``batch_nonzero_rows``: rows with ``R ≠ 0``; ``batch_mean``, ``batch_std`` of ``R`` for an
     estimator that reads them) and the group statistics (``groups``, and
     ``component_groups`` of reward components); after the group statistics pass ``position_sums`` and the
-    batches' whitening moments ``whiten_mean``, ``whiten_var`` ``(n_batches,)``."""
+    batches' whitening moments ``whiten_mean``, ``whiten_var`` ``(n_batches,)``. The per-batch arrays indexed by
+    a chunk's batch ids are numpy; the group statistics, ``position_sums`` and the whitening moments are on the
+    run's device (docs/arrays.md)."""
 
     shaping: Shaping
     positions: int
-    batch_rows: Optional[Tensor] = None
-    batch_nonzero_rows: Optional[Tensor] = None
-    batch_mean: Optional[Tensor] = None
-    batch_std: Optional[Tensor] = None
+    batch_rows: Optional[Array] = None
+    batch_nonzero_rows: Optional[Array] = None
+    batch_mean: Optional[Array] = None
+    batch_std: Optional[Array] = None
     groups: Optional[GroupStats] = None
     component_groups: Optional[tuple[GroupStats, ...]] = None
     position_sums: Optional[PositionSums] = None
-    whiten_mean: Optional[Tensor] = None
-    whiten_var: Optional[Tensor] = None
+    whiten_mean: Optional[Array] = None
+    whiten_var: Optional[Array] = None
 
 
 @dataclass
 class ShardResult:
-    """What one pass over one shard hands back: per-row columns ``(B_shard,)`` in row order, and partial
-    statistics that the driver merges in shard order."""
+    """What one pass over one shard hands back: per-row columns ``(B_shard,)`` in row order (numpy, whatever the
+    device), and partial statistics that the driver merges in shard order."""
 
-    rows: dict[str, Tensor]
+    rows: dict[str, np.ndarray]
     seconds: dict[str, float] = field(default_factory=dict)
     labels: Optional[Labels] = None
     correction: dict[int, object] = field(default_factory=dict)
-    position_sums: Optional[tuple[Tensor, dict[str, Tensor]]] = None
+    position_sums: Optional[tuple[np.ndarray, dict[str, np.ndarray]]] = None
     sketches: Optional[TokenSketches] = None
 
 
 # Runs one pass over ``(shard, per-row inputs)`` items with what was established; results in item order.
-MapShards = Callable[[str, "ShardWork", list[tuple[Shard, dict[str, Tensor]]], Optional[Established]],
+MapShards = Callable[[str, "ShardWork", list[tuple[Shard, dict[str, np.ndarray]]], Optional[Established]],
                      list[ShardResult]]
 
 
 class ShardWork:
     """One run's passes over one shard at a time. ``given``: the shard's per-row inputs from earlier passes
     (``batch_id``, ``group_id``, ``reward_total``, ``outcome``, and ``session_total``, ``session_active``
-    with folded sessions), each ``(B_shard,)``."""
+    with folded sessions), each ``(B_shard,)`` numpy."""
 
     def __init__(self, plan: Plan, source: Optional[RowSource] = None, progress: Optional[Progress] = None):
         self.plan, self.source, self.progress = plan, source, progress
@@ -136,7 +138,7 @@ class ShardWork:
         work.source = source
         return work
 
-    def run(self, stage: str, shard: Shard, given: dict[str, Tensor], known: Optional[Established],
+    def run(self, stage: str, shard: Shard, given: dict[str, np.ndarray], known: Optional[Established],
             write: Optional[Callable[[pa.Table], None]] = None) -> ShardResult:
         """One pass (``PASSES``) over one shard; ``write`` receives the write pass's output tables."""
         timer = Timer()
@@ -173,7 +175,7 @@ class ShardWork:
                 self.progress(stage, chunk.first_row + chunk.table.num_rows, self.num_rows)
 
     @staticmethod
-    def _given(chunk: Chunk, shard: Shard, given: dict[str, Tensor]) -> dict[str, Tensor]:
+    def _given(chunk: Chunk, shard: Shard, given: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The chunk's rows of the shard's per-row inputs."""
         start = chunk.first_row - shard.first_row
         return {name: values[start:start + chunk.table.num_rows] for name, values in given.items()}
@@ -183,23 +185,27 @@ class ShardWork:
         earlier = {"kl": self.plan.layout_columns(), "scan": self.plan.layout_columns()}
         return frozenset(earlier.get(stage, self.plan.layout_columns() + list(self.plan.scan_columns)))
 
-    def _inputs(self, p: Prepared, at: dict[str, Tensor], known: Established) -> Inputs:
+    def _inputs(self, p: Prepared, at: dict[str, np.ndarray], known: Established) -> Inputs:
         """Exactly what the estimator declares in ``needs``, for the chunk's rows ``at``."""
         device, batch_ids = self.plan.chain.device, at["batch_id"]
+
+        def on(a: Optional[np.ndarray]) -> Optional[Array]:
+            return None if a is None else X.on_device(a, device)
+
         provide = {
-            "reward_total": lambda: at["reward_total"].to(device),
-            "group_index": lambda: at["group_id"].to(device),
+            "reward_total": lambda: on(at["reward_total"]),
+            "group_index": lambda: on(at["group_id"]),
             "groups": lambda: known.groups,
-            "session_total": lambda: at["session_total"].to(device) if "session_total" in at else None,
-            "session_active": lambda: at["session_active"].to(device) if "session_active" in at else None,
-            "batch_rows": lambda: known.batch_rows[batch_ids].to(device),
-            "batch_nonzero_rows": lambda: known.batch_nonzero_rows[batch_ids].to(device),
+            "session_total": lambda: on(at.get("session_total")),
+            "session_active": lambda: on(at.get("session_active")),
+            "batch_rows": lambda: on(known.batch_rows[batch_ids]),
+            "batch_nonzero_rows": lambda: on(known.batch_nonzero_rows[batch_ids]),
             "components": lambda: p.components,
             "component_groups": lambda: known.component_groups,
             "position_sums": lambda: known.position_sums,
-            "batch_mean": lambda: known.batch_mean[batch_ids].to(device),
-            "batch_std": lambda: known.batch_std[batch_ids].to(device),
-            "row_advantage": lambda: at["row_advantage"].to(device),
+            "batch_mean": lambda: on(known.batch_mean[batch_ids]),
+            "batch_std": lambda: on(known.batch_std[batch_ids]),
+            "row_advantage": lambda: on(at["row_advantage"]),
         }
         return Inputs(**{name: provide[name]() for name in self.plan.est.needs})
 
@@ -211,25 +217,25 @@ class ShardWork:
             with timer("validate"):
                 if not chunk.checked:
                     validation.check_chunk(chunk.table, chunk.path, chunk.start)
-            offsets = as_tensor(list_offsets(array_of(chunk.table["response_mask"])))
-            rows.add(batch_id=torch.from_numpy(labels.batch_ids(chunk.table, chunk.path, chunk.start)),
+            offsets = list_offsets(array_of(chunk.table["response_mask"]))
+            rows.add(batch_id=labels.batch_ids(chunk.table, chunk.path, chunk.start),
                      length=kernels.row_lengths(offsets))
         return ShardResult(rows.columns(), labels=labels)
 
-    def _kl(self, shard: Shard, given: dict[str, Tensor], shaping: Shaping, timer: Timer) -> ShardResult:
+    def _kl(self, shard: Shard, given: dict[str, np.ndarray], shaping: Shaping, timer: Timer) -> ShardResult:
         """Each row's KL for an adaptive controller stepped per batch (``kl_row``), before the scan pass
         needs the coefficients: the layout pass has fixed every batch's pad width, which rounds the row sums."""
         rows = RowTable()
         for chunk in self._chunks(shard, self.plan.layout_columns(), "kl", timer):
-            table, offsets = chunk.table, as_tensor(list_offsets(array_of(chunk.table["response_mask"])))
-            m0 = as_tensor(flat_values(table, mask_before_rejection(table.column_names)))
-            kld = kl_penalty(as_tensor(flat_values(table, "old_log_probs")), as_tensor(flat_values(table, "ref_log_prob")),
+            table, offsets = chunk.table, list_offsets(array_of(chunk.table["response_mask"]))
+            m0 = as_array(flat_values(table, mask_before_rejection(table.column_names)))
+            kld = kl_penalty(as_array(flat_values(table, "old_log_probs")), as_array(flat_values(table, "ref_log_prob")),
                              self.plan.cfg.kl_penalty) * m0
             width = shaping.pad_width[self._given(chunk, shard, given)["batch_id"]]
             rows.add(kl_row=kl_row_mean(kld, m0, offsets, width))
         return ShardResult(rows.columns())
 
-    def _scan(self, shard: Shard, given: dict[str, Tensor], shaping: Shaping, timer: Timer) -> ShardResult:
+    def _scan(self, shard: Shard, given: dict[str, np.ndarray], shaping: Shaping, timer: Timer) -> ShardResult:
         """Per-row totals, labels, diagnostics and rollout-correction statistics; group and session ids are
         numbered within the shard (the driver renumbers them), so no stage here reads them."""
         plan = self.plan
@@ -238,30 +244,30 @@ class ShardWork:
         for chunk in self._chunks(shard, list(plan.scan_columns), "scan", timer):
             at = self._given(chunk, shard, given)
             if plan.group_key:
-                group_ids = labels.group_ids(chunk.table, at["batch_id"].numpy(), chunk.path, chunk.start,
+                group_ids = labels.group_ids(chunk.table, at["batch_id"], chunk.path, chunk.start,
                                              plan.group_key)
-                rows.add(group_id=torch.from_numpy(group_ids))
+                rows.add(group_id=group_ids)
                 if plan.fold:
                     validation.check_numbers(chunk.table, ["output_index"], chunk.path, chunk.start)
                     rows.add(
-                        session=torch.from_numpy(labels.session_ids(chunk.table, group_ids, chunk.path, chunk.start)),
-                        output_index=as_tensor(scalar_values(chunk.table, "output_index", np.float64)),
+                        session=labels.session_ids(chunk.table, group_ids, chunk.path, chunk.start),
+                        output_index=scalar_values(chunk.table, "output_index", np.float64),
                     )
             p = prepare(plan.chain, chunk, at["batch_id"], shaping, timer, validated=self._validated("scan"))
             rows.add(**scan_rows(p, plan.cfg, shaping.beta is None))
             order = plan.cfg.conv.order_column
             if order in chunk.table.column_names:
                 validation.check_numbers(chunk.table, [order], chunk.path, chunk.start)
-                rows.add(order_key=torch.from_numpy(scalar_values(chunk.table, order, np.float64)))
+                rows.add(order_key=scalar_values(chunk.table, order, np.float64))
             if plan.steps:
-                rows.add(last_step=torch.from_numpy(scalar_values(chunk.table, plan.steps, np.bool_)))
+                rows.add(last_step=scalar_values(chunk.table, plan.steps, np.bool_))
             if plan.cfg.conv.unscorable:
-                rows.add(unscorable=torch.from_numpy(unscored(chunk.table)))
+                rows.add(unscorable=unscored(chunk.table))
             if plan.cfg.loss_mode is not None and "truncated" in chunk.table.column_names:
-                rows.add(truncated=torch.from_numpy(scalar_values(chunk.table, "truncated", np.bool_)))
+                rows.add(truncated=scalar_values(chunk.table, "truncated", np.bool_))
             if "tool_rewards" in chunk.table.column_names:
                 sums, calls = list_sums(chunk.table, "tool_rewards")
-                rows.add(tool_reward_sum=torch.from_numpy(sums), tool_calls=torch.from_numpy(calls))
+                rows.add(tool_reward_sum=sums, tool_calls=calls)
             if plan.correct:
                 with timer("rejection"):
                     _update_correction(correction, plan.chain, p.batch, at["batch_id"])
@@ -271,14 +277,14 @@ class ShardWork:
                 rows.add(**_moments(raw, p.batch))
         return ShardResult(rows.columns(), labels=labels, correction=correction)
 
-    def _group_statistics(self, shard: Shard, given: dict[str, Tensor], known: Established,
+    def _group_statistics(self, shard: Shard, given: dict[str, np.ndarray], known: Established,
                           timer: Timer) -> ShardResult:
         """Statistics that need the group statistics first: whitening moments of group estimators, and the
         per-(group, position) sums an estimator accumulates: float64 sums in row order, handed back for the
         (group, position) slots this shard touched."""
         plan, params = self.plan, self.plan.cfg.params()
         accumulate = plan.est.accumulator()
-        width, groups = known.positions, known.groups.size.numel()
+        width, groups = known.positions, X.numel(known.groups.size)
         rows, sums = RowTable(), {}
         for chunk in self._chunks(shard, list(plan.scan_columns), "group statistics", timer):
             at = self._given(chunk, shard, given)
@@ -288,18 +294,18 @@ class ShardWork:
             with timer("estimator"):
                 if accumulate is not None:
                     for name, ((group, position), values) in accumulate(p.batch, inputs, params).items():
-                        buf = sums.setdefault(name, torch.zeros(groups * width, dtype=torch.float64))
-                        buf.index_add_(0, (group * width + position).cpu(), values.double().cpu())
+                        buf = sums.setdefault(name, np.zeros(groups * width, dtype=np.float64))
+                        np.add.at(buf, X.to_numpy(group * width + position), X.to_numpy(X.float64(values)))
                 if plan.est.whiten:
                     raw, _ = plan.est.fn(p.batch, inputs, params)
                     rows.add(**_moments(raw, p.batch))
         touched = None
         if sums:  # an untouched or zero slot adds nothing to the driver's sums
-            slots = torch.nonzero(torch.stack([buf != 0 for buf in sums.values()]).any(0)).flatten()
+            slots = np.flatnonzero(np.stack([buf != 0 for buf in sums.values()]).any(0))
             touched = (slots, {name: buf[slots] for name, buf in sums.items()})
         return ShardResult(rows.columns(), position_sums=touched)
 
-    def _write(self, shard: Shard, given: dict[str, Tensor], known: Established,
+    def _write(self, shard: Shard, given: dict[str, np.ndarray], known: Established,
                write: Callable[[pa.Table], None], timer: Timer) -> ShardResult:
         """Advantages and returns, written chunk by chunk; per-row summaries and value sketches for the report."""
         plan, params, est = self.plan, self.plan.cfg.params(), self.plan.est
@@ -311,12 +317,13 @@ class ShardWork:
             p = prepare(plan.chain, chunk, at["batch_id"], known.shaping, timer, validated=self._validated("write"),
                         with_weights=True)
             b, inputs = p.batch, self._inputs(p, at, known)
+            xp = X.namespace(b.response_mask)
             with timer("estimator"):
                 advantages, returns = est.fn(b, inputs, params)
                 if est.whiten:
                     mean, var = known.whiten_mean, known.whiten_var
-                    if mean.numel() > 1:  # several batches: each token takes its batch's moments
-                        tok_batch = b.per_token(at["batch_id"].to(plan.chain.device))
+                    if X.numel(mean) > 1:  # several batches: each token takes its batch's moments
+                        tok_batch = b.per_token(X.on_device(at["batch_id"], plan.chain.device))
                         mean, var = mean[tok_batch], var[tok_batch]
                     if est.biased_whitening:  # OpenRLHF's; --no-norm-adv-by-std is its no_std_norm
                         advantages = kernels.clamped_whiten(advantages, mean, var, params.norm_adv_by_std)
@@ -326,17 +333,17 @@ class ShardWork:
                         returns = advantages
                 low, high = plan.cfg.adv_bounds
                 if low is not None or high is not None:  # the advantages only; returns keep their values
-                    advantages = advantages.clamp(min=low, max=high)
+                    advantages = xp.clip(advantages, min=low, max=high)
                 # selection, not multiplication: verl's NaN (opo's 0/0) must not survive at mask-0 positions
                 valid = b.response_mask > 0
                 # returns that are the advantages stay one tensor: summarised and sketched once
                 same = returns is advantages
-                advantages = torch.where(valid, advantages, torch.zeros_like(advantages))
-                returns = advantages if same else torch.where(valid, returns, torch.zeros_like(returns))
+                advantages = xp.where(valid, advantages, xp.zeros_like(advantages))
+                returns = advantages if same else xp.where(valid, returns, xp.zeros_like(returns))
                 flags = {code: fn(b, inputs, params) for code, fn in checks.items()}
                 weights = None
                 if "token_scale" in at:  # docs/weights.md: w = A · ρ · m · c_i (A is 0 off the mask)
-                    weights = advantages * b.per_token(at["token_scale"].to(plan.chain.device))
+                    weights = advantages * b.per_token(X.on_device(at["token_scale"], plan.chain.device))
                     if b.rollout_is_weights is not None:
                         weights = weights * b.rollout_is_weights
             # handed to the encoders before the chunk's statistics are taken, so they start on the first chunk
@@ -361,11 +368,11 @@ class ShardWork:
         return ShardResult(rows.columns(), sketches=sketches)
 
 
-def scan_rows(p: Prepared, cfg: Config, kl_measured_here: bool) -> dict[str, Tensor]:
+def scan_rows(p: Prepared, cfg: Config, kl_measured_here: bool) -> dict[str, Array]:
     """Per-row totals, token counts and row-level warning flags of one prepared chunk; ``kl_row`` too unless the
     kl pass measured it (``kl_measured_here`` False)."""
     b = p.batch
-    off = b.row_offsets
+    off, xp = b.row_offsets, X.namespace(b.response_mask)
     m0, m, s = b.original_mask, b.response_mask, b.token_level_scores
     score_total = b.row_total(s)
     # no KL shaping: the same tensor, so the same total
@@ -373,8 +380,8 @@ def scan_rows(p: Prepared, cfg: Config, kl_measured_here: bool) -> dict[str, Ten
     actor = kernels.segment_sum(m0, off)
     cols = dict(
         score_total=score_total, reward_total=reward_total, actor=actor, used=kernels.segment_sum(m, off),
-        padding=kernels.segment_sum(b.padding, off) if b.padding is not None else torch.zeros_like(actor),
-        score_on_masked_position=kernels.segment_sum(((s != 0) & (m0 == 0)).float(), off) > 0,
+        padding=kernels.segment_sum(b.padding, off) if b.padding is not None else xp.zeros_like(actor),
+        score_on_masked_position=kernels.segment_sum(X.float32((s != 0) & (m0 == 0)), off) > 0,
     )
     if p.components is not None:
         cols.update({f"component_{k}": c for k, c in enumerate(p.components)})
@@ -387,39 +394,39 @@ def scan_rows(p: Prepared, cfg: Config, kl_measured_here: bool) -> dict[str, Ten
             cols["kl_row"] = kernels.segment_sum(p.kld, off) / (actor + 1e-8)
         # the row's whole KL term, not single tokens: k1/k2's per-token values are signed by nature
         cols["kl_raises_reward"] = kernels.segment_sum(p.beta * p.kld, off) < 0
-        sign_s = torch.sign(score_total)
-        cols["kl_flips_sign"] = (sign_s != 0) & (torch.sign(reward_total) != sign_s)
+        sign_s = xp.sign(score_total)
+        cols["kl_flips_sign"] = (sign_s != 0) & (xp.sign(reward_total) != sign_s)
     return cols
 
 
-def _update_correction(correction: dict, chain: Chain, b: Batch, batch_ids: Tensor) -> None:
+def _update_correction(correction: dict, chain: Chain, b: Batch, batch_ids: np.ndarray) -> None:
     """Feed each batch's rollout-correction statistics (``correction``: batch id -> accumulator) with its rows."""
     from ..stages.rejection import RolloutCorrectionStats
 
-    for bid in torch.unique(batch_ids).tolist():
+    for bid in np.unique(batch_ids).tolist():
         stats = correction.setdefault(bid, RolloutCorrectionStats(chain.rules, chain.is_cfg))
-        sel = (batch_ids == bid).to(b.row_offsets.device)
-        if bool(sel.all()):
+        in_batch = batch_ids == bid
+        if bool(in_batch.all()):
             stats.update(b.old_log_probs, b.rollout_log_probs, b.original_mask, b.row_offsets)
         else:
-            tokens, offsets = kernels.select_rows(sel, b.row_offsets)
+            tokens, offsets = kernels.select_rows(X.like(in_batch, b.row_offsets), b.row_offsets)
             stats.update(b.old_log_probs[tokens], b.rollout_log_probs[tokens], b.original_mask[tokens], offsets)
 
 
-def _moments(raw: Tensor, b: Batch) -> dict[str, Tensor]:
+def _moments(raw: Array, b: Batch) -> dict[str, Array]:
     """Per-row whitening moments of raw advantages over the estimator's mask: ``w_count, w_sum, w_m2 (B,)``."""
     count, total, m2 = kernels.row_moments(raw, b.response_mask, b.row_offsets)
     return {"w_count": count, "w_sum": total, "w_m2": m2}
 
 
-def kl_row_mean(kld: Tensor, mask: Tensor, row_offsets: Tensor, width: Tensor) -> Tensor:
+def kl_row_mean(kld: Array, mask: Array, row_offsets: Array, width: Array) -> Array:
     """verl's per-row KL ``masked_mean(kld, mask, axis=-1)``: the float32 row sum padded to ``width`` (as
     verl sums a ``[B, T]`` row) over ``Σ mask + 1e-8``; ``(B,)`` float32. The adaptive controller steps on
     their float32 mean, so a float64 mean would give another coefficient."""
-    return kernels.padded_row_sum(kld, row_offsets, width) / (kernels.segment_sum(mask, row_offsets).float() + 1e-8)
+    return kernels.padded_row_sum(kld, row_offsets, width) / (X.float32(kernels.segment_sum(mask, row_offsets)) + 1e-8)
 
 
-def map_here(stage: str, work: ShardWork, items: list[tuple[Shard, dict[str, Tensor]]],
+def map_here(stage: str, work: ShardWork, items: list[tuple[Shard, dict[str, np.ndarray]]],
              known: Optional[Established], write: Optional[Callable[[pa.Table], None]]) -> list[ShardResult]:
     """The local engine's ``MapShards``: every shard in this process, in order; the write pass into ``write``."""
     return [work.run(stage, shard, given, known, write) for shard, given in items]

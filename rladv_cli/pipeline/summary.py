@@ -11,8 +11,6 @@ from typing import Optional
 
 import numpy as np
 import pyarrow as pa
-import torch
-from torch import Tensor
 
 from .. import __version__
 from ..config.settings import setting_notes
@@ -31,6 +29,9 @@ from ..report.tables import RowFacts, verdict_tables, write_tables
 from ..loss.scale import Weighing
 from ..report.gradient import Gradient, WeighedRows, gradient
 from ..report.verdict import Context, RowsToJudge, Verdict, judge, label
+from ..tensors import xp as X
+from ..tensors.groups import GroupStats
+from ..tensors.kernels import torch_mean
 from .shard import Established, Plan
 
 # whitening warns when one float32 ulp of the batch mean moves advantages by this much (10 ulps: the 1e-5 tolerance)
@@ -54,23 +55,23 @@ class Finished:
     rows: RowTable
     labels: Labels
     known: Established
-    flags: dict[str, Tensor]
-    fold_source: Optional[Tensor]
+    flags: dict[str, np.ndarray]
+    fold_source: Optional[np.ndarray]
     whitening: list[dict]
-    uid_merges: tuple[list[tuple], Tensor]
-    baseline_ill_conditioned: tuple[float, Tensor]
+    uid_merges: tuple[list[tuple], np.ndarray]
+    baseline_ill_conditioned: tuple[float, np.ndarray]
     correction_stats: dict[int, object]
     sketches: TokenSketches
     outcome_basis: str
     seconds: dict[str, float]
-    mixed_blocks: Optional[Tensor] = None  # first rows of blocks (a blocks convention) holding several uids
+    mixed_blocks: Optional[np.ndarray] = None  # first rows of blocks (a blocks convention) holding several uids
     group_size: Optional[int] = None  # the blocks' size, under a convention that cuts blocks
     weighing: Optional[Weighing] = None  # the loss aggregation's per-row scales (--loss-agg-mode)
 
     @property
-    def groups(self):
-        """The group statistics on the CPU (None without a uid column)."""
-        return None if self.known.groups is None else self.known.groups.to(torch.device("cpu"))
+    def groups(self) -> Optional[GroupStats]:
+        """The group statistics as numpy arrays (None without a uid column)."""
+        return None if self.known.groups is None else self.known.groups.on_host()
 
 
 def _ulp_shift(whitening: dict) -> float:
@@ -115,8 +116,8 @@ def build_report(run: Finished) -> Report:
         tokens=Tokens(total=tokens_total, actor=actor, observation=tokens_total - actor - padding,
                       padding=padding, rejected=actor - used, used=used),
         groups=groups,
-        scores=Scores(score_total=row_stats(rows["score_total"].double().numpy()),
-                      reward_total=row_stats(rows["reward_total"].double().numpy())),
+        scores=Scores(score_total=row_stats(X.float64(rows["score_total"])),
+                      reward_total=row_stats(X.float64(rows["reward_total"]))),
         kl=kl,
         rollout_rejection=correction,
         dead_signal=_dead_signal_report(run),
@@ -145,13 +146,12 @@ def _files_warning(run: Finished, warn: WarningBuilder) -> None:
     shards = run.source.shards
     if run.plan.cfg.batch_column is not None or len(shards) < 2 or run.plan.group_key != "uid":
         return
-    file_of = torch.repeat_interleave(torch.arange(len(shards)), torch.tensor([s.num_rows for s in shards]))
-    gid, G = run.rows["group_id"].long(), run.groups.size.numel()
-    lo = torch.full((G,), len(shards), dtype=torch.long).scatter_reduce(0, gid, file_of, "amin")
-    hi = torch.full((G,), -1, dtype=torch.long).scatter_reduce(0, gid, file_of, "amax")
+    file_of = np.repeat(np.arange(len(shards), dtype=np.int64), [s.num_rows for s in shards])
+    gid, G = X.int64(run.rows["group_id"]), run.groups.size.size
+    lo, hi = X.scatter_min(G, gid, file_of, len(shards)), X.scatter_max(G, gid, file_of, -1)
     spread = hi > lo
-    rows = torch.nonzero(spread[gid]).flatten()
-    warn.add("uid_spans_files", rows.numel(), rows, groups=int(spread.sum()), members=rows.numel())
+    rows = np.flatnonzero(spread[gid])
+    warn.add("uid_spans_files", rows.size, rows, groups=int(spread.sum()), members=rows.size)
 
 
 def _row_warnings(run: Finished, warn: WarningBuilder) -> None:
@@ -171,7 +171,7 @@ def _row_warnings(run: Finished, warn: WarningBuilder) -> None:
     if run.plan.fold:
         uids = {g: uid for (_, uid), g in run.labels.groups.items()}
         warn.add_rows("session_key_collision",
-                      torch.isin(rows["session"], torch.from_numpy(run.labels.colliding_sessions())),
+                      np.isin(rows["session"], run.labels.colliding_sessions()),
                       collisions=run.labels.session_key_collisions(run.labels.sessions), uids=uids)
     # rejected: by this run's rollout rejection, or already in the input (response_mask below its loss_mask)
     rejected = rows["actor"] - rows["used"]
@@ -187,13 +187,13 @@ def _conditioning_warnings(run: Finished, warn: WarningBuilder) -> None:
     shifts = {} if centred_only else {b: _ulp_shift(w) for b, w in enumerate(run.whitening)}  # one entry per batch
     ill = {b: shift for b, shift in shifts.items() if shift >= ILL_CONDITIONED_SHIFT}
     if ill:
-        first = [int(torch.nonzero(rows["batch_id"] == b)[0]) for b in ill]
+        first = [int(np.flatnonzero(rows["batch_id"] == b)[0]) for b in ill]
         worst = max(ill.values())
         warn.add("whitening_ill_conditioned", len(first), sorted(first), batches=len(first), worst=worst)
     worst, ill_groups = run.baseline_ill_conditioned
-    if ill_groups.numel():
-        first = torch.sort(first_rows(rows["group_id"], run.labels.group_count)[ill_groups]).values
-        warn.add("baseline_ill_conditioned", ill_groups.numel(), first, groups=ill_groups.numel(), worst=worst)
+    if ill_groups.size:
+        first = np.sort(first_rows(rows["group_id"], run.labels.group_count)[ill_groups])
+        warn.add("baseline_ill_conditioned", ill_groups.size, first, groups=ill_groups.size, worst=worst)
 
 
 def _verdict(run: Finished) -> tuple[Verdict, tuple, Optional[Gradient]]:
@@ -206,21 +206,21 @@ def _verdict(run: Finished) -> tuple[Verdict, tuple, Optional[Gradient]]:
     paths = list(run.source.paths)
     if len(labels.batches) > 1:  # steps: the batches in key order, else the files
         rank, step_names = labels.step_ranks()
-        step = rank[rows["batch_id"].numpy()]
+        step = rank[rows["batch_id"]]
     elif len(paths) > 1:
         step_names = paths
         step = np.repeat(np.arange(len(paths)), run.source.file_rows)
     else:
         step_names, step = [], None
     judged = RowsToJudge(
-        actor=rows["actor"].numpy(), used=rows["used"].numpy(), zero=rows["adv_zero"].numpy(),
-        group=rows["group_id"].numpy() if has_groups else None, reward=rows["reward_total"].double().numpy(),
-        all_equal=run.flags["all_equal_group"].numpy() if has_groups else None,
-        score_equal=group_flags(rows["score_total"], rows["group_id"], run.groups.size)["all_equal_group"].numpy()
+        actor=rows["actor"], used=rows["used"], zero=rows["adv_zero"],
+        group=rows["group_id"] if has_groups else None, reward=X.float64(rows["reward_total"]),
+        all_equal=run.flags["all_equal_group"] if has_groups else None,
+        score_equal=group_flags(rows["score_total"], rows["group_id"], run.groups.size)["all_equal_group"]
         if has_groups and not cfg.reward_components else None,
         dataset_row=np.arange(run.source.num_rows), step=step,
-        kl=rows["kl_row"].double().numpy() if cfg.kl_in_reward else None,
-        mass=rows["w_abs"].numpy() if run.weighing is not None else None)
+        kl=X.float64(rows["kl_row"]) if cfg.kl_in_reward else None,
+        mass=rows["w_abs"] if run.weighing is not None else None)
     agg = cfg.aggregation
     ctx = Context(estimator=cfg.estimator, uses_groups=est.groups, singleton_rule=est.singleton,
                   row_command=lambda r: example_command(paths, cfg, row=r),
@@ -230,13 +230,13 @@ def _verdict(run: Finished) -> tuple[Verdict, tuple, Optional[Gradient]]:
                   thresholds=cfg.levels, weighing=f"{agg.trainer} {cfg.loss_agg_mode}" if cfg.loss_agg_mode else None)
     grad = _gradient(run, judged, ctx, uid_of) if run.weighing is not None else None
     file_index, file_row = run.source.row_origins()
-    padding = rows["padding"].numpy() if "padding" in rows else 0
-    facts = RowFacts(score_total=rows["score_total"].double().numpy(),
-                     observation=rows["length"].numpy() - rows["actor"].numpy() - padding,
+    padding = rows["padding"] if "padding" in rows else 0
+    facts = RowFacts(score_total=X.float64(rows["score_total"]),
+                     observation=rows["length"] - rows["actor"] - padding,
                      file_index=file_index, file_row=file_row, paths=paths,
                      uids=[uid_of[g] for g in range(len(uid_of))] if has_groups else None,
-                     adv_sum=rows["adv_sum"].numpy(), adv_count=rows["adv_count"].numpy(),
-                     adv_min=rows["adv_min"].numpy(), adv_max=rows["adv_max"].numpy(),
+                     adv_sum=rows["adv_sum"], adv_count=rows["adv_count"],
+                     adv_min=rows["adv_min"], adv_max=rows["adv_max"],
                      batch=(labels.batch_key, labels.batch_values()) if labels.batch_key is not None else None)
     groups, row_table = verdict_tables(judged, ctx, facts)
     if run.weighing is not None:
@@ -252,8 +252,8 @@ def _weight_columns(table: pa.Table, run: Finished) -> pa.Table:
                                        names=list(w.terms)) if w.terms else pa.nulls(table.num_rows, pa.struct([]))
     added = {"mini_batch": pa.array(w.split.mini), "micro_batch": pa.array(w.split.micro),
              "weight_scale": pa.array(w.scale.astype(np.float64)), "weight_terms": terms,
-             "weight_mass": pa.array(rows["w_abs"].numpy()),
-             "weight_net": pa.array((rows["w_pos"] + rows["w_neg"]).numpy())}
+             "weight_mass": pa.array(rows["w_abs"]),
+             "weight_net": pa.array(rows["w_pos"] + rows["w_neg"])}
     for name, values in added.items():
         table = table.append_column(name, values)
     return table
@@ -264,18 +264,18 @@ def _gradient(run: Finished, judged: RowsToJudge, ctx: Context, uid_of: dict) ->
     and the weighing; the truncated rows from the truncated column, else (overlong shaping on) the rows at least
     --max-resp-len long."""
     rows, cfg, w = run.rows, run.plan.cfg, run.weighing
-    width = (rows["length"] - rows["padding"]).numpy()
+    width = rows["length"] - rows["padding"]
     truncated, source = None, ""
     if "truncated" in rows:
-        truncated, source = rows["truncated"].numpy(), "the truncated column"
+        truncated, source = rows["truncated"], "the truncated column"
     elif cfg.overlong_buffer_len is not None and cfg.max_resp_len is not None:
         truncated, source = width >= cfg.max_resp_len, f"rows of at least --max-resp-len {cfg.max_resp_len} positions"
     has_groups = run.plan.grouped
     weighed = WeighedRows(
-        mass=rows["w_abs"].numpy(), positive=rows["w_pos"].numpy(), negative=rows["w_neg"].numpy(),
-        tokens=rows["used"].numpy(), scale=w.scale, cause=label(judged, ctx).row_cause,
-        turn_mass=rows["w_turn"].numpy(), turn_tokens=rows["t_turn"].numpy(),
-        group=rows["group_id"].numpy() if has_groups else None,
+        mass=rows["w_abs"], positive=rows["w_pos"], negative=rows["w_neg"],
+        tokens=rows["used"], scale=w.scale, cause=label(judged, ctx).row_cause,
+        turn_mass=rows["w_turn"], turn_tokens=rows["t_turn"],
+        group=rows["group_id"] if has_groups else None,
         group_names=[uid_of[g] for g in range(len(uid_of))] if has_groups else None,
         truncated=truncated, truncated_source=source)
     agg = cfg.aggregation
@@ -313,7 +313,7 @@ def _overlong_report(run: Finished) -> Optional[dict]:
     penalty = run.rows["overlong_penalty"]
     hit = penalty < 0
     return {"rows_penalised": int(hit.sum()),
-            "mean_penalty_of_penalised": float(penalty[hit].double().mean()) if bool(hit.any()) else 0.0,
+            "mean_penalty_of_penalised": float(np.mean(X.float64(penalty[hit]))) if bool(hit.any()) else 0.0,
             "min_penalty": float(penalty.min())}
 
 
@@ -327,16 +327,16 @@ def _tool_rewards_report(run: Finished, warn: WarningBuilder) -> Optional[dict]:
     called = calls > 0
     coef = run.plan.cfg.tool_reward_coef
     out = {"added": coef is not None, "coef": coef, "rows_with_calls": int(called.sum()), "calls": int(calls.sum()),
-           "sum_per_row": row_stats(sums[called].numpy()).model_dump()}
+           "sum_per_row": row_stats(sums[called]).model_dump()}
     groups = run.groups
     if groups is not None and CHECKS["tool_rewards_not_in_score"].applies(run.plan.est):
         gid, size = rows["group_id"], groups.size
         differ = run.flags["all_equal_group"] & ~group_flags(sums, gid, size)["all_equal_group"]
         out["all_equal_groups_with_differing_tool_rewards"] = int(differ.sum())
         if coef is None:
-            hit = torch.nonzero(differ).flatten()
-            warn.add("tool_rewards_not_in_score", hit.numel(), torch.sort(first_rows(gid, size.numel())[hit]).values,
-                     groups=hit.numel(), basis=_basis(run))
+            hit = np.flatnonzero(differ)
+            warn.add("tool_rewards_not_in_score", hit.size, np.sort(first_rows(gid, size.size)[hit]),
+                     groups=hit.size, basis=_basis(run))
     return out
 
 
@@ -344,7 +344,7 @@ def _sessions_report(run: Finished) -> Optional[dict]:
     rows = run.source.num_rows
     if run.plan.steps:
         conv = run.plan.cfg.conv
-        return {"folded": True, "trajectories": torch.unique(run.fold_source).numel(), "rows": rows,
+        return {"folded": True, "trajectories": np.unique(run.fold_source).size, "rows": rows,
                 "note": f"{conv.trainer}'s step-wise trajectories ({run.plan.steps}): only each trajectory's last "
                         "step enters the group statistics; every step gets that step's advantage"}
     if not run.has_sessions:
@@ -354,7 +354,7 @@ def _sessions_report(run: Finished) -> Optional[dict]:
         return {"folded": False, "rows": rows,
                 "note": f"{run.plan.cfg.estimator} counts every output row as a group member (verl folds sessions "
                         f"for {', '.join(folders)} only)"}
-    final = torch.unique(run.fold_source).numel()
+    final = np.unique(run.fold_source).size
     return {"folded": True, "sessions": final, "rows": rows,
             "note": f"{run.plan.cfg.estimator}: only each session's final output enters the group statistics; every "
                     "output of the session gets that output's advantage"}
@@ -376,22 +376,23 @@ def _groups_report(run: Finished, warn: WarningBuilder) -> Groups:
     if groups is None:
         return Groups(count=0, sizes={}, singletons=0, all_equal=0, batches=n_batches, formed_by="none")
     gid, size, flags = rows["group_id"], groups.size, run.flags
-    first_row = first_rows(gid, size.numel())
-    group_batch = torch.zeros(size.numel(), dtype=torch.long).scatter_(0, gid, rows["batch_id"])
+    first_row = first_rows(gid, size.size)
+    group_batch = np.zeros(size.size, dtype=np.int64)
+    group_batch[gid] = rows["batch_id"]
     if CHECKS["all_equal_group"].applies(est):  # an estimator without groups computes the same whatever the groups
-        single = torch.nonzero(flags["singleton_group"]).flatten()
-        warn.add("singleton_group", single.numel(), torch.sort(first_row[single]).values, groups=single.numel(), est=est)
+        single = np.flatnonzero(flags["singleton_group"])
+        warn.add("singleton_group", single.size, np.sort(first_row[single]), groups=single.size, est=est)
         _all_equal_warning(run, first_row, warn)
         _size_mismatch(size, group_batch, first_row, n_batches, warn)
     merges, merged_rows = run.uid_merges
     if merges:
         warn.add("uid_merge_grpo_vectorized", len(merges), merged_rows, merges=merges)
     mixed = run.mixed_blocks
-    if mixed is not None and mixed.numel():
-        warn.add("block_mixes_uids", mixed.numel(), mixed, n=mixed.numel(), trainer=cfg.conv.trainer)
-    hist = torch.bincount(size)
+    if mixed is not None and mixed.size:
+        warn.add("block_mixes_uids", mixed.size, mixed, n=mixed.size, trainer=cfg.conv.trainer)
+    hist = np.bincount(size)
     return Groups(
-        count=size.numel(), sizes={str(k): int(v) for k, v in enumerate(hist.tolist()) if v},
+        count=size.size, sizes={str(k): int(v) for k, v in enumerate(hist.tolist()) if v},
         singletons=int((size == 1).sum()), all_equal=int(flags["all_equal_group"].sum()), batches=n_batches,
         formed_by=f"blocks of {run.group_size} rows" if run.group_size else run.plan.group_key,
     )
@@ -405,45 +406,46 @@ def _basis(run: Finished) -> str:
         return "components"
     if cfg.kl_in_reward:
         return "kl_shaped"
-    return "score" if torch.equal(rows["reward_total"], rows["score_total"]) else "shaped"
+    return "score" if np.array_equal(rows["reward_total"], rows["score_total"]) else "shaped"
 
 
-def _all_equal_warning(run: Finished, first_row: Tensor, warn: WarningBuilder) -> None:
+def _all_equal_warning(run: Finished, first_row: np.ndarray, warn: WarningBuilder) -> None:
     """``all_equal_group``, with the groups tied before shaping and the shares of the groups of 2+ rows that are
     all 0 and all at the batch's largest total R."""
     rows, size, tied = run.rows, run.groups.size, run.flags["all_equal_group"]
-    gid, reward = rows["group_id"], rows["reward_total"].double()
-    hit = torch.nonzero(tied).flatten()
-    lo, _ = group_min_max(reward, gid, size.numel())
-    top = float(reward.max()) if hit.numel() else 0.0
+    gid, reward = rows["group_id"], X.float64(rows["reward_total"])
+    hit = np.flatnonzero(tied)
+    lo, _ = group_min_max(reward, gid, size.size)
+    top = float(reward.max()) if hit.size else 0.0
     basis = _basis(run)
     before = (int(group_flags(rows["score_total"], gid, size)["all_equal_group"].sum())
               if basis in ("kl_shaped", "shaped") else None)
-    warn.add("all_equal_group", hit.numel(), torch.sort(first_row[hit]).values, groups=hit.numel(), basis=basis,
+    warn.add("all_equal_group", hit.size, np.sort(first_row[hit]), groups=hit.size, basis=basis,
              before_shaping=before, multi=int((size > 1).sum()), all_zero=int((tied & (lo == 0)).sum()),
              all_top=int((tied & (lo == top) & (top > 0)).sum()))
 
 
-def _size_mismatch(size: Tensor, group_batch: Tensor, first_row: Tensor, n_batches: int, warn: WarningBuilder) -> None:
+def _size_mismatch(size: np.ndarray, group_batch: np.ndarray, first_row: np.ndarray, n_batches: int,
+                   warn: WarningBuilder) -> None:
     """``group_size_mismatch``: batches whose groups differ in size; its rows are the first rows of the groups off
     their batch's most common size (ties: the larger), as ``rladv inspect`` points at them."""
     off_groups, references, batches = [], set(), 0
     for b in range(n_batches):
-        in_batch = torch.nonzero(group_batch == b).flatten()
-        sizes, counts = torch.unique(size[in_batch], return_counts=True)
-        if not sizes.numel():
+        in_batch = np.flatnonzero(group_batch == b)
+        sizes, counts = np.unique(size[in_batch], return_counts=True)
+        if not sizes.size:
             continue
         modal = sizes[counts == counts.max()].max()
         references.add(int(modal))
-        if sizes.numel() < 2:
+        if sizes.size < 2:
             continue
         batches += 1
         off_groups.append(in_batch[size[in_batch] != modal])
     if batches:
-        off = torch.cat(off_groups)
+        off = np.concatenate(off_groups)
         common = next(iter(references)) if len(references) == 1 else None
-        warn.add("group_size_mismatch", batches, torch.sort(first_row[off]).values, off=off.numel(),
-                 groups=size.numel(), batches=batches, size=group_size_words(common, "rows", None),
+        warn.add("group_size_mismatch", batches, np.sort(first_row[off]), off=off.size,
+                 groups=size.size, batches=batches, size=group_size_words(common, "rows", None),
                  sizes=Counter(size.tolist()), unit="rows", expected=False)
 
 
@@ -458,8 +460,8 @@ def _kl_report(run: Finished, warn: WarningBuilder) -> KL:
     for b in labels.batch_order():
         sel = batch_of_row == b
         coef = cfg.kl_coef if beta is None else float(beta[b])
-        batches.append(KLBatch(batch=labels.batch_name(b), rows=int(sel.sum()), kl=float(kl_row[sel].mean()), coef=coef))
-    return KL(enabled=True, penalty=cfg.kl_penalty, ctrl=cfg.kl_ctrl, mean=float(kl_row.mean()), coef=cfg.kl_coef,
+        batches.append(KLBatch(batch=labels.batch_name(b), rows=int(sel.sum()), kl=float(torch_mean(kl_row[sel])), coef=coef))
+    return KL(enabled=True, penalty=cfg.kl_penalty, ctrl=cfg.kl_ctrl, mean=float(torch_mean(kl_row)), coef=cfg.kl_coef,
               batches=batches)
 
 

@@ -1,8 +1,9 @@
 """The catalogue of checks (docs/debugging.md): every code that ``rladv compute``'s report warns with or
 ``rladv inspect``'s checklist lists, declared once with its step of the debugging order, a one-line title, the
-function that words its message from the figures each command computes (torch in compute, numpy in inspect),
-its pass line, the estimators it can affect (by the registry's declarations) and its severity; and the verdict's
-measures with their levels (``MEASURES``). Both commands take a code's text from here, so a code has one wording.
+function that words its message from the figures each command computes (the array namespace in compute, numpy
+in inspect), its pass line, the estimators it can affect (by the registry's declarations) and its severity; and
+the verdict's measures with their levels (``MEASURES``). Both commands take a code's text from here, so a code
+has one wording.
 
 ``python -m rladv_cli.report.checks docs/debugging.md`` rewrites the doc's tables of checks and of levels
 (between their marker comments) from this catalogue; a test fails when they drift apart.

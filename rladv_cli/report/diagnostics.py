@@ -6,11 +6,11 @@ from collections import defaultdict
 from typing import Callable, Optional
 
 import numpy as np
-import torch
-from torch import Tensor
 
 from ..tensors import kernels
+from ..tensors import xp as X
 from ..tensors.batch import Batch
+from ..tensors.xp import Array
 from .checks import CHECKS
 from .distributions import Sketch, histogram
 from .model import AdvantageSplits, Distributions, ReportWarning, ReturnsVsValues, SignSplit, SplitPart, Stats
@@ -19,35 +19,36 @@ FIRST_ROWS = 5
 
 
 class RowTable:
-    """Per-row values of the whole dataset, appended chunk by chunk in dataset row order; kept on the CPU. The
-    facts inspect computes too go by their names in ``report.facts.ROW_FACTS``."""
+    """Per-row values of the whole dataset, appended chunk by chunk in dataset row order; kept on the CPU as
+    numpy arrays whatever the arrays given (docs/arrays.md). The facts inspect computes too go by their names in
+    ``report.facts.ROW_FACTS``."""
 
     def __init__(self) -> None:
-        self._parts: dict[str, list[Tensor]] = defaultdict(list)
-        self._whole: dict[str, Tensor] = {}
+        self._parts: dict[str, list[np.ndarray]] = defaultdict(list)
+        self._whole: dict[str, np.ndarray] = {}
 
-    def add(self, **columns: Tensor) -> None:
+    def add(self, **columns: Array) -> None:
         for name, values in columns.items():
-            self._parts[name].append(values.detach().cpu())
+            self._parts[name].append(X.to_numpy(values))
             self._whole.pop(name, None)
 
-    def replace(self, name: str, values: Tensor) -> None:
+    def replace(self, name: str, values: Array) -> None:
         """Put ``values`` (every row) in place of the column ``name``."""
-        self._parts[name] = [values.detach().cpu()]
+        self._parts[name] = [X.to_numpy(values)]
         self._whole.pop(name, None)
 
     def __contains__(self, name: str) -> bool:
         return name in self._parts
 
-    def columns(self) -> dict[str, Tensor]:
+    def columns(self) -> dict[str, np.ndarray]:
         """Every column, whole."""
         return {name: self[name] for name in self._parts}
 
-    def __getitem__(self, name: str) -> Tensor:
+    def __getitem__(self, name: str) -> np.ndarray:
         if name not in self._parts:
             raise KeyError(name)
         if name not in self._whole:
-            self._whole[name] = torch.cat(self._parts[name])
+            self._whole[name] = np.concatenate(self._parts[name])
         return self._whole[name]
 
 
@@ -65,25 +66,24 @@ def token_stats(rows: RowTable, prefix: str) -> Stats:
     )
 
 
-def group_min_max(x: Tensor, group: Tensor, n_groups: int) -> tuple[Tensor, Tensor]:
+def group_min_max(x: Array, group: Array, n_groups: int) -> tuple[Array, Array]:
     """Each group's smallest and largest ``x``, ``(G,)`` each, in ``x``'s dtype (inf and -inf for a group without
-    rows), given each row's ``group (B,)``."""
-    lo = torch.full((n_groups,), math.inf, dtype=x.dtype).scatter_reduce(0, group, x, "amin")
-    hi = torch.full((n_groups,), -math.inf, dtype=x.dtype).scatter_reduce(0, group, x, "amax")
-    return lo, hi
+    rows), given each row's ``group (B,) int64``."""
+    with np.errstate(invalid="ignore"):  # a NaN is its group's min and max, without numpy's warning
+        return X.scatter_min(n_groups, group, x, math.inf), X.scatter_max(n_groups, group, x, -math.inf)
 
 
-def group_flags(reward_total: Tensor, group_index: Tensor, size: Tensor) -> dict[str, Tensor]:
+def group_flags(reward_total: Array, group_index: Array, size: Array) -> dict[str, Array]:
     """Per-group booleans ``(G,)``: ``singleton_group`` (one row) and ``all_equal_group`` (2+ rows, equal ``R``)."""
-    lo, hi = group_min_max(reward_total, group_index, size.numel())
+    lo, hi = group_min_max(reward_total, group_index, X.numel(size))
     return {"singleton_group": size == 1, "all_equal_group": (size > 1) & (hi == lo)}
 
 
-def first_rows(group_id: Tensor, n_groups: int) -> Tensor:
-    """The first row of each of ``n_groups`` groups ``(G,)`` given each row's ``group_id (B,)``; ``B`` for a
+def first_rows(group_id: Array, n_groups: int) -> Array:
+    """The first row of each of ``n_groups`` groups ``(G,) int64`` given each row's ``group_id (B,)``; ``B`` for a
     group without rows."""
-    return torch.full((n_groups,), group_id.numel(), dtype=torch.long).scatter_reduce(
-        0, group_id, torch.arange(group_id.numel()), "amin")
+    xp, rows = X.namespace(group_id), X.numel(group_id)
+    return X.scatter_min(n_groups, group_id, xp.arange(rows, dtype=xp.int64, device=X.dev(group_id)), rows)
 
 
 class WarningBuilder:
@@ -94,10 +94,11 @@ class WarningBuilder:
         self._locate = locate
         self.items: list[ReportWarning] = []
 
-    def add(self, code: str, count: int, rows: Tensor | list[int], /, **figures) -> None:
+    def add(self, code: str, count: int, rows: Array | list[int], /, **figures) -> None:
         if count <= 0:
             return
-        first = [int(r) for r in (rows[:FIRST_ROWS] if isinstance(rows, list) else rows[:FIRST_ROWS].tolist())]
+        head = rows[:FIRST_ROWS]
+        first = [int(r) for r in (head if isinstance(head, list) else X.to_numpy(head).tolist())]
         where = [self._locate(r) for r in first]
         self.items.append(
             ReportWarning(
@@ -106,10 +107,10 @@ class WarningBuilder:
             )
         )
 
-    def add_rows(self, code: str, flags: Tensor, /, **figures) -> None:
+    def add_rows(self, code: str, flags: Array, /, **figures) -> None:
         """A warning over rows: ``flags (B_total,) bool``; count (its figure ``n``) = flagged rows."""
-        rows = torch.nonzero(flags).flatten()
-        self.add(code, rows.numel(), rows, n=rows.numel(), **figures)
+        rows = X.flatnonzero(flags)
+        self.add(code, X.numel(rows), rows, n=X.numel(rows), **figures)
 
 
 OUTCOME_BASES = {
@@ -119,20 +120,20 @@ OUTCOME_BASES = {
 LENGTH_LABELS = 64  # a row's sketch label is outcome * LENGTH_LABELS + floor(log2(valid tokens))
 
 
-def row_outcomes(total: Tensor, group_id: Optional[Tensor] = None,
-                 flags: Optional[dict[str, Tensor]] = None) -> tuple[str, Tensor]:
+def row_outcomes(total: Array, group_id: Optional[Array] = None,
+                 flags: Optional[dict[str, Array]] = None) -> tuple[str, Array]:
     """Each row's part of ``OUTCOME_BASES[basis]`` as ``(basis, (B,) int64)``: with groups (``group_id (B,)``
     and the groups' ``flags``, ``group_flags``), the row's ``total (B,)`` against its group's float64 mean, or
     the group's flag; without, the sign of ``total``."""
-    r = total.double()
+    xp, r = X.namespace(total), X.float64(total)
     if group_id is None:
-        return "reward sign", torch.where(r > 0, 0, torch.where(r == 0, 1, 2))
-    n_groups = flags["singleton_group"].numel()
-    members = torch.bincount(group_id, minlength=n_groups).double()
-    mean = (torch.bincount(group_id, weights=r, minlength=n_groups) / members.clamp_min(1))[group_id]
-    part = torch.where(r > mean, 0, torch.where(r == mean, 1, 2))
-    part = torch.where(flags["all_equal_group"][group_id], 3, part)
-    return "group", torch.where(flags["singleton_group"][group_id], 4, part)
+        return "reward sign", xp.where(r > 0, 0, xp.where(r == 0, 1, 2))
+    n_groups = X.numel(flags["singleton_group"])
+    members = X.float64(X.bincount(group_id, n_groups))
+    mean = (X.bincount(group_id, n_groups, weights=r) / xp.clip(members, min=1.0))[group_id]
+    part = xp.where(r > mean, 0, xp.where(r == mean, 1, 2))
+    part = xp.where(flags["all_equal_group"][group_id], 3, part)
+    return "group", xp.where(flags["singleton_group"][group_id], 4, part)
 
 
 class TokenSketches:
@@ -145,24 +146,25 @@ class TokenSketches:
         self.pairs = Sketch(paired=True) if with_values else None
         self.returns_are_advantages = True
 
-    def add(self, b: Batch, advantages: Tensor, returns: Tensor, valid: Tensor, outcome: Tensor,
-            count: Tensor) -> dict[str, Tensor]:
+    def add(self, b: Batch, advantages: Array, returns: Array, valid: Array, outcome: Array,
+            count: Array) -> dict[str, Array]:
         """One chunk: ``advantages``, ``returns``, ``valid`` ``(N,)`` over the chunk's tokens, each row's
         outcome part ``outcome (B,)`` (``row_outcomes``) and valid-token ``count (B,)``. ``returns`` may be
-        ``advantages`` itself (the same tensor in every chunk of an estimator whose returns are its advantages):
+        ``advantages`` itself (the same array in every chunk of an estimator whose returns are its advantages):
         then only the advantages count. Returns the per-row columns ``(B,)`` the report's splits use:
-        ``length_bucket`` and, with values, the moments ``resid_count, resid_sum, resid_m2`` of ``returns - values``."""
-        length = torch.from_numpy(np.frexp(count.cpu().numpy())[1].astype(np.int64) - 1).clamp_min(0)
-        off, keep, a = b.row_offsets.cpu().numpy(), valid.cpu().numpy(), advantages.cpu().numpy()
-        self.advantages.add_rows(a, keep, off, label=(outcome.cpu() * LENGTH_LABELS + length).numpy())
-        r = a if returns is advantages else returns.cpu().numpy()
-        if returns is not advantages:  # one tensor (the estimator's returns are its advantages): nothing to add
+        ``length_bucket`` and, with values, the moments ``resid_count, resid_sum, resid_m2`` of ``returns - values``,
+        as the kind of array given. The sketches count on the host, in numpy."""
+        length = np.maximum(np.frexp(X.to_numpy(count))[1].astype(np.int64) - 1, 0)
+        off, keep, a = X.to_numpy(b.row_offsets), X.to_numpy(valid), X.to_numpy(advantages)
+        self.advantages.add_rows(a, keep, off, label=X.to_numpy(outcome) * LENGTH_LABELS + length)
+        r = a if returns is advantages else X.to_numpy(returns)
+        if returns is not advantages:  # one array (the estimator's returns are its advantages): nothing to add
             self.returns.add_rows(r, keep, off)
             # both are 0 off the valid tokens, so whole arrays compare as the valid tokens do
             self.returns_are_advantages &= bool(np.array_equal(r, a))
-        cols = dict(length_bucket=length)
+        cols = dict(length_bucket=X.like(length, count))
         if self.pairs is not None:
-            self.pairs.add_rows(r, keep, off, y=b.values.cpu().numpy())
+            self.pairs.add_rows(r, keep, off, y=X.to_numpy(b.values))
             resid = kernels.row_summary(returns - b.values, valid, b.row_offsets)
             cols.update({f"resid_{k}": resid[k] for k in ("count", "sum", "m2")})
         return cols
@@ -176,12 +178,13 @@ class TokenSketches:
         self.returns_are_advantages &= other.returns_are_advantages
 
 
-def _sum(x: Tensor) -> float:
+def _sum(x: Array) -> float:
     """Exact sum of a per-row array (independent of order and chunking)."""
-    return math.fsum(x.double().tolist())
+    return math.fsum(X.to_numpy(x).astype(np.float64).tolist())
 
 
-def _parts(rows: RowTable, sketches: TokenSketches, edges: np.ndarray, names, member: Tensor, label_of) -> list[SplitPart]:
+def _parts(rows: RowTable, sketches: TokenSketches, edges: np.ndarray, names, member: np.ndarray,
+           label_of) -> list[SplitPart]:
     """One ``SplitPart`` per name: rows where ``member == i``, tokens whose label satisfies ``label_of(labels, i)``."""
     parts = []
     for i, name in enumerate(names):
@@ -204,7 +207,7 @@ def advantage_splits(rows: RowTable, sketches: TokenSketches, basis: str, edges:
     s = rows
     count, total = rows["adv_count"], rows["adv_sum"]
     has = count > 0
-    length = torch.where(has, s["length_bucket"], -1)
+    length = np.where(has, s["length_bucket"], -1)
     lengths = [f"{2 ** k:,}-{2 ** (k + 1) - 1:,} tokens" for k in range(int(length.max()) + 1)]
     return AdvantageSplits(
         outcome=basis,
@@ -232,20 +235,21 @@ def returns_vs_values(rows: RowTable, sketches: TokenSketches) -> Optional[Retur
                            mean_return=means, explained_variance=1.0 - m2_resid / m2_ret if m2_ret > 0 else None)
 
 
-def distributions(rows: RowTable, sketches: TokenSketches, basis: str, group_id: Optional[Tensor]) -> Distributions:
+def distributions(rows: RowTable, sketches: TokenSketches, basis: str, group_id: Optional[Array]) -> Distributions:
     """The report's ``distributions`` from the pipeline's per-row table and the write pass's sketches; ``basis``
     names the outcome split of ``rows["outcome"]``."""
-    reward, score = rows["reward_total"].double().numpy(), rows["score_total"].double().numpy()
+    reward, score = rows["reward_total"].astype(np.float64), rows["score_total"].astype(np.float64)
     spread = None
     if group_id is not None:
-        n = int(group_id.max()) + 1 if group_id.numel() else 0
-        members = torch.bincount(group_id, minlength=n)
-        lo, hi = group_min_max(rows["reward_total"].double(), group_id, n)
-        spread = histogram((hi - lo)[members > 1].numpy())
+        group_id = X.to_numpy(group_id)
+        n = int(group_id.max()) + 1 if group_id.size else 0
+        members = np.bincount(group_id, minlength=n)
+        lo, hi = group_min_max(reward, group_id, n)
+        spread = histogram((hi - lo)[members > 1])
     adv = sketches.advantages
     edges = adv.edges()
     return Distributions(
-        actor_tokens=histogram(rows["actor"].numpy(), integer=True),
+        actor_tokens=histogram(rows["actor"], integer=True),
         score_total=None if np.array_equal(score, reward) else histogram(score),
         reward_total=histogram(reward),
         group_spread=spread,

@@ -1,4 +1,5 @@
-"""The per-row facts both commands compute, declared once: ``rladv compute`` keeps them in torch
+"""The per-row facts both commands compute, declared once: ``rladv compute`` computes them in the array
+namespace (numpy on the CPU, torch on CUDA; docs/arrays.md) and keeps them in numpy
 (``report.diagnostics.RowTable``), ``rladv inspect`` in numpy (``diagnose.scan.RowScalars``), under these names
 and with these meanings, so a check reads the same fact by the same name in either (docs/debugging.md). Each
 command keeps its own arithmetic; a test runs both on one file and compares them."""

@@ -13,6 +13,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..tensors import xp as X
+from ..tensors.xp import Array
 from .verdict import CAUSES, THRESHOLDS, Thresholds, VerdictHazard, level_for, pct
 
 TURNS = 8  # turns (spans of actor tokens) counted one by one; the later ones share the last bucket
@@ -24,36 +26,36 @@ MIN_ROWS = 20  # mass_concentration is not judged on fewer rows with mass
 TRUNCATED_OVER = 2.0  # truncated_negative_mass counts only when their negative share is this many times their tokens'
 
 
-def weight_rows(weights, b) -> dict:
-    """Per row of one chunk (torch): ``w_abs``, ``w_pos``, ``w_neg`` (the sum of the negative weights, <= 0), float64
-    ``(B,)``, and per turn ``w_turn`` (mass) and ``t_turn`` (tokens after rejection) ``(B, TURNS)``; a turn is a span
-    of actor tokens of the mask before rejection, and turns past ``TURNS`` fall in the last column. Weights and
-    the mask are 0 off that mask, so segments from each span's start (or row start) to the next sum them per
-    span in one pass; the spans, few, are then placed in their rows."""
-    import torch
-
+def weight_rows(weights: Array, b) -> dict:
+    """Per row of one chunk (``weights (N,)`` and the ``Batch``'s arrays): ``w_abs``, ``w_pos``, ``w_neg`` (the sum
+    of the negative weights, <= 0), float64 ``(B,)``, and per turn ``w_turn`` (mass) and ``t_turn`` (tokens after
+    rejection) ``(B, TURNS)``; a turn is a span of actor tokens of the mask before rejection, and turns past
+    ``TURNS`` fall in the last column. Weights and the mask are 0 off that mask, so segments from each span's
+    start (or row start) to the next sum them per span in one pass; the spans, few, are then placed in their
+    rows."""
     from ..tensors import kernels
 
-    off, a = b.row_offsets, weights.abs()
+    xp = X.namespace(weights)
+    off, a = b.row_offsets, xp.abs(weights)
     mass, net = kernels.segment_sum(a, off), kernels.segment_sum(weights, off)
     out = {"w_abs": mass, "w_pos": (mass + net) / 2, "w_neg": (net - mass) / 2}
-    rows = off.numel() - 1
+    rows = X.numel(off) - 1
     m0 = b.original_mask > 0
-    start = m0.clone()
+    start = xp.asarray(m0, copy=True)
     start[1:] &= ~m0[:-1]
-    start[off[:-1][kernels.row_lengths(off) > 0]] = m0[off[:-1][kernels.row_lengths(off) > 0]]
-    starts = torch.nonzero(start).flatten()
-    bounds = torch.cat([torch.unique(torch.cat([off[:-1], starts])), off[-1:]])
-    is_span = torch.zeros(bounds.numel() - 1, dtype=torch.bool, device=off.device)
-    is_span[torch.searchsorted(bounds[:-1], starts)] = True
+    first = off[:-1][kernels.row_lengths(off) > 0]
+    start[first] = m0[first]
+    starts = X.flatnonzero(start)
+    bounds = xp.concat([X.unique(xp.concat([off[:-1], starts])), off[-1:]])
+    is_span = xp.zeros(X.numel(bounds) - 1, dtype=xp.bool, device=X.dev(off))
+    is_span[xp.searchsorted(bounds[:-1], starts)] = True
     segment_mass = kernels.segment_sum(a, bounds)[is_span]
-    segment_tokens = kernels.segment_sum(b.response_mask.float(), bounds)[is_span]
-    row = torch.searchsorted(off, starts, right=True) - 1
-    rank = torch.arange(starts.numel(), device=off.device) - torch.searchsorted(starts, off[:-1])[row]
-    slot = row * TURNS + rank.clamp_(max=TURNS - 1)
-    zeros = lambda: torch.zeros(rows * TURNS, dtype=torch.float64, device=weights.device)  # noqa: E731
-    out["w_turn"] = zeros().index_add_(0, slot, segment_mass).view(rows, TURNS)
-    out["t_turn"] = zeros().index_add_(0, slot, segment_tokens).view(rows, TURNS)
+    segment_tokens = kernels.segment_sum(X.float32(b.response_mask), bounds)[is_span]
+    row = xp.searchsorted(off, starts, side="right") - 1
+    rank = xp.arange(X.numel(starts), dtype=xp.int64, device=X.dev(off)) - xp.searchsorted(starts, off[:-1])[row]
+    slot = row * TURNS + xp.clip(rank, max=TURNS - 1)
+    out["w_turn"] = xp.reshape(X.index_add(rows * TURNS, slot, segment_mass), (rows, TURNS))
+    out["t_turn"] = xp.reshape(X.index_add(rows * TURNS, slot, segment_tokens), (rows, TURNS))
     return out
 
 

@@ -135,7 +135,7 @@ class Timing(_Model):
     tokens_per_second: float = Field(description="tokens over seconds.total")
     device: str
     wall_seconds: Optional[float] = Field(None, description="the whole call that wrote the output, from its start to "
-                                          "the report: also reading ahead, the torch import and the writer's commit "
+                                          "the report: also the imports, reading ahead and the writer's commit "
                                           "(None for an in-memory compute)")
 
 
@@ -435,7 +435,7 @@ def render(report: Report, console) -> None:
     secs = ", ".join(f"{k} {v:.3f}s" for k, v in r.timing.seconds.items() if k != "total")
     wall = r.timing.wall_seconds
     total = r.timing.seconds.get("total", 0.0)
-    run = (f"; passes {total:.3f}s of a {wall:.3f}s run (the rest: the torch import, reading ahead, the report); "
+    run = (f"; passes {total:.3f}s of a {wall:.3f}s run (the rest: start-up, reading ahead, the report); "
            f"{r.tokens.total / wall:,.0f} tokens/s over the run" if wall else
            f"; passes {total:.3f}s; {r.timing.tokens_per_second:,.0f} tokens/s")
     console.print(f"[dim]{secs}{run} on {r.timing.device}[/dim]")

@@ -1,6 +1,6 @@
 """The per-chunk chain that runs before the estimator, in verl's order (docs/semantics.md §10):
 
-    validate -> tensors -> score assembly (tool rewards) -> DAPO overlong shaping (verl's, or OpenRLHF's under its
+    validate -> arrays -> score assembly (tool rewards) -> DAPO overlong shaping (verl's, or OpenRLHF's under its
     convention) -> stop-properly penalty ->
     reward bias, scale and clip -> KL shaping on the original mask -> rollout rejection (rewrites
     ``response_mask``) -> importance weights
@@ -18,8 +18,6 @@ from dataclasses import dataclass, replace
 from typing import Iterator, Optional
 
 import numpy as np
-import torch
-from torch import Tensor
 
 from ..config.correction import ImportanceSampling, RejectionRule
 from ..config.settings import Config
@@ -27,7 +25,9 @@ from ..contract import validation
 from ..contract.columns import list_sums, scalar_values
 from ..estimators.openrlhf import overlong_penalty as openrlhf_overlong_penalty
 from ..io.read import Chunk
-from ..tensors.batch import Batch, as_tensor, from_arrow
+from ..tensors import xp as X
+from ..tensors.batch import Batch, as_array, from_arrow
+from ..tensors.xp import Array
 from .score import scale_bias_clip, scale_bias_clip_rows, stop_properly_penalty, stop_properly_rows
 from .shaping import apply_kl, overlong_penalty
 
@@ -49,13 +49,14 @@ class Timer:
 
 @dataclass(frozen=True)
 class Chain:
-    """The chain's settings: the run's ``Config``, its parsed rollout-correction rules, the device, and whether the
-    row-score stages also run in float64 on a float64 ``score`` column (``Convention.float64_rewards``)."""
+    """The chain's settings: the run's ``Config``, its parsed rollout-correction rules, the device (``"cpu"``:
+    numpy arrays, ``"cuda"``: torch tensors; ``tensors.batch.resolve_device``), and whether the row-score stages
+    also run in float64 on a float64 ``score`` column (``Convention.float64_rewards``)."""
 
     cfg: Config
     rules: tuple[RejectionRule, ...]
     is_cfg: Optional[ImportanceSampling]
-    device: torch.device
+    device: str
     exact_rewards: bool = False  # also each row's reward in float64, from a float64 score (``Prepared``)
 
 
@@ -64,11 +65,12 @@ class Shaping:
     """What the chain needs of the earlier passes, per batch id ``(n_batches,)``: ``pad_width`` (the layout
     pass: verl pads each batch to its longest response, which fixes how row totals round), ``beta`` (the kl
     pass: the adaptive controller's coefficient per batch; None = ``cfg.kl_coef``) and ``is_norm_factor`` (the
-    scan pass: the batch's mean IS weight, with ``--rollout-is-batch-normalize``)."""
+    scan pass: the batch's mean IS weight, with ``--rollout-is-batch-normalize``). numpy, on the host: a chunk
+    takes its rows' values to its device."""
 
-    pad_width: Tensor
-    beta: Optional[Tensor] = None
-    is_norm_factor: Optional[Tensor] = None
+    pad_width: np.ndarray
+    beta: Optional[np.ndarray] = None
+    is_norm_factor: Optional[np.ndarray] = None
 
 
 @dataclass(frozen=True)
@@ -78,22 +80,22 @@ class Prepared:
     where those stages ran, and with ``Chain.exact_rewards`` each row's shaped score ``(B,)`` in float64."""
 
     batch: Batch
-    kld: Optional[Tensor]
-    beta: Tensor | float
-    overlong_penalty: Optional[Tensor] = None
-    components: Optional[Tensor] = None
-    exact_reward: Optional[Tensor] = None
+    kld: Optional[Array]
+    beta: Array | float
+    overlong_penalty: Optional[Array] = None
+    components: Optional[Array] = None
+    exact_reward: Optional[Array] = None
 
 
-def add_to_score(batch: Batch, per_row: Tensor) -> Batch:
+def add_to_score(batch: Batch, per_row: Array) -> Batch:
     """Score assembly: ``s[p_i] += per_row[i]`` (``(B,)`` float32) at each row's score position, before any
-    KL shaping (``token_level_rewards`` is the same tensor)."""
-    scores = batch.token_level_scores.clone()
+    KL shaping (``token_level_rewards`` is the same array)."""
+    scores = X.namespace(batch.token_level_scores).asarray(batch.token_level_scores, copy=True)
     scores[batch.score_position] = scores[batch.score_position] + per_row
     return replace(batch, token_level_scores=scores, token_level_rewards=scores)
 
 
-def prepare(chain: Chain, chunk: Chunk, batch_ids: Tensor, shaping: Shaping, timer: Timer, *,
+def prepare(chain: Chain, chunk: Chunk, batch_ids: np.ndarray, shaping: Shaping, timer: Timer, *,
             validated: frozenset[str] = frozenset(), with_weights: bool = False) -> Prepared:
     """The chain on one chunk whose rows are in batches ``batch_ids (B,)``; ``validated``: the columns an earlier
     pass over these rows checked already; ``with_weights``: also the importance weights (the IS stage)."""
@@ -104,24 +106,24 @@ def prepare(chain: Chain, chunk: Chunk, batch_ids: Tensor, shaping: Shaping, tim
     components = None
     with timer("convert"):
         batch = replace(from_arrow(chunk.table, chunk.first_row, device),
-                        pad_width=shaping.pad_width[batch_ids].to(device))
+                        pad_width=X.on_device(shaping.pad_width[batch_ids], device))
         if cfg.reward_components:
             validation.check_numbers(chunk.table, cfg.reward_components, chunk.path, chunk.start)
-            components = torch.stack([as_tensor(scalar_values(chunk.table, c), device) for c in cfg.reward_components])
+            components = as_array(np.stack([scalar_values(chunk.table, c) for c in cfg.reward_components]), device)
     penalty = None
     # with exact rewards, the same row-score stages on each row's float64 score (one score per row: docs/conventions.md)
-    exact = as_tensor(scalar_values(chunk.table, "score", np.float64), device) if chain.exact_rewards else None
+    exact = as_array(scalar_values(chunk.table, "score", np.float64), device) if chain.exact_rewards else None
     with timer("shaping"):
         if cfg.tool_reward_coef is not None:
             sums, _ = list_sums(chunk.table, "tool_rewards")
-            batch = add_to_score(batch, as_tensor((cfg.tool_reward_coef * sums).astype(np.float32), device))
-            exact = None if exact is None else exact + as_tensor(cfg.tool_reward_coef * sums, device)
+            batch = add_to_score(batch, as_array((cfg.tool_reward_coef * sums).astype(np.float32), device))
+            exact = None if exact is None else exact + as_array(cfg.tool_reward_coef * sums, device)
         if cfg.overlong_buffer_len is not None:
             penalty = _overlong(cfg, batch)
-            batch = add_to_score(batch, penalty.float())  # a float64 penalty is rounded first, as torch adds it
+            batch = add_to_score(batch, X.float32(penalty))  # a float64 penalty is rounded first, as torch adds it
             exact = None if exact is None else exact + penalty
         if cfg.stop_properly_penalty_coef is not None:
-            truncated = as_tensor(scalar_values(chunk.table, "truncated", np.bool_), device)
+            truncated = as_array(scalar_values(chunk.table, "truncated", np.bool_), device)
             batch = stop_properly_penalty(batch, truncated, cfg.stop_properly_penalty_coef)
             exact = None if exact is None else stop_properly_rows(exact, truncated, cfg.stop_properly_penalty_coef)
         if cfg.reward_scale != 1.0 or cfg.reward_bias != 0.0 or cfg.reward_clip is not None:
@@ -132,7 +134,7 @@ def prepare(chain: Chain, chunk: Chunk, batch_ids: Tensor, shaping: Shaping, tim
     with timer("shaping"):
         if cfg.kl_in_reward:
             beta = cfg.kl_coef if shaping.beta is None else batch.per_token(
-                shaping.beta[batch_ids].to(torch.float32).to(device))
+                X.on_device(shaping.beta[batch_ids].astype(np.float32), device))
             shaped = apply_kl(batch.token_level_scores, batch.old_log_probs, batch.ref_log_prob,
                               batch.original_mask, beta, cfg.kl_penalty)
             batch, kld = replace(batch, token_level_rewards=shaped.token_level_rewards), shaped.kld
@@ -142,13 +144,14 @@ def prepare(chain: Chain, chunk: Chunk, batch_ids: Tensor, shaping: Shaping, tim
 
             keep, _ = rejection_keep(chain.rules, batch.old_log_probs, batch.rollout_log_probs,
                                      batch.original_mask, batch.row_offsets)
-            batch = replace(batch, response_mask=(batch.original_mask * keep).to(batch.original_mask.dtype))
+            m0 = batch.original_mask
+            batch = replace(batch, response_mask=X.namespace(m0).astype(m0 * keep, m0.dtype))
         if with_weights and chain.is_cfg is not None:
             batch = replace(batch, rollout_is_weights=_is_weights(chain.is_cfg, batch, batch_ids, shaping))
-    return Prepared(batch, kld, beta, None if penalty is None else penalty.float(), components, exact)
+    return Prepared(batch, kld, beta, None if penalty is None else X.float32(penalty), components, exact)
 
 
-def _overlong(cfg: Config, batch: Batch) -> Tensor:
+def _overlong(cfg: Config, batch: Batch) -> Array:
     """Each row's DAPO overlong penalty ``(B,)`` by the convention's trainer (``Convention.overlong``): verl's on
     the row's non-padding length (float32), or OpenRLHF's on its span of action tokens (float64)."""
     if cfg.conv.overlong == "openrlhf":
@@ -157,13 +160,13 @@ def _overlong(cfg: Config, batch: Batch) -> Tensor:
     return overlong_penalty(batch.valid_length, cfg.overlong_buffer_len, cfg.overlong_penalty_factor, cfg.max_resp_len)
 
 
-def _is_weights(is_cfg: ImportanceSampling, batch: Batch, batch_ids: Tensor, shaping: Shaping) -> Tensor:
+def _is_weights(is_cfg: ImportanceSampling, batch: Batch, batch_ids: np.ndarray, shaping: Shaping) -> Array:
     """The IS stage's weights ``(N,)`` (docs/semantics.md §5.2); with batch normalisation each row is divided by its
     own batch's factor."""
     from .rejection import importance_weights
 
     factor = None
     if shaping.is_norm_factor is not None:
-        factor = batch.per_token(shaping.is_norm_factor[batch_ids].to(batch.row_offsets.device))
+        factor = batch.per_token(X.like(shaping.is_norm_factor[batch_ids], batch.row_offsets))
     return importance_weights(is_cfg, batch.old_log_probs, batch.rollout_log_probs, batch.original_mask, batch.row_offsets,
                    norm_factor=factor)

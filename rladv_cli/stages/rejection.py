@@ -1,24 +1,25 @@
 """Rollout correction (docs/semantics.md §5, verl 0.9.1): rejection keep-masks, IS weights and their metrics.
 
-Tokens are flat: per-token tensors are ``(N,)`` float32, ``row_offsets (B+1,)`` int64, ``m0`` is the original
-``response_mask`` as float32 0/1. ``ℓ = old_log_probs − rollout_log_probs`` and ``ℓs = clamp(ℓ, −20, 20)``.
-Per-token arithmetic stays in float32 as in verl (a Python threshold is rounded to float32 when it meets a
-tensor); row sums are float64 (``segment_sum``) rounded to float32 where verl holds a float32 row value.
-Batch metrics are reduced from per-row arrays with ``math.fsum``, so they do not depend on chunking.
+Tokens are flat (numpy or torch arrays, docs/arrays.md): per-token arrays are ``(N,)`` float32,
+``row_offsets (B+1,)`` int64, ``m0`` is the original ``response_mask`` as float32 0/1.
+``ℓ = old_log_probs − rollout_log_probs`` and ``ℓs = clamp(ℓ, −20, 20)``. Per-token arithmetic stays in float32
+as in verl (a Python threshold is rounded to float32 when it meets an array); row sums are float64
+(``segment_sum``) rounded to float32 where verl holds a float32 row value. Batch metrics are reduced from
+per-row arrays with ``math.fsum``, so they do not depend on chunking.
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
-import torch
-from torch import Tensor
 
 # The settings' side (options, thresholds, their parsing) lives in ``config.correction`` (no torch), which checks
 # them when a run's settings are built.
 from ..config.correction import ImportanceSampling, RejectionRule
 from ..errors import ComputeError
+from ..tensors import xp as X
 from ..tensors.kernels import broadcast_rows, segment_max, segment_min, segment_sum
+from ..tensors.xp import Array
 
 SAFETY_BOUND = 20.0
 _IS_THR = "--rollout-is-threshold"
@@ -29,58 +30,62 @@ __all__ = ["rejection_keep", "importance_weights", "RolloutCorrectionStats"]
 # ------------------------------------------------------------------------------------------- per-row kernels
 
 
-def _row_sum(x: Tensor, m0: Tensor, row_offsets: Tensor) -> Tensor:
+def _row_sum(x: Array, m0: Array, row_offsets: Array) -> Array:
     """``masked_sum(x, m0, row)``: ``Σ_t x_t`` over ``m0 = 1`` (a select: off-mask values never leak); ``(B,)`` f64."""
-    return segment_sum(torch.where(m0 > 0, x, torch.zeros_like(x)), row_offsets)
+    xp = X.namespace(x)
+    return segment_sum(xp.where(m0 > 0, x, xp.zeros_like(x)), row_offsets)
 
 
-def _row_mean(x: Tensor, m0: Tensor, row_offsets: Tensor, n32: Tensor) -> Tensor:
+def _row_mean(x: Array, m0: Array, row_offsets: Array, n32: Array) -> Array:
     """``masked_mean(x, m0, row) = f32(Σ) / (n_i + 1e-8)`` in float32 (0 for a row without valid token); ``(B,)``."""
-    return _row_sum(x, m0, row_offsets).float() / (n32 + 1e-8)
+    return X.float32(_row_sum(x, m0, row_offsets)) / (n32 + 1e-8)
 
 
-def _row_extreme(x: Tensor, valid: Tensor, row_offsets: Tensor, largest: bool) -> Tensor:
+def _row_extreme(x: Array, valid: Array, row_offsets: Array, largest: bool) -> Array:
     """Max (or min) over a row's valid tokens, ``∓inf`` for a row without one; ``(B,)`` float32."""
     fill = float("-inf") if largest else float("inf")
-    x = torch.where(valid, x, torch.full_like(x, fill))
+    xp = X.namespace(x)
+    x = xp.where(valid, x, xp.full_like(x, fill))
     return segment_max(x, row_offsets, empty=fill) if largest else segment_min(x, row_offsets, empty=fill)
 
 
-def _row_count(flag: Tensor, row_offsets: Tensor) -> Tensor:
+def _row_count(flag: Array, row_offsets: Array) -> Array:
     """Number of ``True`` tokens per row, ``(B,)`` float64 (exact)."""
-    return segment_sum(flag.to(torch.float32), row_offsets)
+    return segment_sum(X.float32(flag), row_offsets)
 
 
-def _safe_log_ratio(old_log_probs: Tensor, rollout_log_probs: Tensor) -> tuple[Tensor, Tensor]:
+def _safe_log_ratio(old_log_probs: Array, rollout_log_probs: Array) -> tuple[Array, Array]:
     """``ℓ = old − rollout`` and ``ℓs = clamp(ℓ, −20, 20)``, both ``(N,)`` float32."""
     lr = old_log_probs - rollout_log_probs
-    return lr, lr.clamp(-SAFETY_BOUND, SAFETY_BOUND)
+    return lr, X.namespace(lr).clip(lr, min=-SAFETY_BOUND, max=SAFETY_BOUND)
 
 
-def _token_stat(stat: str, ls: Tensor) -> Tensor:
+def _token_stat(stat: str, ls: Array) -> Array:
     """``k1 = −ℓs``, ``k2 = 0.5·ℓs²``, ``k3 = (exp(ℓs) − 1) − ℓs`` (verl's operation order); ``(N,)``."""
     if stat == "k1":
         return -ls
+    xp = X.namespace(ls)
     if stat == "k2":
-        return 0.5 * ls.square()
-    return torch.exp(ls) - 1.0 - ls
+        return 0.5 * xp.square(ls)
+    return X.exp32(ls) - 1.0 - ls
 
 
-def _evaluate_rule(rule: RejectionRule, ls: Tensor, m0: Tensor, row_offsets: Tensor, n32: Tensor):
+def _evaluate_rule(rule: RejectionRule, ls: Array, m0: Array, row_offsets: Array, n32: Array):
     """``(stat_t (N,), row_stat (B,) | None, keep (N,) bool)`` for one rule; row stats broadcast to tokens.
 
     Row aggregates use ``m0``: sum and mean as ``masked_sum``/``masked_mean``, max over valid tokens (0 if none).
-    Bounds are compared in float32, as verl compares a float32 tensor with a Python float.
+    Bounds are compared in float32, as verl compares a float32 tensor with a Python float (numpy 2 does too).
     """
+    xp = X.namespace(ls)
     k = _token_stat(rule.stat, ls)
     row_stat = None
     if rule.agg == "sum":
-        row_stat = _row_sum(k, m0, row_offsets).float()
+        row_stat = X.float32(_row_sum(k, m0, row_offsets))
     elif rule.agg == "mean":
         row_stat = _row_mean(k, m0, row_offsets, n32)
     elif rule.agg == "max":
         row_max = _row_extreme(k, m0 > 0, row_offsets, largest=True)
-        row_stat = torch.where(torch.isneginf(row_max), torch.zeros_like(row_max), row_max)
+        row_stat = xp.where(row_max == -math.inf, xp.zeros_like(row_max), row_max)
     x = k if row_stat is None else row_stat
     ok = x <= rule.upper
     if rule.lower is not None:
@@ -92,52 +97,53 @@ def _evaluate_rule(rule: RejectionRule, ls: Tensor, m0: Tensor, row_offsets: Ten
 
 def rejection_keep(
     rules: tuple[RejectionRule, ...] | list[RejectionRule],
-    old_log_probs: Tensor,
-    rollout_log_probs: Tensor,
-    m0: Tensor,
-    row_offsets: Tensor,
-) -> tuple[Tensor, dict[str, Tensor]]:
+    old_log_probs: Array,
+    rollout_log_probs: Array,
+    m0: Array,
+    row_offsets: Array,
+) -> tuple[Array, dict[str, Array]]:
     """``keep = Π_o keep_o`` (AND of all rules), ``(N,)`` float32 0/1, and ``{option: keep_o (N,)}``.
 
     A sequence rule's verdict covers the whole row. The caller forms ``m = m0 · keep``.
     """
     _, ls = _safe_log_ratio(old_log_probs, rollout_log_probs)
-    n32 = segment_sum(m0, row_offsets).float()
-    keep = torch.ones_like(ls)
-    per_option: dict[str, Tensor] = {}
+    n32 = X.float32(segment_sum(m0, row_offsets))
+    keep = X.namespace(ls).ones_like(ls)
+    per_option: dict[str, Array] = {}
     for rule in rules:
-        keep_o = _evaluate_rule(rule, ls, m0, row_offsets, n32)[2].to(torch.float32)
+        keep_o = X.float32(_evaluate_rule(rule, ls, m0, row_offsets, n32)[2])
         per_option[rule.option] = keep_o
         keep = keep * keep_o
     return keep, per_option
 
 
-def _raw_and_applied_weights(cfg: ImportanceSampling, lr: Tensor, m0: Tensor, row_offsets: Tensor):
+def _raw_and_applied_weights(cfg: ImportanceSampling, lr: Array, m0: Array, row_offsets: Array):
     """``(w_raw, w, S)``: ``w_raw = exp(ℓs)·m0`` (token) or ``exp(clamp(S_i, ±20))·m0`` (sequence, ``S_i`` the
     unclamped masked row sum of ``ℓ``); ``w = min(w_raw, thr)`` (TIS) or ``w_raw·[lo ≤ w_raw ≤ hi]`` (IcePop).
     ``S (B,)`` float32 is returned for the sequence metrics (None at token level)."""
+    xp = X.namespace(lr)
     if cfg.level == "token":
         S = None
-        raw = torch.exp(lr.clamp(-SAFETY_BOUND, SAFETY_BOUND)) * m0
+        raw = X.exp32(xp.clip(lr, min=-SAFETY_BOUND, max=SAFETY_BOUND)) * m0
     else:
-        S = _row_sum(lr, m0, row_offsets).float()
-        raw = broadcast_rows(torch.exp(S.clamp(-SAFETY_BOUND, SAFETY_BOUND)), row_offsets) * m0
+        S = X.float32(_row_sum(lr, m0, row_offsets))
+        raw = broadcast_rows(X.exp32(xp.clip(S, min=-SAFETY_BOUND, max=SAFETY_BOUND)), row_offsets) * m0
     if cfg.band is None:
-        return raw, raw.clamp(max=cfg.threshold), S
+        return raw, xp.clip(raw, max=cfg.threshold), S
     lo, hi = cfg.band
-    return raw, torch.where((raw >= lo) & (raw <= hi), raw, torch.zeros_like(raw)), S
+    return raw, xp.where((raw >= lo) & (raw <= hi), raw, xp.zeros_like(raw)), S
 
 
 def importance_weights(
     cfg: ImportanceSampling,
-    old_log_probs: Tensor,
-    rollout_log_probs: Tensor,
-    m0: Tensor,
-    row_offsets: Tensor,
-    norm_factor: float | Tensor | None = None,
-) -> Tensor:
+    old_log_probs: Array,
+    rollout_log_probs: Array,
+    m0: Array,
+    row_offsets: Array,
+    norm_factor: float | Array | None = None,
+) -> Array:
     """``rollout_is_weights (N,)`` float32: truncated (TIS) or IcePop weights on ``m0``, divided by ``norm_factor``
-    (``RolloutCorrectionStats.norm_factor()``; a per-token ``(N,)`` tensor when rows of several batches share
+    (``RolloutCorrectionStats.norm_factor()``; a per-token ``(N,)`` array when rows of several batches share
     a chunk) when ``cfg.batch_normalize``. Rejected tokens keep their weight."""
     lr, _ = _safe_log_ratio(old_log_probs, rollout_log_probs)
     w = _raw_and_applied_weights(cfg, lr, m0, row_offsets)[1]
@@ -208,18 +214,19 @@ class RolloutCorrectionStats:
         self._keys = self._keys or other._keys
         self._chunks.extend(other._chunks)
 
-    def update(self, old_log_probs: Tensor, rollout_log_probs: Tensor, m0: Tensor, row_offsets: Tensor) -> None:
+    def update(self, old_log_probs: Array, rollout_log_probs: Array, m0: Array, row_offsets: Array) -> None:
         """Add one chunk of rows: ``(N,)`` float32 log-probs and ``m0``, ``row_offsets (B+1,)``."""
-        if row_offsets.numel() <= 1:
+        if X.numel(row_offsets) <= 1:
             return
-        cols: dict[str, Tensor] = {}
+        xp = X.namespace(old_log_probs, rollout_log_probs, m0)
+        cols: dict[str, Array] = {}
         lr, ls = _safe_log_ratio(old_log_probs, rollout_log_probs)
         valid = m0 > 0
         n = segment_sum(m0, row_offsets)
-        n32 = n.float()
+        n32 = X.float32(n)
         cols["n"] = n
         self._offpolicy_rows(cols, old_log_probs, rollout_log_probs, lr, ls, m0, row_offsets, n32)
-        keep = torch.ones_like(valid)
+        keep = xp.ones_like(valid)
         for rule in self.rules:
             keep = keep & self._rule_rows(cols, rule, ls, m0, valid, row_offsets, n32)
         cols["rs/rejected"] = _row_count(~keep & valid, row_offsets)
@@ -229,38 +236,40 @@ class RolloutCorrectionStats:
         if self._keys is None:
             self._keys = keys
         # One stacked transfer per chunk; float32 values and counts are exact in float64.
-        self._chunks.append(torch.stack([cols[k].double() for k in keys]).cpu().numpy())
+        self._chunks.append(X.to_numpy(xp.stack([X.float64(cols[k]) for k in keys])))
 
     @staticmethod
     def _offpolicy_rows(cols, old, rollout, lr, ls, m0, row_offsets, n32) -> None:
         """Per-row pieces of the off-policy diagnostics: row mean log-probs, ``S_i``, token sums over ``m0``."""
+        xp = X.namespace(lr)
         lp_old = _row_mean(old, m0, row_offsets, n32)
         lp_roll = _row_mean(rollout, m0, row_offsets, n32)
-        S = _row_sum(lr, m0, row_offsets).float()
+        S = X.float32(_row_sum(lr, m0, row_offsets))
         diff = lp_roll - lp_old
         cols["lp_old"] = lp_old
         cols["lp_roll"] = lp_roll
-        cols["ppl_old"] = torch.exp(-lp_old)
-        cols["ppl_roll"] = torch.exp(-lp_roll)
+        cols["ppl_old"] = X.exp32(-lp_old)
+        cols["ppl_roll"] = X.exp32(-lp_roll)
         cols["log_ppl_diff"] = diff
-        cols["ppl_ratio"] = torch.exp(diff)
+        cols["ppl_ratio"] = X.exp32(diff)
         cols["S"] = S
-        cols["rho2_seq"] = torch.exp(2.0 * S.clamp(-SAFETY_BOUND, SAFETY_BOUND))
+        cols["rho2_seq"] = X.exp32(2.0 * xp.clip(S, min=-SAFETY_BOUND, max=SAFETY_BOUND))
         cols["kl_sum"] = _row_sum(rollout - old, m0, row_offsets)
-        cols["k3_kl_sum"] = _row_sum(torch.exp(lr) - lr - 1, m0, row_offsets)
-        cols["rho2_sum"] = _row_sum(torch.exp(ls).square(), m0, row_offsets)
+        cols["k3_kl_sum"] = _row_sum(X.exp32(lr) - lr - 1.0, m0, row_offsets)
+        cols["rho2_sum"] = _row_sum(xp.square(X.exp32(ls)), m0, row_offsets)
 
     @staticmethod
-    def _rule_rows(cols, rule: RejectionRule, ls, m0, valid, row_offsets, n32) -> Tensor:
+    def _rule_rows(cols, rule: RejectionRule, ls, m0, valid, row_offsets, n32) -> Array:
         """Per-row pieces of ``rollout_rs_<option>_*``; returns the rule's token keep (bool)."""
         stat_t, row_stat, keep = _evaluate_rule(rule, ls, m0, row_offsets, n32)
         row_val = row_stat if row_stat is not None else _row_mean(stat_t, m0, row_offsets, n32)
         lower = rule.lower if rule.lower is not None else 0.0
-        clamped = stat_t.clamp(min=lower, max=rule.upper)
+        xp = X.namespace(stat_t)
+        clamped = xp.clip(stat_t, min=lower, max=rule.upper)
         p = f"rs/{rule.option}/"
         cols[p + "sum"] = _row_sum(stat_t, m0, row_offsets)
         cols[p + "csum"] = _row_sum(clamped, m0, row_offsets)
-        cols[p + "c2sum"] = _row_sum(clamped.square(), m0, row_offsets)
+        cols[p + "c2sum"] = _row_sum(xp.square(clamped), m0, row_offsets)
         cols[p + "row"] = row_val
         cols[p + "row_high"] = row_val > rule.upper
         if rule.lower is not None:
@@ -279,14 +288,15 @@ class RolloutCorrectionStats:
         cfg = self.is_cfg
         raw, w, S = _raw_and_applied_weights(cfg, lr, m0, row_offsets)
         upper, lower = cfg.upper, cfg.lower
-        clamped = w.clamp(min=0.0, max=upper)
+        xp = X.namespace(w)
+        clamped = xp.clip(w, min=0.0, max=upper)
         q = _row_mean(w, m0, row_offsets, n32)
         q_raw = _row_mean(raw, m0, row_offsets, n32)
         cols["is/w_sum"] = _row_sum(w, m0, row_offsets)
         cols["is/csum"] = _row_sum(clamped, m0, row_offsets)
-        cols["is/c2sum"] = _row_sum(clamped.square(), m0, row_offsets)
+        cols["is/c2sum"] = _row_sum(xp.square(clamped), m0, row_offsets)
         cols["is/q"] = q
-        cols["is/q_dev"] = (q - 1.0).abs()
+        cols["is/q_dev"] = xp.abs(q - 1.0)
         cols["is/q_high"] = q_raw > upper
         cols["is/q_low"] = q_raw < lower
         if cfg.level == "token":
@@ -296,8 +306,8 @@ class RolloutCorrectionStats:
             cols["is/tok_low"] = _row_count((raw < lower) & valid, row_offsets)
         else:
             # verl compares S_i with log thresholds taken in float32.
-            log_upper = torch.log(torch.tensor(upper, dtype=torch.float32, device=S.device))
-            log_lower = torch.log(torch.tensor(lower, dtype=torch.float32, device=S.device))
+            log_upper = X.log32(xp.asarray(upper, dtype=xp.float32, device=X.dev(S)))
+            log_lower = X.log32(xp.asarray(lower, dtype=xp.float32, device=X.dev(S)))
             cols["is/row_high"] = S > log_upper
             cols["is/row_low"] = S < log_lower
         if cfg.band is not None:
@@ -359,9 +369,9 @@ class RolloutCorrectionStats:
         valid = n > 0
         m: dict[str, np.floating | float] = {}
         if cfg.level == "sequence":
-            S = torch.tensor([rows["S"].min(), rows["S"].max()], dtype=torch.float32)
-            m["rollout_is_max"] = torch.exp(S[1].clamp(max=SAFETY_BOUND)).item()
-            m["rollout_is_min"] = torch.exp(S[0]).item()
+            S = np.array([rows["S"].min(), rows["S"].max()], dtype=np.float32)
+            m["rollout_is_max"] = float(X.exp32(np.minimum(S[1], np.float32(SAFETY_BOUND))))
+            m["rollout_is_min"] = float(X.exp32(S[0]))
             m["rollout_is_mean"] = _masked_mean(_fsum(rows["is/w_sum"]), count)
             m["rollout_is_ratio_fraction_high"] = _mean(rows["is/row_high"])
             m["rollout_is_ratio_fraction_low"] = _mean(rows["is/row_low"])

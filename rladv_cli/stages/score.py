@@ -8,36 +8,38 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import torch
-from torch import Tensor
-
+from ..tensors import xp as X
 from ..tensors.batch import Batch
+from ..tensors.xp import Array
 
 
-def stop_properly_penalty(batch: Batch, truncated: Tensor, coef: float) -> Batch:
-    """Rows with ``truncated (B,) bool`` set: every score times ``coef`` for ``0 ≤ coef ≤ 1`` (the row's total
-    scales with them), or, for ``coef < 0``, the row's scores replaced by ``coef`` at its score position and 0
-    elsewhere. Float32, as OpenRLHF's ``rewards[j] * coef`` and ``rewards[j] = coef``."""
-    scores, truncated = batch.token_level_scores, truncated.to(batch.token_level_scores.device)
+def stop_properly_penalty(batch: Batch, truncated: Array, coef: float) -> Batch:
+    """Rows with ``truncated (B,) bool`` (an array of the batch's kind) set: every score times ``coef`` for
+    ``0 ≤ coef ≤ 1`` (the row's total scales with them), or, for ``coef < 0``, the row's scores replaced by
+    ``coef`` at its score position and 0 elsewhere. Float32, as OpenRLHF's ``rewards[j] * coef`` and
+    ``rewards[j] = coef``."""
+    scores = batch.token_level_scores
+    xp = X.namespace(scores)
     at_truncated = batch.per_token(truncated)
     if coef >= 0:
-        shaped = torch.where(at_truncated, scores * coef, scores)
+        shaped = xp.where(at_truncated, scores * coef, scores)
     else:
-        shaped = torch.where(at_truncated, torch.zeros_like(scores), scores)
+        shaped = xp.where(at_truncated, xp.zeros_like(scores), scores)
         shaped[batch.score_position[truncated]] = coef
     return replace(batch, token_level_scores=shaped, token_level_rewards=shaped)
 
 
-def stop_properly_rows(reward: Tensor, truncated: Tensor, coef: float) -> Tensor:
+def stop_properly_rows(reward: Array, truncated: Array, coef: float) -> Array:
     """``stop_properly_penalty`` on one reward per row ``(B,)``, in its dtype: ``R · coef`` (``coef ≥ 0``) or
     ``coef`` where ``truncated``."""
-    return torch.where(truncated, reward * coef if coef >= 0 else torch.full_like(reward, coef), reward)
+    xp = X.namespace(reward)
+    return xp.where(truncated, reward * coef if coef >= 0 else xp.full_like(reward, coef), reward)
 
 
-def scale_bias_clip_rows(reward: Tensor, scale: float, bias: float, clip: float | None) -> Tensor:
+def scale_bias_clip_rows(reward: Array, scale: float, bias: float, clip: float | None) -> Array:
     """``scale_bias_clip`` on one reward per row ``(B,)``, in its dtype: ``clip((R + bias) · scale, ±clip)``."""
     shaped = (reward + bias) * scale
-    return shaped if clip is None else shaped.clamp(-clip, clip)
+    return shaped if clip is None else X.namespace(shaped).clip(shaped, min=-clip, max=clip)
 
 
 def scale_bias_clip(batch: Batch, scale: float, bias: float, clip: float | None) -> Batch:
@@ -53,7 +55,7 @@ def scale_bias_clip(batch: Batch, scale: float, bias: float, clip: float | None)
     shaped[at] = (scores[at] + bias) * scale
     if clip is not None:
         total = batch.row_total(shaped)
-        clamped = total.clamp(-clip, clip)
+        clamped = X.namespace(total).clip(total, min=-clip, max=clip)
         moved = clamped != total
         shaped[at[moved]] = clamped[moved] - (total[moved] - shaped[at[moved]])
     return replace(batch, token_level_scores=shaped, token_level_rewards=shaped)

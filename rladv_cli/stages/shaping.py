@@ -3,25 +3,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-from torch import Tensor
+from ..tensors import xp as X
+from ..tensors.xp import Array
 
 
-def overlong_penalty(length: Tensor, buffer_len: int, penalty_factor: float, max_resp_len: int) -> Tensor:
+def overlong_penalty(length: Array, buffer_len: int, penalty_factor: float, max_resp_len: int) -> Array:
     """DAPO's overlong penalty per row (docs/semantics.md §3), ``(B,)`` float32, in verl's arithmetic::
 
         exceed  = L − (max_resp_len − buffer_len)          (integer; L = non-padding tokens, observations included)
         penalty = min(−exceed / buffer_len · penalty_factor, 0)
 
-    The division is float32 (integer tensor / int), then the factor; no lower clamp. A positive value means
-    the row is short enough: verl then adds nothing.
+    The division is float32 (verl divides an integer tensor by an int), then the factor; no lower clamp. A
+    positive value means the row is short enough: verl then adds nothing.
     """
     exceed = length - (max_resp_len - buffer_len)
-    penalty = -exceed / buffer_len * penalty_factor
-    return torch.where(penalty > 0, torch.zeros_like(penalty), penalty)
+    penalty = X.float32(-exceed) / buffer_len * penalty_factor
+    return X.namespace(penalty).where(penalty > 0, 0.0, penalty)
 
 
-def kl_penalty(logprob: Tensor, ref_logprob: Tensor, mode: str) -> Tensor:
+def kl_penalty(logprob: Array, ref_logprob: Array, mode: str) -> Array:
     """Per-token KL estimate ``(N,)`` of verl 0.9.1, with ``d = logprob − ref_logprob``:
 
     ``kl``/``k1``: ``d``; ``abs``: ``|d|``; ``mse``/``k2``: ``0.5·d²``;
@@ -29,21 +29,22 @@ def kl_penalty(logprob: Tensor, ref_logprob: Tensor, mode: str) -> Tensor:
     ``<mode>+`` has the value of ``<mode>`` (the ``+`` is a straight-through k2 gradient in verl), written
     as ``base + (k2 − k2)`` so that it is NaN exactly where verl's is.
     """
+    xp = X.namespace(logprob, ref_logprob)
     base_mode = mode.removesuffix("+")
     d = logprob - ref_logprob
     if base_mode in ("kl", "k1"):
         value = d
     elif base_mode == "abs":
-        value = d.abs()
+        value = xp.abs(d)
     elif base_mode in ("mse", "k2"):
-        value = 0.5 * d.square()
+        value = 0.5 * xp.square(d)
     elif base_mode in ("low_var_kl", "k3"):
-        k = torch.clamp(ref_logprob - logprob, min=-20, max=20)
-        value = torch.clamp((torch.exp(k) - k) - 1, min=-10, max=10)
+        k = xp.clip(ref_logprob - logprob, min=-20.0, max=20.0)
+        value = xp.clip((X.exp32(k) - k) - 1.0, min=-10.0, max=10.0)
     else:
         raise NotImplementedError(mode)
     if mode.endswith("+"):
-        k2 = 0.5 * d.square()
+        k2 = 0.5 * xp.square(d)
         value = value + (k2 - k2)
     return value
 
@@ -52,15 +53,15 @@ def kl_penalty(logprob: Tensor, ref_logprob: Tensor, mode: str) -> Tensor:
 class KLShaping:
     """Result of ``apply_kl``: token rewards ``(N,)`` and the masked estimate ``kld (N,)``."""
 
-    token_level_rewards: Tensor
-    kld: Tensor
+    token_level_rewards: Array
+    kld: Array
 
 
-def apply_kl(token_level_scores: Tensor, old_log_probs: Tensor, ref_log_prob: Tensor, original_mask: Tensor,
-             beta: Tensor | float, mode: str) -> KLShaping:
+def apply_kl(token_level_scores: Array, old_log_probs: Array, ref_log_prob: Array, original_mask: Array,
+             beta: Array | float, mode: str) -> KLShaping:
     """``kld = kl_penalty(old, ref) × m0``; ``r = s − β·kld`` (docs/semantics.md §4.2), on the ORIGINAL mask.
 
-    ``beta`` is a Python float, or a per-token ``(N,)`` float32 tensor when rows of several batches (each
+    ``beta`` is a Python float, or a per-token ``(N,)`` float32 array when rows of several batches (each
     with its own controller value) share a chunk.
     """
     kld = kl_penalty(old_log_probs, ref_log_prob, mode) * original_mask

@@ -58,6 +58,11 @@ class GroupStats:
         return replace(self, **{f.name: X.on_device(getattr(self, f.name), device) for f in fields(self)
                                 if getattr(self, f.name) is not None})
 
+    def on_host(self) -> "GroupStats":
+        """The statistics as numpy arrays (``to``'s way back)."""
+        return replace(self, **{f.name: X.to_numpy(getattr(self, f.name)) for f in fields(self)
+                                if getattr(self, f.name) is not None})
+
 
 STATISTICS = tuple(f.name for f in fields(GroupStats) if f.name != "size")
 

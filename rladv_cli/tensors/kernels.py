@@ -91,7 +91,11 @@ def padded_row_sum(x: Array, row_offsets: Array, width: Array) -> Array:
     A row with at most one non-zero value sums to that value (or +0.0) in any order, so only rows with two or
     more are padded and summed, at most ``PADDED_SUM_BUDGET`` values at a time.
     """
-    values, offsets, widths = X.to_numpy(x), X.to_numpy(row_offsets), X.to_numpy(width)
+    with np.errstate(over="ignore"):  # a sum past float32's range is inf, as torch's; the run then stops on it
+        return X.like(_padded_row_sum(X.to_numpy(x), X.to_numpy(row_offsets), X.to_numpy(width)), x)
+
+
+def _padded_row_sum(values: np.ndarray, offsets: np.ndarray, widths: np.ndarray) -> np.ndarray:
     total, nonzero = _sums(values, offsets, nonzero=True)
     out = total.astype(values.dtype)
     out[nonzero == 0] = 0.0
@@ -106,7 +110,7 @@ def padded_row_sum(x: Array, row_offsets: Array, width: Array) -> Array:
             keep = np.arange(int(w)) < lengths[part][:, None]
             padded[keep] = values[X.repeat(offsets[part], lengths[part]) + _positions(lengths[part])]
             out[part] = torch_row_sums(padded)
-    return X.like(out, x)
+    return out
 
 
 PADDED_SUM_BUDGET = 1 << 24
@@ -118,30 +122,37 @@ def _positions(lengths: np.ndarray) -> np.ndarray:
     return np.arange(int(lengths.sum())) - np.repeat(starts, lengths)
 
 
-TORCH_LANES = 8  # float32 lanes of the vector type torch's CPU sum kernel accumulates in
+TORCH_VECTOR_BYTES = 32  # the vector torch's CPU sum kernel accumulates in: 8 float32 or 4 float64 lanes
 
 
 def torch_row_sums(m: np.ndarray) -> np.ndarray:
-    """``m.sum(dim=1)`` of a contiguous float32 ``(G, w)`` matrix exactly as torch's CPU kernel adds it on one
-    thread; ``(G,)`` float32 (docs/arrays.md, "Sums that round as torch's").
+    """``m.sum(dim=1)`` of a contiguous float32 or float64 ``(G, w)`` matrix exactly as torch's CPU kernel adds it
+    on one thread; ``(G,)`` in ``m``'s dtype (docs/arrays.md, "Sums that round as torch's").
 
-    torch views a row of ``w ≥ 8`` values as ``w // 8`` vectors of 8 lanes plus a scalar tail; the vectors are
-    added four at a time (``ilp``) in a cascade of 4 levels of ``2^max(4, ⌈log2 n⌉ / 4)`` steps, the partial
-    vectors folded, then the tail and the 8 lanes added to a scalar in order. A shorter row takes the same
-    cascade over its scalars. Every operation here is that float32 addition on whole columns of rows.
+    torch views a row of ``w ≥ lanes`` values (8 float32, 4 float64) as ``w // lanes`` vectors plus a scalar
+    tail; the vectors are added four at a time (``ilp``) in a cascade of 4 levels of ``2^max(4, ⌈log2 n⌉ / 4)``
+    steps, the partial vectors folded, then the tail and the lanes added to a scalar in order. A shorter row
+    takes the same cascade over its scalars. Every operation here is that addition on whole columns of rows.
     """
-    m = np.ascontiguousarray(m, dtype=np.float32)
+    m = np.ascontiguousarray(m)
     rows, width = m.shape
-    if width < TORCH_LANES:
+    lanes = TORCH_VECTOR_BYTES // m.dtype.itemsize
+    if width < lanes:
         return _ilp_sum(m[:, :, None], width)[:, 0]
-    vectors = width // TORCH_LANES
-    lanes = _ilp_sum(m[:, :vectors * TORCH_LANES].reshape(rows, vectors, TORCH_LANES), vectors)
-    total = np.zeros(rows, dtype=np.float32)
-    for k in range(vectors * TORCH_LANES, width):
+    vectors = width // lanes
+    partial = _ilp_sum(m[:, :vectors * lanes].reshape(rows, vectors, lanes), vectors)
+    total = np.zeros(rows, dtype=m.dtype)
+    for k in range(vectors * lanes, width):
         total += m[:, k]
-    for k in range(TORCH_LANES):
-        total += lanes[:, k]
+    for k in range(lanes):
+        total += partial[:, k]
     return total
+
+
+def torch_mean(x: np.ndarray) -> np.ndarray:
+    """``torch.mean`` of every value of ``x`` as torch's CPU kernel rounds it: the sum in torch's order over the
+    count, in ``x``'s dtype; 0-d."""
+    return torch_row_sums(np.ascontiguousarray(x).reshape(1, -1))[0] / x.dtype.type(x.size)
 
 
 def _ilp_sum(x: np.ndarray, size: int) -> np.ndarray:

@@ -10,6 +10,7 @@ numpy alone.
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Any, Optional
 
 import numpy as np
@@ -49,14 +50,21 @@ def like(a: np.ndarray, ref: Array) -> Array:
     """``a`` as the kind of array ``ref`` is: itself for numpy, a tensor on ``ref``'s device for torch."""
     if is_numpy_array(ref):
         return a
-    return _torch().from_numpy(np.ascontiguousarray(a)).to(ref.device)
+    return _tensor(a, ref.device)
 
 
 def on_device(a: np.ndarray, device: str) -> Array:
     """A numpy array as the arrays of ``device`` hold it: itself on the CPU, a tensor elsewhere."""
     if device == CPU:
         return a
-    return _torch().from_numpy(np.ascontiguousarray(a)).to(device)
+    return _tensor(a, device)
+
+
+def _tensor(a: np.ndarray, device) -> Array:
+    # Arrow buffers are read-only; the tensors made from them are never written in place.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return _torch().from_numpy(np.ascontiguousarray(a)).to(device)
 
 
 def scalar(x: Array) -> float:
@@ -120,6 +128,33 @@ def scatter_max(n: int, index: Array, values: Array, initial: float) -> Array:
         np.maximum.at(out, index, values)
         return out
     return out.scatter_reduce_(0, index, values, reduce="amax")
+
+
+def scatter_min(n: int, index: Array, values: Array, initial: float) -> Array:
+    """``out[g] = min(initial, min {values_k: index_k = g})``; ``(n,)`` in ``values``' dtype."""
+    xp = namespace(values)
+    out = xp.full(n, initial, dtype=values.dtype, device=dev(values))
+    if is_numpy_array(values):
+        np.minimum.at(out, index, values)
+        return out
+    return out.scatter_reduce_(0, index, values, reduce="amin")
+
+
+def exp32(x: Array) -> Array:
+    """``exp(x)`` in ``x``'s dtype; numpy float32 through float64, rounded once (docs/arrays.md: torch's CPU ``exp``
+    is that correctly rounded value on ~99% of inputs, numpy's own float32 ``exp`` on ~60%)."""
+    if is_numpy_array(x) and x.dtype == np.float32:
+        with np.errstate(over="ignore"):
+            return np.exp(x.astype(np.float64)).astype(np.float32)
+    return namespace(x).exp(x)
+
+
+def log32(x: Array) -> Array:
+    """``log(x)`` in ``x``'s dtype; numpy float32 through float64, rounded once (as ``exp32``)."""
+    if is_numpy_array(x) and x.dtype == np.float32:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log(x.astype(np.float64)).astype(np.float32)
+    return namespace(x).log(x)
 
 
 def repeat(values: Array, counts: Array) -> Array:

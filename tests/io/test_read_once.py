@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import rladv_cli
+from rladv_cli import api
 from rladv_cli.io import read as rio
 from rladv_cli.io import write as wio
 
@@ -71,12 +72,12 @@ def test_a_dataset_that_fits_is_read_once_and_gives_the_same_bytes(tmp_path, rea
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "gae"])
-@pytest.mark.parametrize("as_read", [True, False], ids=["torch-to-import", "torch-imported"])
+@pytest.mark.parametrize("as_read", [True, False], ids=["torch-to-import", "no-torch-import"])
 def test_carried_columns_are_encoded_early_and_give_the_same_bytes(tmp_path, monkeypatch, estimator, as_read):
-    """As the input is decoded (while torch imports), or once it is (when this process has torch), the input
-    columns the output holds unchanged are encoded, row group by row group, across file boundaries; the write
-    pass encodes only rladv's columns."""
-    monkeypatch.setattr(rio, "torch_to_import", lambda: as_read)
+    """As the input is decoded (while torch imports, for a run that may use CUDA), or once it is (on the CPU,
+    where no import leaves CPU idle), the input columns the output holds unchanged are encoded, row group by row
+    group, across file boundaries; the write pass encodes only rladv's columns."""
+    monkeypatch.setattr(api, "_torch_to_import", lambda device: as_read)
     monkeypatch.setattr(wio, "ROW_GROUP_ROWS", 16)
     used = []
     monkeypatch.setattr(wio._Carried, "part", lambda self, part=wio._Carried.part: (used.append(self.num_rows), part(self))[1])
@@ -107,13 +108,13 @@ def test_files_that_differ_in_nullability_give_a_nullable_column(tmp_path, monke
     assert out.column("tag").to_pylist() == list(range(40)) + tags
 
 
-@pytest.mark.parametrize("as_read", [True, False], ids=["torch-to-import", "torch-imported"])
+@pytest.mark.parametrize("as_read", [True, False], ids=["torch-to-import", "no-torch-import"])
 def test_a_dataset_larger_than_its_footer_says_falls_back_to_streaming(tmp_path, reads, monkeypatch, as_read):
     """Long dictionary-encoded strings look small on disk; once the decoded chunks pass the budget they are
     dropped, the first pass goes on from the thread, and later passes read the file. What the writer took of
     them as they were read it drops (memory is short); a writer that would have taken them once all were read
     took nothing. Either way the output is written as usual."""
-    monkeypatch.setattr(rio, "torch_to_import", lambda: as_read)
+    monkeypatch.setattr(api, "_torch_to_import", lambda device: as_read)
     paths = files(tmp_path, rollouts(64, 3, prompt=40_000))
     assert rio._decoded_bytes(rio.open_parquet(str(paths[0]))) < 1 << 20
     states, carried, used = [], [], []
@@ -185,14 +186,17 @@ def test_a_run_that_fails_early_stops_the_reading_thread(tmp_path):
     assert not [t for t in threading.enumerate() if t.name == "rladv-read"]
 
 
+@pytest.mark.parametrize("torch_here", [True, False], ids=["torch-to-import", "cpu"])
 @pytest.mark.parametrize("collector", [True, False])
-def test_compute_file_restores_the_switch_interval_and_the_collector(tmp_path, collector):
-    """compute_file lowers the GIL switch interval while its threads run and freezes the objects that exist
-    once torch is imported out of the garbage collector's passes; it gives the caller's interval and collector
-    back, enabled or not, with nothing frozen, also when it fails."""
+def test_compute_file_restores_the_switch_interval_and_the_collector(tmp_path, monkeypatch, collector, torch_here):
+    """compute_file lowers the GIL switch interval while its threads run and, where the run imports torch (one
+    that may use CUDA), freezes the objects that exist once it is imported out of the garbage collector's passes
+    (on the CPU nothing is frozen); it gives the caller's interval and collector back, enabled or not, with
+    nothing frozen, also when it fails."""
     import gc
     import sys
 
+    monkeypatch.setattr(api, "_torch_to_import", lambda device: torch_here)
     before = sys.getswitchinterval()
     frozen = []
     (gc.enable if collector else gc.disable)()
@@ -201,7 +205,7 @@ def test_compute_file_restores_the_switch_interval_and_the_collector(tmp_path, c
         paths = files(tmp_path, rollouts(20, 9))
         rladv_cli.compute_file(paths, estimator="grpo", output=tmp_path / "o.parquet", chunk_rows=7, device="cpu",
                                progress=lambda *_: frozen.append(gc.get_freeze_count()))
-        assert frozen and min(frozen) > 10_000
+        assert frozen and (min(frozen) > 10_000 if torch_here else max(frozen) == 0)
         assert sys.getswitchinterval() == before and gc.isenabled() == collector and gc.get_freeze_count() == 0
         (tmp_path / "bad").mkdir()
         no_values = files(tmp_path / "bad", rollouts(20, 9).drop_columns(["values"]))
@@ -212,11 +216,12 @@ def test_compute_file_restores_the_switch_interval_and_the_collector(tmp_path, c
         gc.enable()
 
 
-def test_a_callers_own_freeze_is_kept(tmp_path):
+def test_a_callers_own_freeze_is_kept(tmp_path, monkeypatch):
     """A caller that froze objects (a pre-fork server, say) still has them frozen afterwards: compute_file
     then leaves the collector's permanent generation alone (``gc.unfreeze`` would empty it)."""
     import gc
 
+    monkeypatch.setattr(api, "_torch_to_import", lambda device: True)  # where compute_file freezes objects
     gc.freeze()
     try:
         frozen = gc.get_freeze_count()
@@ -232,8 +237,7 @@ def test_a_failed_torch_import_leaves_the_collector_as_it_was(monkeypatch):
     import gc
     import sys
 
-    from rladv_cli import api
-
+    monkeypatch.setattr(api, "_torch_to_import", lambda device: True)
     monkeypatch.setitem(sys.modules, "rladv_cli.pipeline.driver", None)  # `from . import pipeline` now fails
     import rladv_cli.pipeline
 
@@ -264,7 +268,7 @@ from rladv_cli import api
 assert "torch" not in sys.modules
 sys.meta_path.insert(0, Interrupting())
 try:
-    with api._pipeline_imported():
+    with api._pipeline_imported("cuda"):
         print("not interrupted")
 except KeyboardInterrupt:
     torch = sys.modules.get("torch")

@@ -38,7 +38,7 @@ def test_the_timeline_names_every_phase_of_a_run_in_order(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr + p.stdout
     phases = [line.split(" s  ", 1)[1] for line in p.stderr.splitlines() if " s  " in line]
-    order = ["import torch begins", "import torch done", "layout pass begins", "scan pass done", "write pass begins",
+    order = ["import passes begins", "import passes done", "layout pass begins", "scan pass done", "write pass begins",
              "write pass done", "output committed", "exit"]
     assert [ph for ph in phases if ph in order] == order
     assert "reading done" in phases

@@ -497,17 +497,12 @@ def test_a_pool_the_workers_environment_names_is_left_alone(monkeypatch, named):
         pa.set_memory_pool(before)
 
 
-@pytest.mark.parametrize("as_read", [True, False], ids=["fresh-worker", "kept-worker"])
-def test_a_worker_hands_each_shard_to_its_own_writer(shards, tmp_path, monkeypatch, as_read):
-    """What a worker holds for a run (``ray_worker.Holding``, here in this process): as its shards are decoded
-    (a fresh worker, which imports torch meanwhile) or once they are (a kept one), each shard's staged writer
-    gets that shard's rows, in order, then their end, so that their carried columns are encoded before the write
-    pass, as the local engine's are."""
-    from rladv_cli.io import read
+def test_a_worker_hands_each_shard_to_its_own_writer(shards, tmp_path, monkeypatch):
+    """What a worker holds for a run (``ray_worker.Holding``, here in this process): once its shards are decoded
+    (a worker imports no torch meanwhile), each shard's staged writer gets that shard's rows, in order, then
+    their end, so that their carried columns are encoded before the write pass, as the local engine's are."""
     from rladv_cli.io.write import AtomicParquetWriter, computed_columns, output_schema
     from rladv_cli.pipeline import ray_worker
-
-    monkeypatch.setattr(read, "torch_to_import", lambda: as_read)
 
     handed: dict[str, list] = {}
     monkeypatch.setattr(AtomicParquetWriter, "carry", lambda self, table: handed.setdefault(

@@ -126,9 +126,9 @@ def test_compute_and_inspect_hold_the_declared_row_facts_alike(tmp_path, monkeyp
     inspect(out, estimator="reinforce_plus_plus", kl_coef=0.1)
     computed, scanned = held["compute"], held["inspect"]
     for name, fact in ROW_FACTS.items():
-        a, b = computed[name].double().numpy(), scanned[name]
+        a, b = np.asarray(computed[name], dtype=np.float64), scanned[name]
         assert np.allclose(a, b.astype(np.float64), rtol=1e-6, atol=0), name
-        for values in (computed[name].numpy(), b):
+        for values in (np.asarray(computed[name]), b):
             kind = {"bool": values.dtype == bool, "id": values.dtype.kind == "i", "float": values.dtype.kind == "f",
                     "count": np.array_equal(values, np.round(values))}[fact.kind]
             assert kind, (name, values.dtype)
