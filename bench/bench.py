@@ -40,7 +40,7 @@ import baseline  # noqa: E402
 import rladv_cli  # noqa: E402
 from rladv_cli.estimators.inputs import Inputs  # noqa: E402
 from rladv_cli.io.write import ROW_GROUP_ROWS, writer_options  # noqa: E402
-from rladv_cli.tensors.batch import from_arrow  # noqa: E402
+from rladv_cli.tensors.batch import as_array, from_arrow  # noqa: E402
 from rladv_cli.tensors.groups import group_stats  # noqa: E402
 
 DATA = Path(os.environ.get("RLADV_BENCH_DATA") or Path(__file__).resolve().parent / "data")  # datasets, outputs
@@ -127,19 +127,19 @@ def fresh_process(argv: list[str]) -> tuple[float, float]:
 def kernel_time(table: pa.Table, estimator: str, device: str = "cpu") -> float:
     """rladv's estimator function alone on ``table`` as one flat batch on ``device``: the best of 5 calls
     (synchronised on a GPU)."""
-    dev = torch.device(device)
     cfg = rladv_cli.Config(estimator=estimator, lam=0.95, device=device)
     est = rladv_cli.ESTIMATORS[estimator]
     longest = int(pa.compute.max(pa.compute.list_value_length(table["response_mask"])).as_py())
-    batch = replace(from_arrow(table, 0, dev), pad_width=torch.full((table.num_rows,), longest, device=dev))
-    gid = torch.from_numpy(np.unique(table["uid"].to_numpy(zero_copy_only=False), return_inverse=True)[1]).to(dev)
+    # numpy arrays on the CPU, torch tensors on a GPU, as `rladv compute` holds them (docs/arrays.md)
+    batch = replace(from_arrow(table, 0, device), pad_width=as_array(np.full(table.num_rows, longest), device))
+    gid = as_array(np.unique(table["uid"].to_numpy(zero_copy_only=False), return_inverse=True)[1], device)
     reward = batch.row_total(batch.token_level_rewards)
     groups = group_stats(reward, gid, int(gid.max()) + 1, batch.row_sum(batch.response_mask), est.group_statistics)
     known = dict(reward_total=reward, group_index=gid, groups=groups)
     inputs = Inputs(**{name: value for name, value in known.items() if name in est.needs})
     params = cfg.params()
     fn = est.fn
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     fn(batch, inputs, params)
     sync()
     times = []
@@ -191,7 +191,8 @@ def main() -> None:
     DATA.mkdir(exist_ok=True)
     from rladv_cli.tensors.kernels import NATIVE_SCAN
 
-    print(f"machine: {os.cpu_count()} cores, torch {torch.__version__} (threads {torch.get_num_threads()}), "
+    print(f"machine: {os.cpu_count()} cores, numpy {np.__version__} (rladv on the CPU), torch {torch.__version__} "
+          f"(the baseline, threads {torch.get_num_threads()}), "
           f"C scan {'built' if NATIVE_SCAN else 'NOT built (torch scans)'}, "
           f"floors on Arrow's {pa.default_memory_pool().backend_name} allocator")
     header = (f"{'tokens':>9} {'estimator':<20} {'e2e s':>7} {'Mtok/s':>7} {'rss MiB':>8} {'kernel s':>9} {'loop s':>8} "

@@ -97,6 +97,41 @@ def test_cuda_equals_cpu(estimator):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
+# every estimator family: group baselines, the GAE and REINFORCE++ scans, ReMax, the optimal-token baselines
+TORCH_PATH = ["grpo", "rloo", "gae", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax",
+              "optimal_token_baseline"]
+
+
+@pytest.mark.parametrize("estimator", TORCH_PATH)
+def test_the_torch_path_on_the_cpu_equals_the_numpy_path(monkeypatch, estimator):
+    """The passes on torch tensors (a CUDA run's code path) held on the CPU give the numpy run's numbers: the same
+    bits except where an exp enters (the KL penalty, IS weights: torch's exp is not correctly rounded), so CI
+    checks the GPU path's code without a GPU (docs/arrays.md)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from rladv_cli.pipeline import driver
+
+    t = pq.read_table(SAMPLES / "multiturn.parquet")
+    if estimator == "remax":
+        t = t.append_column("reward_baselines", pc.multiply(pc.cast(pc.list_value_length(t["responses"]), pa.float32()),
+                                                           pa.scalar(0.001, pa.float32())))
+    if estimator == "optimal_token_baseline":  # Σπ² = p² of the sampled token alone, p = exp(old_log_prob)
+        old = t["old_log_probs"].combine_chunks()
+        p = np.exp(old.flatten().to_numpy().astype(np.float64))
+        t = t.append_column("sum_pi_squared", pa.ListArray.from_arrays(
+            pc.subtract(old.offsets, old.offsets[0]), pa.array(p * p, pa.float32())))
+    settings = dict(estimator=estimator, kl_coef=0.01, rollout_is="token", chunk_rows=7)
+    numpy_run, report = rladv_cli.compute(t, device="cpu", **settings)
+    monkeypatch.setattr(driver, "resolve_device", lambda name: "cpu:0")  # torch tensors, on the CPU
+    torch_run, torch_report = rladv_cli.compute(t, device="cpu", **settings)
+    assert report.timing.device == "cpu" and torch_report.timing.device == "cpu:0"
+    for column in ("token_level_rewards", "advantages", "returns"):
+        a = np.concatenate([np.asarray(r, dtype=np.float32) for r in numpy_run[column].to_pylist()])
+        b = np.concatenate([np.asarray(r, dtype=np.float32) for r in torch_run[column].to_pylist()])
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=column)
+
+
 def test_batch_normalised_is_weights_per_batch_equal_each_batch_alone():
 
     import pyarrow.compute as pc
