@@ -22,6 +22,8 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt"
 nproc | sed 's/^/cpu cores: /' | tee -a "$out/device.txt"
 python3 setup.py -q build_ext --inplace >"$out/build.log" 2>&1 || echo "C loops not built: see build.log"
+python3 -c "import array_api_compat" 2>/dev/null \
+    || { echo "array-api-compat is missing: put its wheel in .whl/ (pip download --no-deps array-api-compat)"; exit 3; }
 python3 -c "import rladv_cli, torch; assert torch.cuda.is_available(), 'torch sees no CUDA device'" || exit 4
 
 python3 bench/gpu_check.py --out "$out" 2>&1 | tee "$out/gpu_check.log"

@@ -9,7 +9,7 @@ requested (``ray_engine.RayWorkers``), each pass's calls submitted and each shar
 stopped, Ray left. Between the actors' request and the first pass the driver imports torch and builds the run;
 between passes it merges and reduces. Workers (a subclass of ``ray_worker.ShardWorker`` that notes times into
 ``$TMPDIR/rladv-timeline``, emptied when this script starts): the process started, the run begun (by a worker
-kept from an earlier run, with ``--ray-keep-workers``), its shards' decoding begun and done, torch imported,
+kept from an earlier run, with ``--ray-keep-workers``), its shards' decoding begun and done, the passes imported,
 each call begun and done with the seconds it waited for chunks ("read"), and the write pass's ``settle`` (its
 shards' files finished). With ``$RLADV_TIMELINE_JSON`` set, the events are also written there as JSON
 (``[seconds, who, what]``, in time order), for ``bench/ray_scaling.py``.
@@ -78,7 +78,7 @@ class TimedWorker(ray_worker.ShardWorker):
         kept = " (a kept worker, up since an earlier run)" if self._watch is not None else ""
         self._note(f"run begins: {len(self._plan(refs)[1].shards)} shards{kept}")
         super().begin(refs)
-        self._note("torch and the passes imported")
+        self._note("the passes imported")
 
     def run(self, stage, refs, shard, given):
         self._note(f"{stage} shard {shard.index} begins")
@@ -99,7 +99,7 @@ class TimedWorker(ray_worker.ShardWorker):
 def hook_driver() -> None:
     wrap(ray_engine, "_import_ray", "import ray begins", "import ray done", note)
     wrap(ray_engine, "_init", "ray.init begins", "ray.init done", note)
-    wrap(ray_engine.RayWorkers, "__init__", None, "actors requested (the driver imports torch next)", note)
+    wrap(ray_engine.RayWorkers, "__init__", None, "actors requested (the driver builds the run next)", note)
     wrap(ray_engine.RayWorkers, "close", None, "actors stopped", note)
     calling = ray_engine.RayWorkers.__call__
 

@@ -117,22 +117,20 @@ def index_add(n: int, index: Array, values: Array) -> Array:
 
 def scatter_max(n: int, index: Array, values: Array, initial: float) -> Array:
     """``out[g] = max(initial, max {values_k: index_k = g})``; ``(n,)`` in ``values``' dtype."""
-    xp = namespace(values)
-    out = xp.full(n, initial, dtype=values.dtype, device=dev(values))
-    if is_numpy_array(values):
-        np.maximum.at(out, index, values)
-        return out
-    return out.scatter_reduce_(0, index, values, reduce="amax")
+    return _scatter(n, index, values, initial, np.maximum, "amax")
 
 
 def scatter_min(n: int, index: Array, values: Array, initial: float) -> Array:
     """``out[g] = min(initial, min {values_k: index_k = g})``; ``(n,)`` in ``values``' dtype."""
-    xp = namespace(values)
-    out = xp.full(n, initial, dtype=values.dtype, device=dev(values))
+    return _scatter(n, index, values, initial, np.minimum, "amin")
+
+
+def _scatter(n: int, index: Array, values: Array, initial: float, ufunc, reduce: str) -> Array:
+    out = namespace(values).full(n, initial, dtype=values.dtype, device=dev(values))
     if is_numpy_array(values):
-        np.minimum.at(out, index, values)
+        ufunc.at(out, index, values)
         return out
-    return out.scatter_reduce_(0, index, values, reduce="amin")
+    return out.scatter_reduce_(0, index, values, reduce=reduce)
 
 
 def exp32(x: Array) -> Array:

@@ -66,7 +66,7 @@ def test_the_ray_timeline_names_the_driver_and_every_worker_call(tmp_path):
     assert p.returncode == 0, p.stderr + p.stdout
     timeline = json.loads(events.read_text())
     driver = [what for _, who, what in timeline if who == "driver"]
-    order = ["import ray done", "ray.init done", "actors requested (the driver imports torch next)", "layout pass begins",
+    order = ["import ray done", "ray.init done", "actors requested (the driver builds the run next)", "layout pass begins",
              "scan pass done", "write pass done", "actors stopped", "exit"]
     assert [ph for ph in driver if ph in order] == order
     workers = {who for _, who, _ in timeline if who != "driver"}
@@ -75,7 +75,7 @@ def test_the_ray_timeline_names_the_driver_and_every_worker_call(tmp_path):
     assert sorted(calls) == sorted(f"{stage} shard {i} begins" for stage in ("layout", "scan", "write") for i in (0, 1))
     for worker in workers:
         mine = [what for _, who, what in timeline if who == worker]
-        assert mine[0] == "process started" and "torch and the passes imported" in mine
+        assert mine[0] == "process started" and "the passes imported" in mine
         assert mine.index("settle done") > max(i for i, what in enumerate(mine) if what.startswith("write shard"))
     assert [line for line in p.stderr.splitlines() if " s  " in line]  # printed too
 
