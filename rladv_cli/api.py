@@ -35,9 +35,9 @@ def _torch_to_import(device: str) -> bool:
     """Whether a run on ``device`` (``Config.device``) imports torch, which this process has not: to use CUDA,
     or with ``auto`` to ask for it where a CUDA build of torch and an NVIDIA device are there
     (``tensors.batch.resolve_device``). A run on the CPU never does (docs/arrays.md)."""
-    from .tensors.batch import _may_have_cuda
+    from .tensors.batch import may_have_cuda
 
-    return "torch" not in sys.modules and (device == "cuda" or (device == "auto" and _may_have_cuda()))
+    return "torch" not in sys.modules and (device == "cuda" or (device == "auto" and may_have_cuda()))
 
 
 @contextmanager

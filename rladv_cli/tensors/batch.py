@@ -78,7 +78,7 @@ def resolve_device(name: str) -> str:
     """``auto`` = cuda when there is one, else cpu; asking for cuda without one is an error. On the CPU the arrays
     are numpy's and torch is not imported: ``auto`` asks torch only where a CUDA build of it is installed and
     the machine shows an NVIDIA device (docs/arrays.md)."""
-    if name == "cpu" or (name == "auto" and not _may_have_cuda()):
+    if name == "cpu" or (name == "auto" and not may_have_cuda()):
         return X.CPU
     import torch
 
@@ -89,7 +89,7 @@ def resolve_device(name: str) -> str:
     raise ConfigError("--device cuda: torch sees no CUDA device here; use --device cpu or auto")
 
 
-def _may_have_cuda() -> bool:
+def may_have_cuda() -> bool:
     """Whether an installed torch is a CUDA build and a device node is there, read without importing torch."""
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:

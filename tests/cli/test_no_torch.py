@@ -56,9 +56,9 @@ def test_compute_on_the_cpu_does_not_import_torch(tmp_path, sample, flags):
 @pytest.mark.slow  # a fresh interpreter
 def test_auto_without_a_gpu_does_not_import_torch(tmp_path):
     """``--device auto`` (the default) asks torch only where a CUDA build of it and an NVIDIA device are there."""
-    from rladv_cli.tensors.batch import _may_have_cuda
+    from rladv_cli.tensors.batch import may_have_cuda
 
-    if _may_have_cuda():
+    if may_have_cuda():
         pytest.skip("this machine may have a GPU: auto asks torch")
     out = tmp_path / "o.parquet"
     assert not _fresh(COMMAND, "compute", str(SAMPLES / "groups.parquet"), "--estimator", "grpo", "-o", str(out), "-q")
