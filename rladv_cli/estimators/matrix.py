@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..tensors import kernels
+from ..tensors.groups import two_pass_std
 
 def row_means(m: np.ndarray) -> np.ndarray:
     """``m.mean(dim=1)``: the row sums divided by ``n`` in ``m``'s dtype, as torch divides them; ``(G,)``."""
@@ -24,23 +25,18 @@ def nanmeans(m: np.ndarray) -> np.ndarray:
 def row_stds(m: np.ndarray) -> np.ndarray:
     """``m.std(dim=1)`` (Bessel; NaN for ``n = 1``) as torch computes it on the CPU, in ``m``'s dtype; ``(G,)``.
 
-    torch takes two paths: for one row (``G = 1``) the two-pass ``sqrt(Σ (x − μ)² / (n − 1))`` in float64 about
-    the row's mean ``μ`` in ``m``'s dtype, the squares added in order; for several rows Welford's update in
-    float64, value after value (``μ += δ / k``, ``M2 += δ · (x − μ)``), ``sqrt(M2 / (n − 1))``. Both are rounded
-    to ``m``'s dtype once. The two round differently, so each is reproduced.
+    torch takes two paths: for one row (``G = 1``) the two-pass std of a 1-D tensor (``groups.two_pass_std``); for
+    several rows Welford's update in float64, value after value (``μ += δ / k``, ``M2 += δ · (x − μ)``),
+    ``sqrt(M2 / (n − 1))``, rounded to ``m``'s dtype once. The two round differently, so each is reproduced.
     """
     rows, n = m.shape
-    x = m.astype(np.float64)
     if rows == 1:
-        deviation = x - row_means(m).astype(np.float64)[:, None]
-        m2 = np.zeros(rows, dtype=np.float64)
-        for j in range(n):
-            m2 += deviation[:, j] * deviation[:, j]
-    else:
-        mu, m2 = np.zeros(rows, dtype=np.float64), np.zeros(rows, dtype=np.float64)
-        for j in range(n):
-            delta = x[:, j] - mu
-            mu = mu + delta / float(j + 1)
-            m2 = m2 + delta * (x[:, j] - mu)
+        return two_pass_std(m, row_means(m))
+    x = m.astype(np.float64)
+    mu, m2 = np.zeros(rows, dtype=np.float64), np.zeros(rows, dtype=np.float64)
+    for j in range(n):
+        delta = x[:, j] - mu
+        mu = mu + delta / float(j + 1)
+        m2 = m2 + delta * (x[:, j] - mu)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.sqrt(m2 / float(max(n - 1, 0))).astype(m.dtype)

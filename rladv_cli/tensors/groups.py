@@ -67,15 +67,21 @@ class GroupStats:
 STATISTICS = tuple(f.name for f in fields(GroupStats) if f.name != "size")
 
 
-def _two_pass_std(members: np.ndarray, mean: np.ndarray) -> np.ndarray:
-    """Per-row ``torch.std`` of ``members [G, s]`` (s ≥ 2) as torch computes it for one 1-D CPU tensor:
-    ``sqrt(Σ (x − μ)² / (s − 1))`` in float64 about the float32 mean ``μ (G,)``, rounded once to float32.
+def two_pass_std(members: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """Per-row ``torch.std`` of ``members [G, s]`` as torch computes it for one 1-D CPU tensor:
+    ``sqrt(Σ (x − μ)² / (s − 1))`` in float64 about the mean ``μ (G,)`` in ``members``' dtype, the squares added
+    in order, rounded once to that dtype (NaN for ``s = 1``).
 
-    ``members.std(dim=1)`` is not that for ``G ≥ 2``: torch takes another reduction path, which rounds otherwise
-    and on a group whose totals are a few ulps apart moves an advantage by ~1e-3 (0.18410 against verl's 0.18368).
+    ``members.std(dim=1)`` is not that for ``G ≥ 2``: torch takes another reduction path (Welford's,
+    ``estimators.matrix.row_stds``), which rounds otherwise and on a group whose totals are a few ulps apart moves
+    an advantage by ~1e-3 (0.18410 against verl's 0.18368).
     """
     deviation = members.astype(np.float64) - mean.astype(np.float64)[:, None]
-    return np.sqrt((deviation * deviation).sum(axis=1) / (members.shape[1] - 1)).astype(members.dtype)
+    m2 = np.zeros(members.shape[0], dtype=np.float64)
+    for j in range(members.shape[1]):
+        m2 += deviation[:, j] * deviation[:, j]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.sqrt(m2 / float(members.shape[1] - 1)).astype(members.dtype)
 
 
 def group_stats(row_total: Array, group_index: Array, num_groups: int, valid_count: Array,
@@ -85,7 +91,7 @@ def group_stats(row_total: Array, group_index: Array, num_groups: int, valid_cou
     in dataset order.
 
     Groups are bucketed by size and each bucket reduced as a ``[G_s, s]`` matrix of its members in row order,
-    so every statistic rounds as verl's per-group 1-D tensors do (the std by ``_two_pass_std``). Sequential sums use
+    so every statistic rounds as verl's per-group 1-D tensors do (the std by ``two_pass_std``). Sequential sums use
     ``index_add`` in row order, as verl's scatter does. Computed with numpy on the CPU whatever the inputs'
     device (``B`` values; a GPU's reductions round otherwise) and returned as the kind of array given.
     """
@@ -142,7 +148,7 @@ def _bucketed(row_total: np.ndarray, group_index: np.ndarray, num_groups: int, s
             if "mean" in wanted:
                 out["mean"][ids] = group_mean
             if "std" in wanted:
-                out["std"][ids] = _two_pass_std(members, group_mean)
+                out["std"][ids] = two_pass_std(members, group_mean)
         if "length_weighted_mean" in wanted:
             with np.errstate(divide="ignore", invalid="ignore"):
                 out["length_weighted_mean"][ids] = (torch_row_sums((n * members).astype(dtype))

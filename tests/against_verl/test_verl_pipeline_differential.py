@@ -882,7 +882,7 @@ def test_sessions_whose_uid_and_session_id_join_to_the_same_key():
 def test_group_std_of_near_tied_groups_in_a_batch_with_other_groups_of_the_same_size(estimator):
     # R = [0.625, 0.62499958] (7 ulps apart) in uid "a", [1, 2] in uid "b". verl's grpo: a = [0.1836782,
     # -0.1377587, -0.7071058, 0.7071058]. Found here: rladv's bucketed [G, s].std(dim=1) gave [0.1841030,
-    # -0.1380773, ...] (group "a" alone agreed); kernels._two_pass_std now rounds as verl's 1-D torch.std.
+    # -0.1380773, ...] (group "a" alone agreed); groups.two_pass_std now rounds as verl's 1-D torch.std.
     table = pa.table({"uid": ["a", "a", "b", "b"],
                       "response_mask": pa.array([[1], [1], [1], [1]], pa.list_(pa.int8())),
                       "score": [0.625, 0.6249995827674866, 1.0, 2.0],
