@@ -42,7 +42,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import DATA, make_dataset, parse_size  # noqa: E402
+from bench import DATA, compile_bytecode, make_dataset, parse_size  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 KEEP_S = 60  # --ray-keep-workers of the kept runs
@@ -127,6 +127,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--ray-address", default=None, help="a running cluster (default: one started here)")
     opts = parser.parse_args()
+    compile_bytecode()  # the driver's and the workers' imports, as on an installed package
     tokens = parse_size(opts.tokens)
     folder = shards(tokens, opts.shards)
     workers = [int(w) for w in opts.workers.split(",")]

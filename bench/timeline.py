@@ -28,6 +28,9 @@ START = time.perf_counter()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hooks import wrap  # noqa: E402  (bench/, this script's folder)
+from rladv_cli.cli import process  # noqa: E402
+
+process.set_environment()  # as the executable does, before pyarrow loads (its allocator is chosen then)
 from rladv_cli import api, cli  # noqa: E402
 from rladv_cli.io import read, write  # noqa: E402
 
