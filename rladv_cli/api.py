@@ -22,11 +22,12 @@ from .io import frames
 from .io.read import SWITCH_INTERVAL_S, Dataset
 from .io.write import (AtomicParquetWriter, SideFiles, check_output_path, check_side_outputs, computed_columns,
                        default_output, output_schema, signals_deferred)
-from .report.model import Report
 
 if TYPE_CHECKING:
     import pandas as pd
     import polars as pl
+
+    from .report.model import Report
 
 PathLike = str | os.PathLike
 

@@ -25,7 +25,7 @@ from .help import HelpCommand, HelpGroup
 from ..config.flags import RUN, option_name, to_command_line
 from .options import (SHARED_SETTINGS, Columns, Datasets, Engine, Estimator, FailOn, FailOnOption, GroupsOut,
                       LogFormat, RowsOut, VerlConfig, choices, path, takes_settings)
-from .progress import progress
+from .progress import may_be_terminal, progress
 
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
@@ -116,6 +116,11 @@ def _console(stderr: bool = False):
     return _console_type()(stderr=stderr)
 
 
+def _stderr_console():
+    """``_console`` on stderr: the summary's, the notes' and the progress bar's."""
+    return _console(stderr=True)
+
+
 def _stdout(values: dict[str, Optional[Path]]) -> Optional[str]:
     """Which of ``values`` (option -> path) is ``-``, stdout; two of them is an error."""
     dashed = [option for option, value in values.items() if value is not None and str(value) == "-"]
@@ -181,14 +186,14 @@ def compute(
       rladv compute rollouts.parquet --estimator grpo -q --report - > report.json
     """
     from ..api import compute_file
-    from ..report.model import render
 
     cfg, source = _resolve_config(ctx, config, engine)
     to_stdout = _stdout({"--json": Path("-") if as_json else None, "--report": report, "--html": html})
-    err = _console(stderr=True)
     paths = [str(p) for p in dataset]
     report_path, html = (None if to_stdout == "--report" else report), (None if to_stdout == "--html" else html)
-    with progress(err, enabled=not (quiet or as_json) and err.is_terminal) as show:
+    # rich (but for a progress bar on a terminal) and the report's printing are imported after the run, not
+    # before its input is being read (docs/performance.md, "Start-up")
+    with progress(_stderr_console, enabled=not (quiet or as_json) and may_be_terminal()) as show:
         if engine is Engine.ray:
             from ..pipeline.ray_engine import compute_ray
 
@@ -200,6 +205,9 @@ def compute(
             result = _run(lambda: compute_file(paths, cfg, output=output, report_path=report_path, progress=show,
                                                config_source=source, html_path=html, groups_path=groups_out,
                                                rows_path=rows_out))
+    from ..report.model import render
+
+    err = _stderr_console()
     for note in cfg.notes:  # after the run: an error stays the only line a failed run prints
         err.print(f"Note: {one_line(note)}", markup=False, highlight=False, soft_wrap=True)
     _skipped(result.inputs.skipped)
@@ -505,11 +513,11 @@ def compare(
         notes += [f"run {spec.name!r}: --config: {note}" for note in (source or {}).get("notes", ())]
         notes += [f"run {spec.name!r}: {note}" for note in cfg.notes]
     to_stdout = _stdout({"--json": Path("-") if as_json else None, "--html": html})
-    err = _console(stderr=True)
-    with progress(err, enabled=not (quiet or as_json) and err.is_terminal) as show:
+    with progress(_stderr_console, enabled=not (quiet or as_json) and may_be_terminal()) as show:
         result = _run(lambda: compare_runs([str(p) for p in dataset], runs, output=output,
                                            html_path=None if to_stdout == "--html" else html,
                                            progress=show, **run_options))
+    err = _stderr_console()
     for note in notes:  # after the runs: an error stays the only line a failed comparison prints
         err.print(f"Note: {one_line(note)}", markup=False, highlight=False, soft_wrap=True)
     if as_json:
@@ -558,8 +566,7 @@ def offpolicy(
     if chunk_rows < 1:
         _fail(f"--chunk-rows must be at least 1, got {chunk_rows}")
     columns = _columns(column)
-    err = _console(stderr=True)
-    with progress(err, enabled=not as_json and err.is_terminal) as show:
+    with progress(_stderr_console, enabled=not as_json and may_be_terminal()) as show:
         result = _run(lambda: sweep([str(p) for p in dataset], rollout_rs, specs, chunk_rows=chunk_rows, progress=show,
                                     columns=columns))
     if as_json:

@@ -1,7 +1,8 @@
 """The column contract of a rollout dataset (docs/contract.md §1, §3): names, Arrow kinds, roles.
 
 ``COLUMNS`` is the single source; the pydantic ``RolloutRow`` (and so ``schemas/rollout.schema.json``) and the
-row-level Arrow checks in ``validation.py`` are both derived from it.
+row-level Arrow checks in ``validation.py`` are both derived from it. The two row models are built on first use
+(``defer_build``): a run checks its rows with Arrow, not with them.
 """
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ _PY_TYPES = {
 
 RolloutRow = create_model(
     "RolloutRow",
-    __config__=ConfigDict(extra="allow", title="rladv rollout row"),
+    __config__=ConfigDict(extra="allow", title="rladv rollout row", defer_build=True),
     __doc__="One trajectory of a rollout dataset (one Parquet row). Token-aligned lists share one length "
     "L >= 1; extra columns are carried through unchanged.",
     **{
@@ -88,7 +89,7 @@ RolloutRow = create_model(
 class OutputRow(BaseModel):
     """Columns rladv adds to each row (all lists have the row's length)."""
 
-    model_config = ConfigDict(extra="allow", title="rladv output row")
+    model_config = ConfigDict(extra="allow", title="rladv output row", defer_build=True)
     token_level_rewards: list[float] = Field(description=OUTPUT_COLUMNS["token_level_rewards"])
     response_mask: list[Literal[0, 1]] = Field(description=OUTPUT_COLUMNS["response_mask"])
     loss_mask: list[Literal[0, 1]] = Field(description=OUTPUT_COLUMNS["loss_mask"])

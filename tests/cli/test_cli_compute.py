@@ -362,7 +362,7 @@ def test_the_progress_bar_shows_rows_per_second():
 
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=True, width=120)
-    with progress(console, True) as update:
+    with progress(lambda: console, True) as update:
         for i in range(1, 6):
             update("scan", i * 100, 500)
             time.sleep(0.02)

@@ -67,11 +67,11 @@ def test_progress_bar_shows_each_pass_on_a_terminal():
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=True, width=100)
     t = kl_table()
-    with progress(console, enabled=True) as update:
+    with progress(lambda: console, enabled=True) as update:
         rladv_cli.compute(t, estimator="grpo", chunk_rows=1, device="cpu", progress=update)
     text = buf.getvalue()
     assert "scan pass" in text and "write pass" in text
-    with progress(console, enabled=False) as update:
+    with progress(lambda: console, enabled=False) as update:
         assert update is None
 
 
