@@ -291,7 +291,8 @@ class AtomicParquetWriter:
             else:
                 if carried.num_rows != rows.num_rows:
                     raise RuntimeError(f"row group of {rows.num_rows} rows, carried columns of {carried.num_rows}")
-                parts = [carried.part(), self._encode(rows.select(self._computed_names))]
+                own = self._encode(rows.select(self._computed_names))  # first: a carried part begun in the
+                parts = [carried.part(), own]  # background meanwhile may be done then, and not be encoded twice
             turn.wait()
             if self._failed:
                 return

@@ -83,7 +83,7 @@ def test_carried_columns_are_encoded_early_and_give_the_same_bytes(tmp_path, mon
     monkeypatch.setattr(wio._Carried, "part", lambda self, part=wio._Carried.part: (used.append(self.num_rows), part(self))[1])
     paths = files(tmp_path, rollouts(40, 0, prompt=20), rollouts(33, 2, prompt=20))
     kept = written(paths, tmp_path / "kept.parquet", estimator, cache_mib=64)
-    assert used == [16, 16, 16, 16, 9]
+    assert sorted(used) == [9, 16, 16, 16, 16]  # every row group's (taken by encoder threads, in any order)
     used.clear()
     streamed = written(paths, tmp_path / "streamed.parquet", estimator, cache_mib=0)
     assert used == [] and kept == streamed
