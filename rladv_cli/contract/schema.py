@@ -1,15 +1,13 @@
 """The column contract of a rollout dataset (docs/contract.md §1, §3): names, Arrow kinds, roles.
 
-``COLUMNS`` is the single source; the pydantic ``RolloutRow`` (and so ``schemas/rollout.schema.json``) and the
-row-level Arrow checks in ``validation.py`` are both derived from it. The two row models are built on first use
-(``defer_build``): a run checks its rows with Arrow, not with them.
+``COLUMNS`` is the single source; the pydantic ``RolloutRow`` (``models``, and so ``schemas/rollout.schema.json``)
+and the row-level Arrow checks in ``validation.py`` are both derived from it. This module imports no pydantic: a run
+checks its rows with Arrow, and reading (a Ray worker's too) needs only these tables.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
-
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from typing import Literal
 
 Kind = Literal["mask", "float_list", "int_list", "float", "label", "call_list", "flag"]
 
@@ -62,39 +60,3 @@ OUTPUT_COLUMNS: dict[str, str] = {
     "advantages": "the estimator's advantages; 0 wherever response_mask is 0",
     "returns": "the estimator's returns; 0 wherever response_mask is 0",
 }
-
-_PY_TYPES = {
-    "mask": Optional[list[Literal[0, 1]]],
-    "float_list": Optional[list[float]],
-    "call_list": Optional[list[float]],
-    "int_list": Optional[list[int]],
-    "float": Optional[float],
-    "label": Optional[str | int],
-    "flag": Optional[bool],
-}
-
-RolloutRow = create_model(
-    "RolloutRow",
-    __config__=ConfigDict(extra="allow", title="rladv rollout row", defer_build=True),
-    __doc__="One trajectory of a rollout dataset (one Parquet row). Token-aligned lists share one length "
-    "L >= 1; extra columns are carried through unchanged.",
-    **{
-        c.name: (list[Literal[0, 1]], Field(description=c.description)) if c.name == "response_mask"
-        else (_PY_TYPES[c.kind], Field(default=None, description=c.description))
-        for c in COLUMNS.values()
-    },
-)
-
-
-class OutputRow(BaseModel):
-    """Columns rladv adds to each row (all lists have the row's length)."""
-
-    model_config = ConfigDict(extra="allow", title="rladv output row", defer_build=True)
-    token_level_rewards: list[float] = Field(description=OUTPUT_COLUMNS["token_level_rewards"])
-    response_mask: list[Literal[0, 1]] = Field(description=OUTPUT_COLUMNS["response_mask"])
-    loss_mask: list[Literal[0, 1]] = Field(description=OUTPUT_COLUMNS["loss_mask"])
-    advantages: list[float] = Field(description=OUTPUT_COLUMNS["advantages"])
-    returns: list[float] = Field(description=OUTPUT_COLUMNS["returns"])
-    rollout_is_weights: Optional[list[float]] = Field(
-        default=None, description="only with --rollout-is: the importance weights"
-    )

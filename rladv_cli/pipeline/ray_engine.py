@@ -31,14 +31,16 @@ import time
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence
 
 from ..config.settings import Config
 from ..errors import TERMINATION_SIGNALS, ComputeError, ConfigError, OutputError, RladvError
 from ..io.read import Dataset, Shard
 from ..io.write import SideFiles, computed_columns, named_os_errors, output_schema, signals_deferred
-from ..report.model import Report
 from . import ray_worker
+
+if TYPE_CHECKING:  # the report's models are imported with the passes, while the workers start
+    from ..report.model import Report
 
 PathLike = str | os.PathLike
 MAX_RETRIES = 3  # per shard call: exceptions other than the data's errors, and lost workers

@@ -3,7 +3,7 @@ generated from the code (``python -m rladv_cli.report.schemas schemas``) and che
 from __future__ import annotations
 
 from ..config.settings import Config
-from ..contract.schema import OutputRow, RolloutRow
+from ..contract.models import OutputRow, RolloutRow
 from .model import Report
 
 

@@ -5,7 +5,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from conftest import ROOT, SAMPLES
-from rladv_cli.contract.schema import COLUMNS, RolloutRow
+from rladv_cli.contract.models import RolloutRow
+from rladv_cli.contract.schema import COLUMNS
 from rladv_cli.report.schemas import json_schemas, write_json_schemas
 
 SCHEMAS = ROOT / "schemas"
