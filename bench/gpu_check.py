@@ -32,7 +32,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import rladv_cli  # noqa: E402
-from bench import DATA, dataset, end_to_end, io_floor, kernel_time, parse_size, token_count  # noqa: E402
+from bench import (DATA, compile_bytecode, dataset, end_to_end, io_floor, kernel_time, parse_size,  # noqa: E402
+                   token_count)
 
 TOLERANCE = 1e-5
 COLUMNS = ("token_level_rewards", "advantages", "returns")
@@ -96,6 +97,7 @@ def main() -> None:
         print("gpu_check: torch sees no CUDA device here", file=sys.stderr)
         sys.exit(2)
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    compile_bytecode()  # the fresh processes' imports, as on an installed package
     from rladv_cli.tensors.kernels import NATIVE_SCAN
 
     print(f"device: {name}, torch {torch.__version__}, pyarrow {pa.__version__}, "
