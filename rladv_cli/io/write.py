@@ -291,8 +291,10 @@ class AtomicParquetWriter:
             else:
                 if carried.num_rows != rows.num_rows:
                     raise RuntimeError(f"row group of {rows.num_rows} rows, carried columns of {carried.num_rows}")
-                own = self._encode(rows.select(self._computed_names))  # first: a carried part begun in the
-                parts = [carried.part(), own]  # background meanwhile may be done then, and not be encoded twice
+                # this row group's own columns first: a carried part begun in the background meanwhile is then
+                # usually done, and not encoded a second time
+                own = self._encode(rows.select(self._computed_names))
+                parts = [carried.part(), own]
             turn.wait()
             if self._failed:
                 return
