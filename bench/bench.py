@@ -120,11 +120,12 @@ def fresh_process(argv: list[str]) -> tuple[float, float]:
     code = (
         "import atexit, sys\n"
         # VmHWM belongs to this process image; ru_maxrss would also count the parent's pages before exec.
-        # cli.main runs the exit handlers, then leaves without the interpreter's teardown, as `rladv` does.
+        # the executable's own entry: its settings, the prefetch of the input, then cli.main, which runs the exit
+        # handlers and leaves without the interpreter's teardown, as `rladv` does.
         "atexit.register(lambda: print(next(int(l.split()[1]) for l in open('/proc/self/status') "
         "if l.startswith('VmHWM')), flush=True))\n"
         f"sys.argv = ['rladv', *{argv!r}]\n"
-        "from rladv_cli.cli import main\n"
+        "from rladv_cli.__main__ import main\n"
         "main()\n"
     )
     os.sync()

@@ -132,7 +132,7 @@ def main() -> None:
     folder = shards(tokens, opts.shards)
     workers = [int(w) for w in opts.workers.split(",")]
     scratch = Path(tempfile.mkdtemp(prefix="rladv-ray-bench-"))
-    rladv = [sys.executable, "-c", "from rladv_cli.cli import main; main()", "compute", str(folder),
+    rladv = [sys.executable, "-c", "from rladv_cli.__main__ import main; main()", "compute", str(folder),
              "--estimator", opts.estimator]
     with cluster(opts.ray_address) as address:
         local = ([*rladv, "-o", str(scratch / "local.parquet")], None)

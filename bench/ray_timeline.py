@@ -29,9 +29,9 @@ START = time.time()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hooks import wrap  # noqa: E402  (bench/, this script's folder)
-from rladv_cli.cli import process  # noqa: E402
+from rladv_cli.__main__ import set_environment  # noqa: E402
 
-process.set_environment()  # as the executable does, before pyarrow and ray load
+set_environment()  # as the executable does, before pyarrow and ray load
 from rladv_cli import cli  # noqa: E402
 from rladv_cli.io import read  # noqa: E402
 from rladv_cli.pipeline import ray_engine, ray_worker  # noqa: E402

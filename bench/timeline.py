@@ -3,8 +3,9 @@ process (stderr).
 
     python bench/timeline.py compute --estimator gae DATA.parquet -o OUT.parquet [any rladv compute option]
 
-The command runs in this process as the ``rladv`` executable runs it (``cli.main``, exit included), with hooks
-on rladv's own functions that note the time:
+The command runs in this process as the ``rladv`` executable runs it (``rladv_cli.__main__``: its settings, the
+prefetch of its input, then ``cli.main``, exit included), with hooks on rladv's own functions that note the time:
+  prefetch          the input file decoded before the command line loads (``io.prefetch``), begun and done
   import passes     the pipeline (and torch, on a GPU run) imported, begun and done (``api._pipeline_imported``)
   reading           the thread that decodes and checks the whole input (``io.read.ReadOnce``), begun and done
   carried columns   their early encoding (``write._Carried``): the first begun, the last done, and how many row
@@ -28,11 +29,7 @@ START = time.perf_counter()
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hooks import wrap  # noqa: E402  (bench/, this script's folder)
-from rladv_cli.cli import process  # noqa: E402
-
-process.set_environment()  # as the executable does, before pyarrow loads (its allocator is chosen then)
-from rladv_cli import api, cli  # noqa: E402
-from rladv_cli.io import read, write  # noqa: E402
+from rladv_cli.__main__ import set_environment  # noqa: E402
 
 events: list[tuple[float, str]] = []
 carried = {"background": 0, "own task": 0}
@@ -42,6 +39,15 @@ lock = threading.Lock()
 def note(what: str) -> None:
     with lock:
         events.append((time.perf_counter() - START, what))
+
+
+set_environment()  # as the executable does, before pyarrow loads (its allocator is chosen then)
+from rladv_cli.io import prefetch  # noqa: E402
+
+wrap(prefetch.Prefetch, "_decode", "prefetch begins", "prefetch done", note)
+prefetch.start(sys.argv[1:])  # as the executable does, before the command line loads
+from rladv_cli import api, cli  # noqa: E402
+from rladv_cli.io import read, write  # noqa: E402
 
 
 def hook_import() -> None:

@@ -123,14 +123,21 @@ runner = CliRunner()
 
 
 def rladv(*args: object, **invoke):
-    """Invoke the CLI in-process (``invoke``: CliRunner's keywords, e.g. ``env``); arguments are stringified
+    """Invoke the CLI in-process (``invoke``: CliRunner's keywords, e.g. ``env``) as the executable runs it:
+    ``compute``'s input file prefetched first where it would be (``io.prefetch``); arguments are stringified
     (paths, numbers). Python warnings raised during the run (which a real terminal would show as extra stderr
     lines) are kept in ``result.py_warnings``."""
     from rladv_cli.cli import app
+    from rladv_cli.io import prefetch
 
+    argv = [str(a) for a in args]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = runner.invoke(app, [str(a) for a in args], **invoke)
+        prefetch.start(argv)
+        try:
+            result = runner.invoke(app, argv, **invoke)
+        finally:
+            prefetch.claim(())  # dropped, where the run did not take it
     result.py_warnings = [f"{w.category.__name__}: {w.message}" for w in caught]
     return result
 

@@ -15,9 +15,8 @@ def main() -> None:
     (tearing down every module the process is about to drop anyway) takes about 0.45 s; so after the command
     the exit handlers run, the output streams are flushed, and the process leaves with ``os._exit`` and the
     command's code.
-    (``app`` itself, as tests and embedders call it, exits normally.) The process's settings come first
-    (``set_environment``)."""
-    set_environment()
+    (``app`` itself, as tests and embedders call it, exits normally.) The executable (``rladv_cli.__main__``)
+    has set the process's settings before it came here."""
     _raise_on_termination()
     try:
         app(prog_name="rladv")
@@ -38,25 +37,6 @@ def main() -> None:
         except (OSError, ValueError):  # a reader that went away (| head), or a closed stream
             pass
     os._exit(code or 0)
-
-
-def set_environment() -> None:
-    """The executable's process settings, unless the environment gives its own (each is read once, when its
-    library loads, so they are set before anything imports numpy, pyarrow or ray; the bench timelines call this
-    first too):
-    - ``OPENBLAS_NUM_THREADS=1``: rladv makes no BLAS calls through numpy, whose OpenBLAS otherwise starts a
-      thread per core that spins for ~0.1 s of CPU at start-up, while the input is read and the passes imported;
-    - on Linux, ``ARROW_DEFAULT_MEMORY_POOL=jemalloc`` (pyarrow's Linux wheels ship it): with the default
-      mimalloc, freed chunk buffers go back to the system and come back as fresh (zero-filled, often huge)
-      pages, ~0.4 s of kernel time per 20M tokens; jemalloc reuses them (and peaks ~150 MB lower);
-    - ``RAY_task_events_report_interval_ms=0`` (``--engine ray``): this process does not report its calls' state
-      changes to Ray's task table (a cluster's workers still report theirs; the processes of the local cluster
-      rladv starts inherit it), whose reporter held ``ray.shutdown`` 0.25 s at the end of every run
-      (docs/ray.md, "How a run goes")."""
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    if sys.platform.startswith("linux"):
-        os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
-    os.environ.setdefault("RAY_task_events_report_interval_ms", "0")
 
 
 def _raise_on_termination() -> None:

@@ -21,6 +21,7 @@ from ..contract.columns import array_of, arrow_of, list_offsets, numpy_of
 from ..contract.schema import COLUMNS as CONTRACT_COLUMNS
 from ..errors import InputError
 from .inputs import as_paths, conformed, dataset_files, unified_schema
+from .prefetch import Prefetch, claim, decoded_bytes
 
 if TYPE_CHECKING:  # the writer takes the chunks a ReadOnce keeps (it is never imported for reading)
     from .write import AtomicParquetWriter
@@ -180,15 +181,18 @@ class Shard:
     names: ColumnNames = ColumnNames()
     schema: "pa.Schema | None" = None  # the dataset's, when this file's columns differ from it only physically
 
-    def chunks(self, columns: Sequence[str] | None, chunk_rows: int,
-               file: pq.ParquetFile | None = None) -> Iterator[Chunk]:
+    def chunks(self, columns: Sequence[str] | None, chunk_rows: int, file: pq.ParquetFile | None = None,
+               batches: Iterable[pa.RecordBatch] | None = None) -> Iterator[Chunk]:
         """Yield chunks of at most ``chunk_rows`` rows holding only ``columns`` (all when None; the contract's
-        names), in the dataset's column order and types (``schema``)."""
-        f = file if file is not None else open_parquet(self.path)
+        names), in the dataset's column order and types (``schema``); from ``batches`` when the file's
+        batches of ``chunk_rows`` rows, every column, are decoded already (``io.prefetch``)."""
         wanted = self.names.file_columns(columns) if columns is not None else None
         start = 0
         try:
-            for rb in f.iter_batches(batch_size=chunk_rows, columns=wanted):
+            if batches is None:
+                f = file if file is not None else open_parquet(self.path)
+                batches = f.iter_batches(batch_size=chunk_rows, columns=wanted)
+            for rb in batches:
                 table = as_lists(self.names.read(pa.Table.from_batches([rb]), columns))
                 if self.schema is not None:
                     table = conformed(table, self.schema)
@@ -329,10 +333,11 @@ class Dataset(RowSource):
         ``ReadOnce``), and ``writer`` gets them (``AtomicParquetWriter.carry``) once all are kept, or with
         ``as_read`` as they are (``ReadOnce``). Close it when the run ends. None (every pass reads the files)
         when the dataset looks larger."""
-        if sum(_decoded_bytes(f) for f in self._files) > budget:
+        prefetched = claim(self.paths)
+        if sum(decoded_bytes(f) for f in self._files) > budget:
             return None
         self._once = ReadOnce(self, chunk_rows, budget, check, (lambda shard: writer) if writer is not None else None,
-                              as_read)
+                              as_read, prefetched)
         return self._once
 
     def locate(self, row: int) -> tuple[str, int]:
@@ -367,7 +372,7 @@ class ShardSet:
         self.shards = list(shards)
         self.num_rows = sum(s.num_rows for s in self.shards)
         self._once: ReadOnce | None = None
-        if budget > 0 and sum(_decoded_bytes(open_parquet(s.path)) for s in self.shards) <= budget:
+        if budget > 0 and sum(decoded_bytes(open_parquet(s.path)) for s in self.shards) <= budget:
             self._once = ReadOnce(self, chunk_rows, budget, check, writer_of)
 
     def shard_chunks(self, shard: Shard, columns: Sequence[str] | None, chunk_rows: int,
@@ -381,13 +386,6 @@ class ShardSet:
         if self._once is not None:
             self._once.close()
             self._once = None
-
-
-def _decoded_bytes(f: pq.ParquetFile) -> int:
-    """About what a file's columns take decoded: the uncompressed size of its row groups, from the footer.
-    (Column chunks' own metadata would be closer, but reading it from a corrupt footer can abort the
-    process.) Dictionary-encoded columns decode larger; ``ReadOnce`` checks the real sizes as it goes."""
-    return sum(f.metadata.row_group(g).total_byte_size for g in range(f.metadata.num_row_groups))
 
 
 class ReadOnce:
@@ -405,12 +403,16 @@ class ReadOnce:
     threads at the lowest priority): with ``as_read``, as they are kept, for a process that meanwhile imports
     torch (a run that may use CUDA, docs/arrays.md), whose import leaves CPU idle; else once every chunk is
     decoded and kept (``_carry_kept``), since the encoders beside the decoding would slow it down. When the
-    chunks are dropped, each writer drops what it took (``drop_carried``).
+    chunks are dropped, each writer drops what it took (``drop_carried``). ``prefetched``: the first file's
+    batches, decoded since the executable started (``io.prefetch``), taken instead of decoding it again where
+    they are what the thread would decode.
     """
 
     def __init__(self, dataset: "Dataset | ShardSet", chunk_rows: int, budget: int, check: Check,
-                 writer_of: "Callable[[Shard], AtomicParquetWriter | None] | None" = None, as_read: bool = False):
+                 writer_of: "Callable[[Shard], AtomicParquetWriter | None] | None" = None, as_read: bool = False,
+                 prefetched: Prefetch | None = None):
         self.chunk_rows, self.budget, self._check, self._writer_of = chunk_rows, budget, check, writer_of
+        self._prefetched = prefetched
         self._as_read = as_read  # hand chunks over as they are kept (``_read``)
         self._writers: list[AtomicParquetWriter] = []  # every writer handed chunks, in the order first handed
         self._kept_bytes = 0
@@ -447,7 +449,9 @@ class ReadOnce:
         """Decode, check and keep every chunk in dataset order, yielding each (its shard, its table) once kept;
         stops once closed."""
         for shard in dataset.shards:  # the thread opens the files itself: readers are not shared
-            for chunk in shard.chunks(None, self.chunk_rows):
+            prefetched, self._prefetched = self._prefetched, None
+            batches = prefetched.batches(shard.path, self.chunk_rows) if prefetched is not None else None
+            for chunk in shard.chunks(None, self.chunk_rows, batches=batches):
                 if not self._put(self._checked(chunk)):
                     return
                 yield shard, chunk.table

@@ -75,7 +75,7 @@ def test_a_caller_that_ignores_sigint_keeps_it_ignored_while_the_command_line_lo
 
 @pytest.mark.parametrize("caller", ["default", "ignored"])
 def test_the_quiet_exit_is_armed_only_while_the_command_line_loads(monkeypatch, caller):
-    """In-process, with the command itself stubbed: ``__main__.main`` arms the quiet exit for SIGINT while it
+    """In-process, with the command and the process settings stubbed: ``__main__.main`` arms the quiet exit for SIGINT while it
     imports ``rladv_cli.cli`` and hands the command Python's own handler (``KeyboardInterrupt``, which the
     command unwinds); an ignored SIGINT stays ignored throughout."""
     import signal
@@ -86,6 +86,8 @@ def test_the_quiet_exit_is_armed_only_while_the_command_line_loads(monkeypatch, 
     given = signal.default_int_handler if caller == "default" else signal.SIG_IGN
     seen = []
     monkeypatch.setattr(rladv_cli.cli, "main", lambda: seen.append(signal.getsignal(signal.SIGINT)))
+    monkeypatch.setattr(entry, "set_environment", lambda: None)  # this process's environment stays as it is
+    monkeypatch.setattr(sys, "argv", ["rladv"])
     previous = signal.signal(signal.SIGINT, given)
     try:
         entry.main()
@@ -169,7 +171,7 @@ def test_the_executable_picks_its_process_settings_unless_told(tmp_path, given):
         "          os.environ['RAY_task_events_report_interval_ms'])\n"
         "atexit.register(seen)\n"
         "sys.argv[0] = 'rladv'\n"
-        "from rladv_cli.cli import main\n"
+        "from rladv_cli.__main__ import main\n"
         "main()\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in SETTINGS}

@@ -11,6 +11,7 @@ import rladv_cli
 from rladv_cli import api
 from rladv_cli.io import read as rio
 from rladv_cli.io import write as wio
+from rladv_cli.io.prefetch import decoded_bytes
 
 
 def rollouts(rows: int, seed: int, prompt: int = 0) -> pa.Table:
@@ -116,7 +117,7 @@ def test_a_dataset_larger_than_its_footer_says_falls_back_to_streaming(tmp_path,
     took nothing. Either way the output is written as usual."""
     monkeypatch.setattr(api, "_torch_to_import", lambda device: as_read)
     paths = files(tmp_path, rollouts(64, 3, prompt=40_000))
-    assert rio._decoded_bytes(rio.open_parquet(str(paths[0]))) < 1 << 20
+    assert decoded_bytes(rio.open_parquet(str(paths[0]))) < 1 << 20
     states, carried, used = [], [], []
     monkeypatch.setattr(rio.ReadOnce, "close", lambda self, close=rio.ReadOnce.close: (states.append(self.kept), close(self)))
     monkeypatch.setattr(wio, "ROW_GROUP_ROWS", 4)
