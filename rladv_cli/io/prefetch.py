@@ -45,8 +45,9 @@ def _identity(path: str) -> tuple[int, int, int, int]:
 
 
 class Prefetch:
-    """``path`` decoded on a thread in batches of ``chunk_rows`` rows, as ``Shard.chunks`` reads it, when its
-    footer says it decodes to at most ``budget`` bytes."""
+    """``path`` decoded on a thread in batches of ``chunk_rows`` rows, as ``Shard.chunks`` reads it, when it
+    decodes to at most ``budget`` bytes (its footer's estimate, then the batches' own sizes: past it, what was
+    decoded is dropped)."""
 
     def __init__(self, path: str, chunk_rows: int, budget: int):
         self.path, self.chunk_rows = path, chunk_rows
@@ -63,7 +64,12 @@ class Prefetch:
             f = pq.ParquetFile(self.path, pre_buffer=False)  # as ``read.open_parquet`` opens it
             if decoded_bytes(f) > budget:
                 return
-            batches = list(f.iter_batches(batch_size=self.chunk_rows))
+            batches, held = [], 0
+            for batch in f.iter_batches(batch_size=self.chunk_rows):
+                held += batch.nbytes
+                if held > budget:  # larger decoded than its footer said (dictionary-encoded columns)
+                    return
+                batches.append(batch)
             if _identity(self.path) == before:  # not rewritten while it was decoded
                 self._identity, self._batches = before, batches
         except Exception:  # noqa: BLE001 - the run's own read meets the problem and names it

@@ -186,12 +186,12 @@ class Shard:
         """Yield chunks of at most ``chunk_rows`` rows holding only ``columns`` (all when None; the contract's
         names), in the dataset's column order and types (``schema``); from ``batches`` when the file's
         batches of ``chunk_rows`` rows, every column, are decoded already (``io.prefetch``)."""
-        wanted = self.names.file_columns(columns) if columns is not None else None
+        if batches is None:
+            f = file if file is not None else open_parquet(self.path)
+            wanted = self.names.file_columns(columns) if columns is not None else None
+            batches = f.iter_batches(batch_size=chunk_rows, columns=wanted)
         start = 0
         try:
-            if batches is None:
-                f = file if file is not None else open_parquet(self.path)
-                batches = f.iter_batches(batch_size=chunk_rows, columns=wanted)
             for rb in batches:
                 table = as_lists(self.names.read(pa.Table.from_batches([rb]), columns))
                 if self.schema is not None:

@@ -150,6 +150,11 @@ def test_batches_are_handed_out_once_and_only_as_the_file_is_now(tmp_path, data)
     assert p.batches(str(data), 7) is None  # handed out once
     assert decoded(data).batches(str(data), 8) is None  # another chunk size
     assert decoded(data, budget=1000).batches(str(data), 7) is None  # decodes larger than the cache: not read
+    prompts = write(rollouts(2).append_column("prompt", pa.array(["x" * 40_000 + str(i // 4) for i in range(ROWS)])),
+                    tmp_path / "prompts.parquet")  # small on disk (dictionary-encoded), 4 MB decoded
+    assert prefetch.decoded_bytes(pq.ParquetFile(prompts)) < 1 << 20
+    assert decoded(prompts, budget=1 << 20).batches(str(prompts), 7) is None
+    assert decoded(prompts, budget=8 << 20).batches(str(prompts), 7) is not None
 
     p = decoded(data)
     os.replace(write(rollouts(2), tmp_path / "new.parquet"), data)  # another file at the path
