@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -75,18 +75,26 @@ class Prefetch:
         except Exception:  # noqa: BLE001 - the run's own read meets the problem and names it
             pass
 
-    def batches(self, path: str, chunk_rows: int) -> Optional[list["pa.RecordBatch"]]:
-        """The decoded batches (once the thread is done) when they are what reading ``path`` in chunks of
-        ``chunk_rows`` rows gives now; else None. Handed out once: the caller holds them from then on (and
-        frees them when it drops its chunks)."""
+    def batches(self, path: str, chunk_rows: int) -> Optional[Iterator["pa.RecordBatch"]]:
+        """The decoded batches (once the thread is done), in order, when they are what reading ``path`` in chunks
+        of ``chunk_rows`` rows gives now; else None. Handed out once, each let go of as it is taken: what the
+        caller makes of a batch (a cast copy, say) does not sit in memory beside it."""
         self._thread.join()
         batches, self._batches = self._batches, None
         if batches is None or chunk_rows != self.chunk_rows:
             return None
         try:
-            return batches if _identity(path) == self._identity else None
+            same = _identity(path) == self._identity
         except OSError:
             return None
+        return _taken(batches) if same else None
+
+
+def _taken(batches: list["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
+    """``batches`` in order, each dropped from the list as it is yielded."""
+    batches.reverse()
+    while batches:
+        yield batches.pop()
 
 
 def start(argv: Sequence[str]) -> None:

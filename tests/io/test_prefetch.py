@@ -55,8 +55,9 @@ def handed(monkeypatch) -> list:
     original = prefetch.Prefetch.batches
 
     def spy(self, *args):
-        calls.append(original(self, *args))
-        return calls[-1]
+        batches = original(self, *args)
+        calls.append(None if batches is None else list(batches))
+        return None if batches is None else iter(calls[-1])
 
     monkeypatch.setattr(prefetch.Prefetch, "batches", spy)
     return calls
@@ -107,7 +108,7 @@ def test_the_run_reads_the_prefetched_chunks(tmp_path, data, monkeypatch):
     original = prefetch.Prefetch.batches
 
     def marked(self, *args):
-        batches = original(self, *args)
+        batches = list(original(self, *args))
         note = batches[0].schema.get_field_index("note")
         return [b.set_column(note, "note", pa.array(["prefetched"] * b.num_rows)) for b in batches]
 
@@ -145,8 +146,10 @@ def decoded(path: Path, chunk_rows: int = 7, budget: int = 1 << 30) -> prefetch.
 
 def test_batches_are_handed_out_once_and_only_as_the_file_is_now(tmp_path, data):
     p = decoded(data)
+    held = p._batches
     batches = p.batches(str(data), 7)
     assert pa.Table.from_batches(batches).equals(pq.read_table(data))
+    assert held == []  # none kept once taken
     assert p.batches(str(data), 7) is None  # handed out once
     assert decoded(data).batches(str(data), 8) is None  # another chunk size
     assert decoded(data, budget=1000).batches(str(data), 7) is None  # decodes larger than the cache: not read
