@@ -111,7 +111,7 @@ def start(argv: Sequence[str]) -> None:
 def input_file(argv: Sequence[str]) -> Optional[tuple[str, int, int]]:
     """``(path, chunk rows, cache MiB)`` when ``argv`` is ``compute`` with one existing ``.parquet`` file among
     its arguments (values of ``OUTPUT_OPTIONS`` aside), read in this process (no ``--where``, no ``--engine``
-    other than ``local``) with a cache that is not 0; else None."""
+    other than ``local``) with a cache that is not 0, and no ``--help``; else None."""
     if not argv or argv[0] != "compute":
         return None
     files, chunk_rows, cache_mib = [], CHUNK_ROWS, CACHE_MIB
@@ -121,7 +121,7 @@ def input_file(argv: Sequence[str]) -> Optional[tuple[str, int, int]]:
         if name.startswith("-") and not eq and name in (*OUTPUT_OPTIONS, "--where", "--engine", "--chunk-rows",
                                                          "--cache-mib"):
             value = next(args, "")
-        if name == "--where" or (name == "--engine" and value != "local"):
+        if name in ("--where", "--help", "-h") or (name == "--engine" and value != "local"):
             return None
         if name in ("--chunk-rows", "--cache-mib"):
             if not value.isdigit() or int(value) >= 1 << 31:  # not a value the settings take

@@ -78,6 +78,8 @@ def test_the_input_is_found_where_the_run_reads_one_file_here(tmp_path, data):
         (["compute", f, "--engine", "ray"], None),
         (["compute", f, "--engine=ray"], None),
         (["compute", f, "--where", "note != 'row 3'"], None),
+        (["compute", f, "--help"], None),
+        (["compute", "-h", f], None),
         (["compute", f, "--cache-mib", "0"], None),
         (["compute", f, "--chunk-rows", "-3"], None),
         (["compute", f, "--chunk-rows", str(1 << 31)], None),
