@@ -14,6 +14,8 @@ tool-observation spans) and estimator, one run prints:
            other defaults (the issue's I/O floor); the median of --repeat measurements
   Every e2e run and floor measurement starts after os.sync(), so none pays for the last one's write-back; rladv's
            bytecode is written first (``compile_bytecode``), as an installed package has it from its first run.
+           The e2e runs and the floors take turns (one e2e run, then one of each floor, and so on), so that a
+           machine that slows down or speeds up over a cell moves both sides of e2e/floor alike.
   floor2   the same with rladv's own writer settings (no dictionary or statistics for token lists, 512-row groups)
 The floors run on pyarrow's default allocator (the machine line names it; measured here, jemalloc, which the
 `rladv` executable picks on Linux, gives no lower floor), or on ARROW_DEFAULT_MEMORY_POOL when it is set.
@@ -220,13 +222,15 @@ def main() -> None:
             out = DATA / f"out_{n}_{estimator}.parquet"
             label = estimator + (f"+{extra[1]}" if extra else "")
             # Each measurement starts from a quiet machine: no dirty pages of the last one still being written
-            # back, and no large table held here (this process's memory is freed before the runs).
-            runs = [end_to_end(path, estimator, out, extra=extra) for _ in range(args.repeat)]
-            written = pq.read_table(out)
-            floors = [io_floor(path, written, DATA / "floor.parquet") for _ in range(args.repeat)]
-            floors2 = [io_floor(path, written, DATA / "floor.parquet", row_group_size=ROW_GROUP_ROWS,
-                                **writer_options(written.schema)) for _ in range(args.repeat)]
-            del written
+            # back, and no large table held here during an e2e run (the output is read again for each floor).
+            runs, floors, floors2 = [], [], []
+            for _ in range(args.repeat):
+                runs.append(end_to_end(path, estimator, out, extra=extra))
+                written = pq.read_table(out)
+                floors.append(io_floor(path, written, DATA / "floor.parquet"))
+                floors2.append(io_floor(path, written, DATA / "floor.parquet", row_group_size=ROW_GROUP_ROWS,
+                                        **writer_options(written.schema)))
+                del written
             e2e, rss = statistics.median(r[0] for r in runs), max(r[1] for r in runs)
             floor, floor2 = statistics.median(floors), statistics.median(floors2)
             table = pq.read_table(path)
