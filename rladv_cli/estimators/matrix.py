@@ -9,6 +9,7 @@ import numpy as np
 from ..tensors import kernels
 from ..tensors.groups import two_pass_std
 
+
 def row_means(m: np.ndarray) -> np.ndarray:
     """``m.mean(dim=1)``: the row sums divided by ``n`` in ``m``'s dtype, as torch divides them; ``(G,)``."""
     return kernels.torch_row_sums(m) / m.dtype.type(m.shape[1])

@@ -30,6 +30,7 @@ COMPRESSION = "zstd"
 # pyarrow's writer alone is single-threaded, and at 20M tokens it is most of the run.
 ENCODERS = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
+
 def default_output(inputs: Sequence[str | os.PathLike]) -> str:
     """``DATASET.adv.parquet`` beside a single input file; several inputs, a folder or a glob pattern need ``-o``."""
     if len(inputs) != 1 or not Path(inputs[0]).is_file():
