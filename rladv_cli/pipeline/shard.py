@@ -365,7 +365,7 @@ class ShardWork:
                     rows.add(**weight_rows(weights, b))
             rows.add(**{f"adv_{k}": v for k, v in adv_rows.items()}, **{f"ret_{k}": v for k, v in ret_rows.items()},
                      **flags)
-        return ShardResult(rows.columns(), sketches=sketches)
+        return ShardResult(rows.columns(), sketches=sketches.done())
 
 
 def scan_rows(p: Prepared, cfg: Config, kl_measured_here: bool) -> dict[str, Array]:

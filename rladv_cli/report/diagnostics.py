@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import defaultdict, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Optional
 
 import numpy as np
@@ -139,12 +140,18 @@ def row_outcomes(total: Array, group_id: Optional[Array] = None,
 class TokenSketches:
     """The write pass's token-level distributions, fed chunk by chunk: advantages labelled by the row's outcome
     part and valid-length bucket, returns, and (``with_values``) returns paired with values. Counts are exact,
-    so nothing depends on the chunking, and sketches of consecutive shards ``merge`` into the sketch of both."""
+    so nothing depends on the chunking, and sketches of consecutive shards ``merge`` into the sketch of both.
+    Each sketch counts on a thread of its own, chunk after chunk, beside the pass (the C loop releases the GIL),
+    at most ``BEHIND`` chunks behind it; ``done`` waits for them, and is called before the sketches are read."""
+
+    BEHIND = 4
 
     def __init__(self, with_values: bool):
         self.advantages, self.returns = Sketch(), Sketch()
         self.pairs = Sketch(paired=True) if with_values else None
         self.returns_are_advantages = True
+        self._counting: Optional[list[ThreadPoolExecutor]] = None
+        self._counted: deque[list[Future]] = deque()  # per chunk not yet waited for
 
     def add(self, b: Batch, advantages: Array, returns: Array, valid: Array, outcome: Array,
             count: Array) -> dict[str, Array]:
@@ -153,24 +160,51 @@ class TokenSketches:
         ``advantages`` itself (the same array in every chunk of an estimator whose returns are its advantages):
         then only the advantages count. Returns the per-row columns ``(B,)`` the report's splits use:
         ``length_bucket`` and, with values, the moments ``resid_count, resid_sum, resid_m2`` of ``returns - values``,
-        as the kind of array given. The sketches count on the host, in numpy."""
+        as the kind of array given. The sketches count on the host, in numpy; the arrays are not to change after."""
         length = np.maximum(np.frexp(X.to_numpy(count))[1].astype(np.int64) - 1, 0)
         off, keep, a = X.to_numpy(b.row_offsets), X.to_numpy(valid), X.to_numpy(advantages)
-        self.advantages.add_rows(a, keep, off, label=X.to_numpy(outcome) * LENGTH_LABELS + length)
-        r = a if returns is advantages else X.to_numpy(returns)
-        if returns is not advantages:  # one array (the estimator's returns are its advantages): nothing to add
-            self.returns.add_rows(r, keep, off)
-            # both are 0 off the valid tokens, so whole arrays compare as the valid tokens do
-            self.returns_are_advantages &= bool(np.array_equal(r, a))
+        label = X.to_numpy(outcome) * LENGTH_LABELS + length
+        r = None if returns is advantages else X.to_numpy(returns)  # None: one array, nothing more to add
+        values = X.to_numpy(b.values) if self.pairs is not None else None
+        if self._counting is None:  # one thread per sketch: each counts its chunks in order
+            self._counting = [ThreadPoolExecutor(1, thread_name_prefix="rladv-sketch") for _ in range(3)]
+        jobs = [self._counting[0].submit(self.advantages.add_rows, a, keep, off, label=label)]
+        if r is not None:
+            jobs.append(self._counting[1].submit(self._count_returns, r, a, keep, off))
+        if self.pairs is not None:
+            jobs.append(self._counting[2].submit(self.pairs.add_rows, a if r is None else r, keep, off, y=values))
+        self._counted.append(jobs)
+        while len(self._counted) > self.BEHIND:  # each chunk waiting holds its arrays
+            for job in self._counted.popleft():
+                job.result()
         cols = dict(length_bucket=X.like(length, count))
         if self.pairs is not None:
-            self.pairs.add_rows(r, keep, off, y=X.to_numpy(b.values))
             resid = kernels.row_summary(returns - b.values, valid, b.row_offsets)
             cols.update({f"resid_{k}": resid[k] for k in ("count", "sum", "m2")})
         return cols
 
+    def _count_returns(self, r: np.ndarray, a: np.ndarray, keep: np.ndarray, off: np.ndarray) -> None:
+        self.returns.add_rows(r, keep, off)
+        # both are 0 off the valid tokens, so whole arrays compare as the valid tokens do
+        self.returns_are_advantages &= bool(np.array_equal(r, a))
+
+    def done(self) -> "TokenSketches":
+        """Wait for every chunk's counting (raising what it raised); the sketches are complete after."""
+        if self._counting is not None:
+            try:
+                for jobs in self._counted:
+                    for job in jobs:
+                        job.result()
+            finally:
+                for pool in self._counting:
+                    pool.shutdown(cancel_futures=True)
+                self._counting, self._counted = None, deque()
+        return self
+
     def merge(self, other: "TokenSketches") -> None:
         """Add what ``other`` counted (the rows after this one's)."""
+        self.done()
+        other.done()
         self.advantages.merge(other.advantages)
         self.returns.merge(other.returns)
         if self.pairs is not None:

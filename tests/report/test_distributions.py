@@ -248,3 +248,34 @@ def test_report_histograms_match_numpy_on_the_output(estimator, data, settings_)
         r, v = tokens("returns").astype(np.float64), tokens("values").astype(np.float64)
         want, _, _ = np.histogram2d(v, r, bins=[rv.value_edges, rv.return_edges])
         assert rv.counts == want.astype(np.int64).tolist()
+
+
+def test_token_sketches_count_on_their_threads_what_one_thread_counts(monkeypatch):
+    """``TokenSketches`` counts each sketch on a thread of its own, never more than ``BEHIND`` chunks behind the
+    pass; what it counted is what counting every chunk in turn, here, gives."""
+    from types import SimpleNamespace
+
+    from rladv_cli.report.diagnostics import LENGTH_LABELS, TokenSketches
+
+    monkeypatch.setattr(TokenSketches, "BEHIND", 1)
+    rng = np.random.default_rng(3)
+    threaded = TokenSketches(with_values=True)
+    advantages, returns, pairs = Sketch(), Sketch(), Sketch(paired=True)
+    for _ in range(12):
+        lengths = rng.integers(1, 30, rng.integers(1, 20))
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        valid = rng.random(offsets[-1]) > 0.2
+        a = (rng.normal(size=valid.size) * valid).astype(np.float32)
+        r, values = ((a + 1) * valid).astype(np.float32), rng.normal(size=valid.size).astype(np.float32)
+        outcome, count = rng.integers(0, 3, lengths.size), np.add.reduceat(valid.astype(np.int64), offsets[:-1])
+        threaded.add(SimpleNamespace(row_offsets=offsets, values=values), a, r, valid, outcome, count)
+        assert len(threaded._counted) <= 1
+        length = np.maximum(np.frexp(count)[1].astype(np.int64) - 1, 0)
+        advantages.add_rows(a, valid, offsets, label=outcome * LENGTH_LABELS + length)
+        returns.add_rows(r, valid, offsets)
+        pairs.add_rows(r, valid, offsets, y=values)
+    threaded.done()
+    for got, want in ((threaded.advantages, advantages), (threaded.returns, returns), (threaded.pairs, pairs)):
+        assert want.count > 0 and got.count == want.count and got.level == want.level
+        assert np.array_equal(got.keys, want.keys) and np.array_equal(got.counts, want.counts)
+    assert not threaded.returns_are_advantages
