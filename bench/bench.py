@@ -17,6 +17,9 @@ tool-observation spans) and estimator, one run prints:
            The e2e runs and the floors take turns (one e2e run, then one of each floor, and so on), so that a
            machine that slows down or speeds up over a cell moves both sides of e2e/floor alike.
   floor2   the same with rladv's own writer settings (no dictionary or statistics for token lists, 512-row groups)
+  warm     ``rladv_cli.compute_file`` (the library, the executable's process settings) in one process that ran it
+           once before: the median of --repeat runs, each after os.sync(), taken after the cell's other runs; what
+           a run costs without a fresh interpreter and its imports
 The floors run on pyarrow's default allocator (the machine line names it; measured here, jemalloc, which the
 `rladv` executable picks on Linux, gives no lower floor), or on ARROW_DEFAULT_MEMORY_POOL when it is set.
 """
@@ -108,6 +111,30 @@ def end_to_end(path: Path, estimator: str, out: Path, device: str = "cpu", extra
     peak RSS (MiB)."""
     return fresh_process(["compute", str(path), "--estimator", estimator, "-o", str(out), "-q", "--device", device,
                           *extra])
+
+
+def warm(path: Path, estimator: str, out: Path, repeat: int, extra: tuple[str, ...] = ()) -> float:
+    """``rladv_cli.compute_file`` on the CPU, ``repeat`` times in one fresh process after one untimed run: the
+    median seconds. ``extra``: command-line flags with a value (``--loss-agg-mode MODE``), given as settings."""
+    settings = {flag.lstrip("-").replace("-", "_"): value for flag, value in zip(extra[::2], extra[1::2])}
+    code = (
+        "import os, statistics, time\n"
+        "from rladv_cli.__main__ import set_environment\n"
+        "set_environment()\n"
+        "import rladv_cli\n"
+        f"run = lambda: rladv_cli.compute_file({str(path)!r}, estimator={estimator!r}, output={str(out)!r}, "
+        f"device='cpu', **{settings!r})\n"
+        "run()\n"
+        "times = []\n"
+        f"for _ in range({repeat}):\n"
+        "    os.sync()\n"
+        "    t0 = time.perf_counter()\n"
+        "    run()\n"
+        "    times.append(time.perf_counter() - t0)\n"
+        "print(statistics.median(times))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(res.stdout.strip().splitlines()[-1])
 
 
 def compile_bytecode() -> None:
@@ -209,7 +236,8 @@ def main() -> None:
           f"C scan {'built' if NATIVE_SCAN else 'NOT built (torch scans)'}, "
           f"floors on Arrow's {pa.default_memory_pool().backend_name} allocator")
     header = (f"{'tokens':>9} {'estimator':<20} {'e2e s':>7} {'Mtok/s':>7} {'rss MiB':>8} {'kernel s':>9} {'loop s':>8} "
-              f"{'loop/kern':>9} {'floor s':>8} {'e2e/floor':>9} {'floor2 s':>8} {'e2e/floor2':>10}")
+              f"{'loop/kern':>9} {'floor s':>8} {'e2e/floor':>9} {'floor2 s':>8} {'e2e/floor2':>10} {'warm s':>7} "
+              f"{'warm/floor':>10}")
     print(header)
     for size in args.tokens.split(","):
         n = parse_size(size)
@@ -233,11 +261,13 @@ def main() -> None:
                 del written
             e2e, rss = statistics.median(r[0] for r in runs), max(r[1] for r in runs)
             floor, floor2 = statistics.median(floors), statistics.median(floors2)
+            library = warm(path, estimator, out, args.repeat, extra)
             table = pq.read_table(path)
             kern = kernel_time(table, estimator)
             loop = float("nan") if args.no_loop else loop_time(table, estimator)
             print(f"{tokens:>9} {label:<20} {e2e:>7.2f} {tokens / e2e / 1e6:>7.2f} {rss:>8.0f} {kern:>9.3f} "
-                  f"{loop:>8.3f} {loop / kern:>9.1f} {floor:>8.2f} {e2e / floor:>9.2f} {floor2:>8.2f} {e2e / floor2:>10.2f}")
+                  f"{loop:>8.3f} {loop / kern:>9.1f} {floor:>8.2f} {e2e / floor:>9.2f} {floor2:>8.2f} {e2e / floor2:>10.2f} "
+                  f"{library:>7.2f} {library / floor:>10.2f}")
             out.unlink()
             del table
 
