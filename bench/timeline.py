@@ -10,7 +10,11 @@ prefetch of its input, then ``cli.main``, exit included), with hooks on rladv's 
   reading           the thread that decodes and checks the whole input (``io.read.ReadOnce``), begun and done
   carried columns   their early encoding (``write._Carried``): the first begun, the last done, and how many row
                     groups were encoded on the background threads and how many by their row group's own task
+  copied columns    or, where they are copied from the input (``io.column_copy``), when the last row group's
+                    chunks were handed to the joiner, and how many row groups were
   passes            each pass over the data, begun and done (``pipeline.Pipeline._map``)
+  report            its numbers put together after the last pass (``build_report``), begun and done
+  output            the last row group appended and the footer written (``parquet_join.RowGroupJoiner.finish``)
   committed         the output in place (``io.write.AtomicParquetWriter.commit``)
   exit              the exit handlers run; the process ends right after
 So where a run waits (a GPU host's slow ``import torch``, a pass that cannot begin before the reading ends)
@@ -47,7 +51,7 @@ from rladv_cli.io import prefetch  # noqa: E402
 wrap(prefetch.Prefetch, "_decode", "prefetch begins", "prefetch done", note)
 prefetch.start(sys.argv[1:])  # as the executable does, before the command line loads
 from rladv_cli import api, cli  # noqa: E402
-from rladv_cli.io import read, write  # noqa: E402
+from rladv_cli.io import column_copy, parquet_join, read, write  # noqa: E402
 
 
 def hook_import() -> None:
@@ -68,6 +72,7 @@ def hook_import() -> None:
                     note(f"{stage} pass done")
 
             pipeline.Pipeline._map = mapped
+            wrap(pipeline, "build_report", "report begins", "report done", note)
             yield pipeline
 
     api._pipeline_imported = timed
@@ -96,10 +101,15 @@ def hook_carried() -> None:
 def report() -> None:
     note("exit")
     done = [t for t, what in events if what == "carried columns: a row group done"]
-    lines = [(t, what) for t, what in events if what != "carried columns: a row group done"]
+    copied = [t for t, what in events if what == "copied columns: a row group"]
+    lines = [(t, what) for t, what in events if what not in ("carried columns: a row group done",
+                                                              "copied columns: a row group")]
     if done:
         lines.append((max(done), f"carried columns: last row group done ({carried['background']} on the background "
                                  f"threads, {carried['own task']} by their row group's task)"))
+    if copied:
+        lines.append((max(copied), f"copied columns: the last row group's chunks handed out ({len(copied)} row "
+                                   "groups)"))
     for t, what in sorted(lines):
         print(f"{t:7.3f} s  {what}", file=sys.stderr)
 
@@ -107,6 +117,8 @@ def report() -> None:
 hook_import()
 hook_carried()
 wrap(read.ReadOnce, "_read", "reading begins", "reading done", note)
+wrap(column_copy.CopyPlan, "part", None, "copied columns: a row group", note)
+wrap(parquet_join.RowGroupJoiner, "finish", None, "output: the last row group in, the footer written", note)
 wrap(write.AtomicParquetWriter, "commit", None, "output committed", note)
 atexit.register(report)
 sys.argv = ["rladv", *sys.argv[1:]]

@@ -142,7 +142,9 @@ def compute_file(inputs: Sequence[PathLike] | PathLike, config: Optional[Config]
         schema = output_schema(dataset.schema, **added)
         carried = [name for name in dataset.columns if name not in computed_columns(**added)]
         written = dataset.names.written(schema.names)  # the files' own names of mapped columns (--column)
-        with AtomicParquetWriter(out, schema, carried, written) as sink, SideFiles() as side:
+        # every input row, in order, from files: the carried columns' chunks may be copied from them
+        files = dataset.paths if isinstance(dataset, Dataset) else ()
+        with AtomicParquetWriter(out, schema, carried, written, files) as sink, SideFiles() as side:
             # as the passes are imported and start: the input is decoded and checked, and its carried columns
             # encoded (as it is decoded where torch imports meanwhile, whose import leaves CPU idle)
             check = partial(validation.check_chunk, unscorable=cfg.conv.unscorable)

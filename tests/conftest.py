@@ -80,6 +80,22 @@ def binary_scores(t: pa.Table) -> pa.Table:
     return t.set_column(t.column_names.index("rm_scores"), "rm_scores", pa.array(rows, F32))
 
 
+def ragged_rollouts(rows: int, seed: int, max_len: int = 40, uid: str = "s{seed}p{group}") -> pa.Table:
+    """``rows`` seeded rows of 1 to ``max_len - 1`` tokens: ``uid`` (groups of 4, named by the pattern),
+    ``response_mask`` (a fifth 0), ``rm_scores`` and ``values`` (normal), as a file of rollouts holds them."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, max_len, rows)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    n = int(lengths.sum())
+    lst = lambda v: pa.ListArray.from_arrays(offsets, pa.array(v))  # noqa: E731
+    return pa.table({
+        "uid": [uid.format(seed=seed, group=i // 4) for i in range(rows)],
+        "response_mask": lst((rng.random(n) > 0.2).astype(np.int8)),
+        "rm_scores": lst(rng.normal(size=n).astype(np.float32)),
+        "values": lst(rng.normal(size=n).astype(np.float32)),
+    })
+
+
 def read(path: Path) -> pa.Table:
     return pq.read_table(path)
 

@@ -5,7 +5,7 @@ pushed into the Parquet scan (``open_rows``, the rows every command reads).
 
 polars gives strings and lists Arrow's large types (64-bit offsets) and sometimes views; rladv reads and
 writes the standard ones (32-bit offsets, lists' values named ``element``, as pyarrow reads a Parquet file), so a
-frame and the file it was read from give the same output, byte for byte. ``standard`` casts them (the offsets are
+frame and the file it was read from give the same output table. ``standard`` casts them (the offsets are
 rewritten, the values shared).
 """
 from __future__ import annotations

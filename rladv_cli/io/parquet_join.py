@@ -19,7 +19,7 @@ only its offsets move.
 from __future__ import annotations
 
 import struct
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 MAGIC = b"PAR1"
 
@@ -29,11 +29,11 @@ _INTEGERS = (_I16, _I32, _I64)
 
 # Field ids (parquet.thrift) of the absolute file offsets, by struct, and of the sizes a row group sums.
 _FILE_NUM_ROWS, _FILE_ROW_GROUPS = 3, 4
-_ROW_GROUP_COLUMNS, _ROW_GROUP_BYTES, _ROW_GROUP_FILE_OFFSET, _ROW_GROUP_COMPRESSED = 1, 2, 5, 6
+_ROW_GROUP_COLUMNS, _ROW_GROUP_BYTES, _ROW_GROUP_NUM_ROWS, _ROW_GROUP_FILE_OFFSET, _ROW_GROUP_COMPRESSED = 1, 2, 3, 5, 6
 _CHUNK_OFFSETS = (2, 4, 6)          # file_offset, offset_index_offset, column_index_offset
 _CHUNK_META_DATA = 3
 _CHUNK_OUTSIDE = (4, 6)             # page indexes: written after the row groups, not inside a column chunk
-_META_PATH, _META_COMPRESSED = 3, 7
+_META_PATH, _META_UNCOMPRESSED, _META_COMPRESSED = 3, 6, 7
 _META_DATA_PAGE, _META_DICTIONARY_PAGE, _META_BLOOM_FILTER = 9, 11, 14
 _META_OFFSETS = (9, 10, 11, 14)     # data, index and dictionary page offsets, bloom_filter_offset
 
@@ -193,6 +193,42 @@ def _shift(fields: Struct, field_ids: tuple[int, ...], by: int) -> None:
             f[2] += by
 
 
+def chunk_range(meta: Struct) -> tuple[int, int]:
+    """A ``ColumnMetaData``'s pages as file offsets [start, end): from its first page (the dictionary page, when
+    there is one before the data pages), ``total_compressed_size`` bytes, as readers read them."""
+    start = _field(meta, _META_DATA_PAGE)[2]
+    dictionary = _field(meta, _META_DICTIONARY_PAGE)
+    if dictionary is not None and 0 < dictionary[2] < start:
+        start = dictionary[2]
+    return start, start + _field(meta, _META_COMPRESSED)[2]
+
+
+class Part:
+    """Some column chunks of one row group: their ``ColumnChunk`` structs (offsets as in their source; joining
+    moves them, so a part is appended once), its row count, and ``read(start, end)``, the source's bytes at
+    those file offsets; or ``copy_into(fd, start, end)``, which appends them to the file ``fd`` itself and says
+    whether it could. ``row_group``: the source's row group struct, whose fields a joined row group takes."""
+
+    def __init__(self, chunks: list[Struct], num_rows: int, read: Callable[[int, int], bytes],
+                 row_group: Struct | None = None, copy_into: Callable[[int, int, int], bool] | None = None):
+        self.chunks, self.num_rows, self.read, self.row_group = chunks, num_rows, read, row_group
+        self.copy_into = copy_into
+
+    @classmethod
+    def of_file(cls, data) -> "Part":
+        """A one-row-group Parquet file in memory. Page indexes and bloom filters are refused: they lie after the
+        row groups, outside the column chunks' bytes, and would not come along."""
+        body, footer = split_file(data)
+        (row_group,) = _field(footer, _FILE_ROW_GROUPS)[2][1]
+        chunks = _field(row_group, _ROW_GROUP_COLUMNS)[2][1]
+        for chunk in chunks:
+            meta = _field(chunk, _CHUNK_META_DATA)[2]
+            if any(_field(chunk, f) for f in _CHUNK_OUTSIDE) or _field(meta, _META_BLOOM_FILTER):
+                raise ValueError("append_columns: page indexes and bloom filters are not supported")
+        return cls(chunks, _field(footer, _FILE_NUM_ROWS)[2],
+                   lambda start, end: body[start - len(MAGIC):end - len(MAGIC)], row_group)
+
+
 class RowGroupJoiner:
     """Appends whole Parquet files (same schema and writer settings) to ``sink`` as the row groups of one file.
 
@@ -208,6 +244,10 @@ class RowGroupJoiner:
         self.footer = footer
         self.row_groups: list[bytes] = []  # encoded
         self.num_rows = 0
+        try:  # a file on disk: parts that can copy their bytes straight into it do
+            self._fd = sink.fileno()
+        except (AttributeError, OSError, ValueError):  # io.BytesIO raises io.UnsupportedOperation, an OSError
+            self._fd = None
 
     def append(self, part) -> None:
         body, footer = split_file(part)
@@ -224,48 +264,53 @@ class RowGroupJoiner:
         self.position += len(body)
 
     def append_columns(self, parts: list, names: list[str]) -> None:
-        """One row group whose columns come from ``parts``, one-row-group files of the same rows written with
-        the same settings, each holding some of the columns: the top-level columns ``names``, in that order.
-        A column chunk's pages are one run of bytes (dictionary page first), copied as they are, so the row
-        group is the one a single writer writes for all the columns."""
-        pieces: dict[str, list] = {}
-        totals = {_ROW_GROUP_BYTES: 0, _ROW_GROUP_COMPRESSED: 0}
-        rows = set()
-        for part in parts:
-            body, footer = split_file(part)
-            (row_group,) = _field(footer, _FILE_ROW_GROUPS)[2][1]
-            rows.add(_field(footer, _FILE_NUM_ROWS)[2])
-            for field_id in totals:
-                totals[field_id] += _field(row_group, field_id)[2]
-            for chunk in _field(row_group, _ROW_GROUP_COLUMNS)[2][1]:
-                meta = _field(chunk, _CHUNK_META_DATA)[2]
-                if any(_field(chunk, f) for f in _CHUNK_OUTSIDE) or _field(meta, _META_BLOOM_FILTER):
-                    raise ValueError("append_columns: page indexes and bloom filters are not supported")
-                dictionary = _field(meta, _META_DICTIONARY_PAGE)
-                start = dictionary[2] if dictionary and dictionary[2] > 0 else _field(meta, _META_DATA_PAGE)[2]
-                end = start + _field(meta, _META_COMPRESSED)[2]
-                name = _field(meta, _META_PATH)[2][1][0].decode()
-                pieces.setdefault(name, []).append((chunk, body[start - len(MAGIC):end - len(MAGIC)], start))
+        """One row group whose columns come from ``parts``: ``Part``s, or one-row-group files of the same rows
+        written with the same settings (``Part.of_file``), each holding some of the columns: the top-level
+        columns ``names``, in that order. A column chunk's pages are one run of bytes (dictionary page first),
+        copied as they are, so for parts written alike the row group is the one a single writer writes for all
+        the columns."""
+        parts = [p if isinstance(p, Part) else Part.of_file(p) for p in parts]
+        rows = sorted({p.num_rows for p in parts})
         if len(rows) != 1:
-            raise ValueError(f"append_columns: the parts hold different numbers of rows ({sorted(rows)})")
+            raise ValueError(f"append_columns: the parts hold different numbers of rows ({rows})")
+        pieces: dict[str, list] = {}
+        for part in parts:
+            for chunk in part.chunks:
+                meta = _field(chunk, _CHUNK_META_DATA)[2]
+                name = _field(meta, _META_PATH)[2][1][0].decode()
+                pieces.setdefault(name, []).append((chunk, part, *chunk_range(meta)))
         missing, extra = [n for n in names if n not in pieces], sorted(set(pieces) - set(names))
         if missing or extra:
             raise ValueError(f"append_columns: no part holds columns {missing}" if missing else
                              f"append_columns: columns {extra} are not among the names given")
         first = self.position
-        columns = []
+        columns, totals = [], {_ROW_GROUP_BYTES: 0, _ROW_GROUP_COMPRESSED: 0}
         for name in names:
-            for chunk, pages, start in pieces[name]:
+            for chunk, part, start, end in pieces[name]:
                 _shift_chunk(chunk, self.position - start)
+                meta = _field(chunk, _CHUNK_META_DATA)[2]
+                totals[_ROW_GROUP_BYTES] += _field(meta, _META_UNCOMPRESSED)[2]
+                totals[_ROW_GROUP_COMPRESSED] += _field(meta, _META_COMPRESSED)[2]
                 columns.append(chunk)
-                self.sink.write(pages)
-                self.position += len(pages)
+                self._write(part, start, end)
+                self.position += end - start
+        # a written part's row group gives the fields pyarrow writes; else the ones every row group has
+        row_group = next((p.row_group for p in parts if p.row_group is not None), None) or [
+            [_ROW_GROUP_COLUMNS, _LIST, None], [_ROW_GROUP_BYTES, _I64, 0], [_ROW_GROUP_NUM_ROWS, _I64, rows[0]],
+            [_ROW_GROUP_FILE_OFFSET, _I64, 0], [_ROW_GROUP_COMPRESSED, _I64, 0]]
         _field(row_group, _ROW_GROUP_COLUMNS)[2] = (_STRUCT, columns)
         _field(row_group, _ROW_GROUP_FILE_OFFSET)[2] = first
         for field_id, total in totals.items():
             _field(row_group, field_id)[2] = total
         self.row_groups.append(encode_footer(row_group))
-        self.num_rows += _field(footer, _FILE_NUM_ROWS)[2]
+        self.num_rows += rows[0]
+
+    def _write(self, part: Part, start: int, end: int) -> None:
+        if part.copy_into is not None and self._fd is not None:
+            self.sink.flush()  # what is buffered goes first; the copy then moves the descriptor's offset on
+            if part.copy_into(self._fd, start, end):
+                return
+        self.sink.write(part.read(start, end))
 
     def finish(self) -> None:
         if self.footer is None:

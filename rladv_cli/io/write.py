@@ -1,5 +1,6 @@
 """Parquet out: a temporary file beside the target renamed over it (``AtomicParquetWriter``, row groups
-encoded on several threads and joined byte-exactly), side files that appear with the output or not at all
+encoded on several threads and joined byte-exactly, or joined to the carried columns' chunks copied from the
+input, ``column_copy``), side files that appear with the output or not at all
 (``SideFiles``), and signals deferred while the renames run (``signals_deferred``)."""
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import IO, Callable, Iterator, Optional, Sequence
 
@@ -19,6 +21,7 @@ import pyarrow.parquet as pq
 
 from ..config.flags import named
 from ..errors import TERMINATION_SIGNALS, OutputError
+from . import column_copy
 from .parquet_join import RowGroupJoiner, split_file
 
 # Output row groups have a fixed number of rows so the file's bytes do not depend on --chunk-rows. It is the
@@ -114,9 +117,11 @@ def computed_columns(with_is_weights: bool, with_token_weight: bool = False) -> 
 
 class _RowGroups:
     """Tables of consecutive rows in, tables of ``ROW_GROUP_ROWS`` rows out (and the rest, when flushed), so
-    the row groups depend only on the rows, not on how they arrived."""
+    the row groups depend only on the rows, not on how they arrived; or, given ``sizes``, tables of exactly
+    those numbers of rows in turn (any other total is an error)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sizes: Sequence[int] | None = None) -> None:
+        self._sizes = sizes
         self._pending: list[pa.Table] = []
         self._rows = 0
         self.count = 0  # row groups handed out so far
@@ -127,13 +132,27 @@ class _RowGroups:
 
     def take(self, flush: bool = False) -> Iterator[pa.Table]:
         """Every whole row group held, then (``flush``) the rows left."""
-        while self._rows >= ROW_GROUP_ROWS or (flush and self._rows):
+        while self._rows and (self._rows >= (size := self._next_size()) or flush):
+            if self._rows < size and self._sizes is not None:
+                raise RuntimeError(f"row group {self.count} of the input holds {size} rows, the output {self._rows}")
             buffered = pa.concat_tables(self._pending)
-            rows = min(self._rows, ROW_GROUP_ROWS)
+            rows = min(self._rows, size)
             rest = buffered.slice(rows)
             self._pending, self._rows = ([rest] if rest.num_rows else []), rest.num_rows
             self.count += 1
             yield buffered.slice(0, rows)
+
+    def _next_size(self) -> int:
+        if self._sizes is None:
+            return ROW_GROUP_ROWS
+        if self.count == len(self._sizes):
+            raise RuntimeError(f"more rows written than the input's {sum(self._sizes)}")
+        return self._sizes[self.count]
+
+    def check_complete(self) -> None:
+        """With ``sizes``: raise unless every row group was handed out."""
+        if self._sizes is not None and self.count != len(self._sizes):
+            raise RuntimeError(f"{sum(self._sizes[:self.count])} rows written, the input has {sum(self._sizes)}")
 
     def clear(self) -> None:
         self._pending, self._rows = [], 0
@@ -210,9 +229,15 @@ class AtomicParquetWriter:
     ``carry``: they are encoded as soon as a row group's worth is there (``io.read.ReadOnce`` hands them over
     as the input is decoded, or once it is), and ``write`` then encodes only the other columns of that
     row group; ``append_columns`` puts the pages of both together, the same bytes again.
+
+    ``copy_from``: the input files whose rows the output holds, all of them in order. Where ``column_copy.plan``
+    allows it, the row groups are the files' instead, the carried columns' chunks are copied from them byte for
+    byte, ``carry`` is not needed, and ``write`` encodes only the other columns, each on an encoder of its own;
+    the bytes then depend only on the files and the rows. At most two such row groups are in flight.
     """
 
-    def __init__(self, path: str, schema: pa.Schema, carried: Sequence[str] = (), written: Sequence[str] = ()):
+    def __init__(self, path: str, schema: pa.Schema, carried: Sequence[str] = (), written: Sequence[str] = (),
+                 copy_from: Sequence[str] = ()):
         self.path = path
         self.schema = schema
         # the names the file holds the columns under (the user's, ``--column``), in the schema's order
@@ -222,27 +247,33 @@ class AtomicParquetWriter:
         self._options = writer_options(self._file_schema)
         self._finished = False
         self._encoders = ThreadPoolExecutor(ENCODERS, thread_name_prefix="rladv-encode")
+        self._joining = ThreadPoolExecutor(1, thread_name_prefix="rladv-join")  # with copied columns
         self._early: list[Future] = []  # the carried row groups' encodings, on ``_CARRY_POOL``
-        self._file, self._tmp = None, None
+        self._file, self._tmp, self._copy = None, None, None
+        self._replaces = os.path.exists(path)  # the rename will put the output over an existing file
+        self._carried_names = [n for n in schema.names if n in set(carried)]
         try:
             # a signal between the file's creation and its path being kept here would leave it behind
             with named_os_errors(path), signals_deferred():
                 self._file, self._tmp = _temp_file(os.path.dirname(os.path.abspath(path)), ".parquet.tmp", "wb")
-            self._joiner = RowGroupJoiner(self._file, split_file(self._encode(None))[1])
+            footer = split_file(self._encode(None))[1]
+            self._joiner = RowGroupJoiner(self._file, footer)
+            file_name = dict(zip(schema.names, self._file_names))
+            self._copy = column_copy.plan(copy_from, footer, [file_name[n] for n in self._carried_names],
+                                          self._file_schema)
         except BaseException:
             self.abort()
             raise
-        self._written = _RowGroups()
+        self._written = _RowGroups(self._copy.sizes if self._copy is not None else None)
         self._in_flight: collections.deque[Future] = collections.deque()
         self._turn = threading.Event()  # set once the row groups before the next one are in the file
         self._turn.set()
         self._failed = False
-        self._carried_names = [n for n in schema.names if n in set(carried)]
         self._carried_schema = pa.schema([schema.field(n) for n in self._carried_names], metadata=schema.metadata)
         self._computed_names = [n for n in schema.names if n not in set(carried)]
         self._carried: dict[int, _Carried] = {}  # by row group
         self._carry = _RowGroups()
-        self._carrying = True
+        self._carrying = self._copy is None
 
     def carry(self, table: pa.Table | None) -> None:
         """The next rows of the input (any columns, the carried ones among them); ``None`` after the last
@@ -269,40 +300,54 @@ class AtomicParquetWriter:
     def write(self, table: pa.Table) -> None:
         if not table.schema.equals(self.schema):
             raise ValueError(f"table schema does not match the output's: {table.schema} vs {self.schema}")
-        self._written.add(table)
+        self._written.add(table if self._copy is None else table.select(self._computed_names))
         with named_os_errors(self.path):  # an encoder's failed write (a full disk) surfaces here
             for rows in self._written.take():
                 self._submit(rows)
 
     def _submit(self, rows: pa.Table) -> None:
         turn, self._turn = self._turn, threading.Event()
-        carried = self._carried.pop(self._written.count - 1, None)
-        self._in_flight.append(self._encoders.submit(self._encode_and_append, rows, carried, turn, self._turn))
-        while len(self._in_flight) > ENCODERS:
+        index = self._written.count - 1
+        if self._copy is None:
+            carried = self._carried.pop(index, None)
+            task = self._encoders.submit(self._append_in_turn, partial(self._encode_parts, rows, carried), turn,
+                                         self._turn)
+        else:  # each own column on an encoder, joined to the copied ones on the one joining thread, in order
+            copied = self._copy.part(index)
+            own = [self._encoders.submit(self._encode, rows.select([name])) for name in self._computed_names]
+            task = self._joining.submit(self._append_in_turn, lambda: [copied, *(f.result() for f in own)], turn,
+                                        self._turn)
+        self._in_flight.append(task)
+        # a copied row group may be large (the input's), and each in flight holds its rows
+        while len(self._in_flight) > (ENCODERS if self._copy is None else 2):
             self._in_flight.popleft().result()
 
-    def _encode_and_append(self, rows: pa.Table, carried: _Carried | None, turn: threading.Event,
-                           next_turn: threading.Event) -> None:
-        """Encode a row group (the columns not carried, when the carried ones are encoded apart), wait for
-        the ones before it, append it. Tasks start in order, so the one awaited is running or done; the
-        thread that encoded a part also frees it."""
+    def _encode_parts(self, rows: pa.Table, carried: _Carried | None) -> list[pa.Buffer]:
+        """A row group as one part, or as its own columns and its carried ones encoded apart. This row group's
+        own columns first: a carried part begun in the background meanwhile is then usually done, and not
+        encoded a second time."""
+        if carried is None:
+            return [self._encode(rows)]
+        if carried.num_rows != rows.num_rows:
+            raise RuntimeError(f"row group of {rows.num_rows} rows, carried columns of {carried.num_rows}")
+        own = self._encode(rows.select(self._computed_names))
+        return [carried.part(), own]
+
+    def _append_in_turn(self, parts: Callable[[], list], turn: threading.Event, next_turn: threading.Event) -> None:
+        """Make a row group's ``parts``, wait for the ones before it, append it. Tasks start in order, so the
+        one awaited is running or done; the thread that made the parts also frees them."""
         try:
-            if carried is None:
-                part = self._encode(rows)
-            else:
-                if carried.num_rows != rows.num_rows:
-                    raise RuntimeError(f"row group of {rows.num_rows} rows, carried columns of {carried.num_rows}")
-                # this row group's own columns first: a carried part begun in the background meanwhile is then
-                # usually done, and not encoded a second time
-                own = self._encode(rows.select(self._computed_names))
-                parts = [carried.part(), own]
+            made = parts()
             turn.wait()
             if self._failed:
                 return
-            if carried is None:
-                self._joiner.append(part)
+            if len(made) == 1:
+                self._joiner.append(made[0])
             else:
-                self._joiner.append_columns(parts, self._file_names)
+                self._joiner.append_columns(made, self._file_names)
+            if self._replaces:
+                self._file.flush()
+                _start_writeback(self._file.fileno())
         except BaseException:
             self._failed = True
             raise
@@ -334,8 +379,13 @@ class AtomicParquetWriter:
                 self._submit(rows)
             while self._in_flight:
                 self._in_flight.popleft().result()
+            if self._copy is not None:
+                self._copy.check_unchanged()
+                self._written.check_complete()
+                self._copy.close()
             self._joiner.finish()
             self._encoders.shutdown()
+            self._joining.shutdown()
             self._cancel_early()
             self._file.close()
         self._finished = True
@@ -351,12 +401,15 @@ class AtomicParquetWriter:
             self._failed = True
             self._cancel_early()
             self._encoders.shutdown(cancel_futures=True)
+            self._joining.shutdown(cancel_futures=True)
             try:
                 if self._file is not None:
                     self._file.close()
             except OSError:  # flushing what is buffered fails as the write did (a full disk): the file goes anyway
                 pass
         finally:
+            if self._copy is not None:
+                self._copy.close()
             if self._tmp is not None and os.path.exists(self._tmp):
                 os.unlink(self._tmp)
 
@@ -372,6 +425,35 @@ class AtomicParquetWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             self.abort()
+
+
+def _start_writeback(fd: int) -> None:
+    """Have the kernel begin writing ``fd``'s dirty pages to disk, without waiting (Linux's
+    ``sync_file_range``; elsewhere nothing). Renamed over an existing file, a new file's pages are written out
+    by ext4 in the rename itself (``auto_da_alloc``): 0.15 s of a 20M-token run's very end, unless the writing
+    began as the row groups landed (docs/performance.md, "Fewer copies")."""
+    global _sync_file_range
+    if _sync_file_range is None:
+        _sync_file_range = _libc_sync_file_range()
+    if _sync_file_range:
+        _sync_file_range(fd, 0, 0, 2)  # from 0 to the end, SYNC_FILE_RANGE_WRITE; a failure changes nothing
+
+
+def _libc_sync_file_range():
+    """``sync_file_range`` from the C library, or False where there is none."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    return fn
+
+
+_sync_file_range = None
 
 
 def _temp_file(folder: str, suffix: str, mode: str) -> tuple[IO, str]:

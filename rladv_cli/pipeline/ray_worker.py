@@ -83,8 +83,8 @@ class Holding:
         self._finishing: dict[int, Future] = {}  # shard index -> its writer's commit
         self._latest: Optional[Future] = None
         if decode:
-            self._writers = {s.index: AtomicParquetWriter(self.staged(s), plan.schema, plan.carried, plan.written)
-                             for s in plan.shards}
+            self._writers = {s.index: AtomicParquetWriter(self.staged(s), plan.schema, plan.carried, plan.written,
+                                                          [s.path]) for s in plan.shards}
             self.source = ShardSet(plan.shards, plan.chunk_rows, plan.budget, validation.check_chunk,
                                    self._carrying)
         else:
@@ -99,8 +99,8 @@ class Holding:
 
     def writer(self, shard: Shard) -> AtomicParquetWriter:
         """The shard's staged writer: the one its carried columns went to, once; a plain one for a retry."""
-        return self._writers.pop(shard.index, None) or AtomicParquetWriter(self.staged(shard), self.plan.schema,
-                                                                          written=self.plan.written)
+        return self._writers.pop(shard.index, None) or AtomicParquetWriter(
+            self.staged(shard), self.plan.schema, self.plan.carried, self.plan.written, [shard.path])
 
     def finish(self, shard: Shard, sink: AtomicParquetWriter) -> None:
         """Commit ``sink`` (the shard's rows all written) on the finishing thread, once the shard before it is

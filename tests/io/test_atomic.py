@@ -508,6 +508,29 @@ def test_the_writer_thread_keeps_rows_in_order_across_row_groups(tmp_path):
     assert [f.metadata.row_group(i).num_rows for i in range(f.num_row_groups)] == [ROW_GROUP_ROWS] * full + [rest]
 
 
+def test_an_output_that_replaces_a_file_is_sent_to_disk_as_it_is_written(tmp_path, monkeypatch):
+    """ext4 writes a file renamed over another out in the rename itself; the writer begins that as each row
+    group lands (``sync_file_range``), and only then: a new file is left to the kernel. The bytes are the same."""
+    import pyarrow as pa
+
+    from rladv_cli.io import write
+
+    started = []
+    monkeypatch.setattr(write, "_start_writeback", lambda fd, start=write._start_writeback: (started.append(fd),
+                                                                                              start(fd)))
+    schema = pa.schema([pa.field("x", pa.int64())])
+    written = {}
+    for name in ("new", "replaced", "replaced"):
+        out = tmp_path / f"{name}.parquet"
+        before = len(started)
+        with write.AtomicParquetWriter(str(out), schema) as sink:
+            sink.write(pa.table({"x": pa.array(range(3000), pa.int64())}))
+            sink.commit()
+        written.setdefault(name, []).append((len(started) - before, out.read_bytes()))
+    assert [n for n, _ in written["new"] + written["replaced"]] == [0, 0, 6]  # the file exists from the 2nd on
+    assert len({data for _, data in written["new"] + written["replaced"]}) == 1
+
+
 def test_row_groups_are_the_default_chunks():
     """At the default --chunk-rows each chunk is written as one row group, without the copy that joining
     parts of two chunks takes."""

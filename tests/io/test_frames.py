@@ -12,6 +12,7 @@ import pytest
 
 import rladv_cli
 from conftest import SAMPLES, rladv, write
+from rladv_cli.io import column_copy
 from rladv_cli.io.frames import LazySource, standard
 
 GROUPS = SAMPLES / "groups.parquet"
@@ -23,14 +24,23 @@ MULTITURN = SAMPLES / "multiturn.parquet"
     (MULTITURN, {"estimator": "grpo", "kl_coef": 0.05, "rollout_rs": "token_k1", "rollout_rs_threshold": "1.5"}),
     (MULTITURN, {"estimator": "gae", "lam": 0.95}),
 ])
-def test_a_frame_writes_the_bytes_the_command_line_writes(tmp_path, sample, settings):
-    cli = tmp_path / "cli.parquet"
+def test_a_frame_writes_what_the_command_line_writes(tmp_path, monkeypatch, sample, settings):
+    """The same table (values, types, metadata); and the same bytes where the command line encodes the carried
+    columns too (it copies them from a file where it can: docs/performance.md, "Carried columns copied")."""
     flags = [a for k, v in settings.items() if k != "estimator" for a in (f"--{k.replace('_', '-')}", str(v))]
-    assert rladv("compute", sample, "--estimator", settings["estimator"], *flags, "-o", cli, "-q").exit_code == 0
+    cli = {}
+    for copied in (True, False):
+        if not copied:
+            monkeypatch.setattr(column_copy, "plan", lambda *args: None)
+        cli[copied] = tmp_path / f"cli-{copied}.parquet"
+        assert rladv("compute", sample, "--estimator", settings["estimator"], *flags, "-o", cli[copied], "-q"
+                     ).exit_code == 0
+    assert cli[True].read_bytes() != cli[False].read_bytes()  # the samples' own (dictionary) pages were copied
     for name, frame in (("lazy", pl.scan_parquet(sample)), ("eager", pl.read_parquet(sample))):
         out = tmp_path / f"{name}.parquet"
         rladv_cli.compute_file(frame, output=str(out), chunk_rows=7, device="cpu", **settings)
-        assert out.read_bytes() == cli.read_bytes(), name
+        assert out.read_bytes() == cli[False].read_bytes(), name
+        assert pq.read_table(out).equals(pq.read_table(cli[True]), check_metadata=True), name
 
 
 def test_compute_gives_polars_for_polars_and_arrow_for_arrow():

@@ -8,14 +8,13 @@ import os
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import typer.main
 
 import rladv_cli
-from conftest import rladv
+from conftest import ragged_rollouts, rladv
 from rladv_cli.cli import app
 from rladv_cli.config.settings import Config
 from rladv_cli.io import prefetch
@@ -24,18 +23,8 @@ ROWS = 100
 
 
 def rollouts(seed: int) -> pa.Table:
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(1, 30, ROWS)
-    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
-    n = int(lengths.sum())
-    lst = lambda v: pa.ListArray.from_arrays(offsets, pa.array(v))  # noqa: E731
-    return pa.table({
-        "uid": [f"p{i // 4}" for i in range(ROWS)],
-        "response_mask": lst((rng.random(n) > 0.2).astype(np.int8)),
-        "rm_scores": lst(rng.normal(size=n).astype(np.float32)),
-        "values": lst(rng.normal(size=n).astype(np.float32)),
-        "note": [f"row {i}" for i in range(ROWS)],
-    })
+    table = ragged_rollouts(ROWS, seed, max_len=30, uid="p{group}")
+    return table.append_column("note", pa.array([f"row {i}" for i in range(ROWS)]))
 
 
 def write(table: pa.Table, path: Path) -> Path:

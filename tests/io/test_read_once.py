@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import rladv_cli
+from conftest import ragged_rollouts
 from rladv_cli import api
 from rladv_cli.io import read as rio
 from rladv_cli.io import write as wio
@@ -15,20 +16,10 @@ from rladv_cli.io.prefetch import decoded_bytes
 
 
 def rollouts(rows: int, seed: int, prompt: int = 0) -> pa.Table:
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(1, 40, rows)
-    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
-    n = int(lengths.sum())
-    lst = lambda v: pa.ListArray.from_arrays(offsets, pa.array(v))  # noqa: E731
-    columns = {
-        "uid": [f"s{seed}p{i // 4}" for i in range(rows)],
-        "response_mask": lst((rng.random(n) > 0.2).astype(np.int8)),
-        "rm_scores": lst(rng.normal(size=n).astype(np.float32)),
-        "values": lst(rng.normal(size=n).astype(np.float32)),
-    }
+    table = ragged_rollouts(rows, seed)
     if prompt:  # one long prompt per group: dictionary-encoded on disk, much larger decoded
-        columns["prompt"] = ["x" * prompt + str(i // 4) for i in range(rows)]
-    return pa.table(columns)
+        table = table.append_column("prompt", pa.array(["x" * prompt + str(i // 4) for i in range(rows)]))
+    return table
 
 
 def files(tmp_path: Path, *tables: pa.Table) -> list[Path]:

@@ -404,6 +404,21 @@ def test_the_local_engine_never_imports_ray(shards, tmp_path):
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
 
 
+def test_one_file_gives_the_bytes_the_local_engine_writes(served, shards, tmp_path):
+    """The same input and settings give the same bytes on either engine: the shard's writer copies the carried
+    columns from its file as the local writer does (docs/performance.md, "Carried columns copied")."""
+    folder = tmp_path / "one"
+    folder.mkdir()
+    (folder / "part-00.parquet").write_bytes(next(shards.glob("*.parquet")).read_bytes())
+    run_both(folder, tmp_path, served, estimator="grpo")
+    written = tmp_path / "out" / "part-00.adv.parquet"
+    assert written.read_bytes() == (tmp_path / "local.parquet").read_bytes()
+    # the input's own pages: pyarrow's default writer gave its token lists a dictionary, rladv's writer does not
+    meta = pq.ParquetFile(written).metadata.row_group(0)
+    assert {meta.column(c).path_in_schema for c in range(meta.num_columns) if meta.column(c).has_dictionary_page} >= {
+        "rm_scores.list.element", "values.list.element"}
+
+
 @pytest.mark.parametrize("estimator", sorted(ESTIMATORS))
 def test_the_local_engine_gives_one_file_and_its_shards_the_same_numbers(request, tmp_path, estimator):
     shards = shards_for(request, estimator)
