@@ -205,14 +205,14 @@ def _copy(source: _Source, fd: int, start: int, end: int) -> bool:
         try:
             n = os.copy_file_range(source.fd, fd, end - at, at)
         except OSError:
+            n = 0
+        if n == 0:  # refused, or nothing copied (some file systems): the rest through a buffer
             if at == start:
                 return False
-            rest = memoryview(_read(source, at, end))  # refused part-way: the rest through a buffer
+            rest = memoryview(_read(source, at, end))
             while rest:
                 rest = rest[os.write(fd, rest):]
             return True
-        if n == 0:
-            raise _shorter(source)
         at += n
     return True
 

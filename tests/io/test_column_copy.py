@@ -221,3 +221,24 @@ def test_renamed_columns_are_copied_under_their_own_names_and_replaced_ones_are_
     out = pq.read_table(tmp_path / "out.parquet")
     assert out.equals(pq.read_table(tmp_path / "encoded.parquet"), check_metadata=True)
     assert "my_scores" in out.column_names and out["advantages"] != table["values"]
+
+
+@pytest.mark.parametrize("refused_after", [0, 1])
+def test_where_the_kernel_will_not_copy_the_bytes_go_through_a_buffer(tmp_path, monkeypatch, refused_after):
+    """``copy_file_range`` refused at once (another file system, an old kernel), or part-way after a short copy:
+    the same bytes."""
+    path = tmp_path / "in.parquet"
+    pq.write_table(rollouts(237, 0), path, row_group_size=100)
+    want = computed([path], tmp_path / "want.parquet")
+    real, calls = os.copy_file_range, []
+
+    def flaky(src, dst, count, offset_src):
+        calls.append(count)
+        if len(calls) > refused_after:
+            raise OSError(18, "Invalid cross-device link")
+        return real(src, dst, min(count, 100), offset_src)  # short: the loop goes on from there
+
+    monkeypatch.setattr(column_copy.os, "copy_file_range", flaky)
+    assert computed([path], tmp_path / "got.parquet") == want
+    # 3 row groups of 6 carried chunks (meta has two leaves), each tried once; the first one twice when it began
+    assert len(calls) == 3 * 6 + refused_after
