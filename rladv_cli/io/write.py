@@ -12,7 +12,7 @@ import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import IO, Callable, Iterator, Optional, Sequence
 
@@ -432,13 +432,12 @@ def _start_writeback(fd: int) -> None:
     ``sync_file_range``; elsewhere nothing). Renamed over an existing file, a new file's pages are written out
     by ext4 in the rename itself (``auto_da_alloc``): 0.15 s of a 20M-token run's very end, unless the writing
     began as the row groups landed (docs/performance.md, "Fewer copies")."""
-    global _sync_file_range
-    if _sync_file_range is None:
-        _sync_file_range = _libc_sync_file_range()
-    if _sync_file_range:
-        _sync_file_range(fd, 0, 0, 2)  # from 0 to the end, SYNC_FILE_RANGE_WRITE; a failure changes nothing
+    sync_file_range = _libc_sync_file_range()
+    if sync_file_range:
+        sync_file_range(fd, 0, 0, 2)  # from 0 to the end, SYNC_FILE_RANGE_WRITE; a failure changes nothing
 
 
+@lru_cache(maxsize=1)
 def _libc_sync_file_range():
     """``sync_file_range`` from the C library, or False where there is none."""
     if not sys.platform.startswith("linux"):
@@ -451,9 +450,6 @@ def _libc_sync_file_range():
         return False
     fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
     return fn
-
-
-_sync_file_range = None
 
 
 def _temp_file(folder: str, suffix: str, mode: str) -> tuple[IO, str]:
