@@ -13,7 +13,10 @@ Passes, in order (docs/semantics.md §10 for the stages inside them):
 from __future__ import annotations
 
 import copy
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Iterator, Optional
 
 import numpy as np
@@ -41,6 +44,10 @@ from .output import check_finite, output_table
 
 Progress = Callable[[str, int, int], None]
 PASSES = ("layout", "kl", "scan", "group_statistics", "write")
+# Threads that compute the scan pass's chunks ahead of the one taken in (docs/performance.md, "One run, phase
+# by phase"): beside the reading of the layout pass and the encoders of the write pass, it is the one pass
+# that would leave a core idle.
+SCAN_HELPERS = 2
 
 
 @dataclass(frozen=True)
@@ -237,12 +244,15 @@ class ShardWork:
 
     def _scan(self, shard: Shard, given: dict[str, np.ndarray], shaping: Shaping, timer: Timer) -> ShardResult:
         """Per-row totals, labels, diagnostics and rollout-correction statistics; group and session ids are
-        numbered within the shard (the driver renumbers them), so no stage here reads them."""
+        numbered within the shard (the driver renumbers them), so no stage here reads them. Each chunk's stages
+        and totals (``_scanned``) are computed on a helper thread while the chunk before is taken in, in order
+        (on the CPU, where the loops release the GIL)."""
         plan = self.plan
-        need_moments = plan.est.whiten and not plan.est.groups
         labels, rows, correction = Labels(plan.cfg.batch_column), RowTable(), {}
-        for chunk in self._chunks(shard, list(plan.scan_columns), "scan", timer):
-            at = self._given(chunk, shard, given)
+        chunks = ((chunk, self._given(chunk, shard, given))
+                  for chunk in self._chunks(shard, list(plan.scan_columns), "scan", timer))
+        helpers = SCAN_HELPERS if plan.chain.device == "cpu" else 0
+        for (chunk, at), scanned in _ahead(chunks, partial(self._scanned, shaping=shaping), helpers):
             if plan.group_key:
                 group_ids = labels.group_ids(chunk.table, at["batch_id"], chunk.path, chunk.start,
                                              plan.group_key)
@@ -253,8 +263,10 @@ class ShardWork:
                         session=labels.session_ids(chunk.table, group_ids, chunk.path, chunk.start),
                         output_index=scalar_values(chunk.table, "output_index", np.float64),
                     )
-            p = prepare(plan.chain, chunk, at["batch_id"], shaping, timer, validated=self._validated("scan"))
-            rows.add(**scan_rows(p, plan.cfg, shaping.beta is None))
+            p, cols, chunk_timer = scanned()  # after the labels: their errors come first, as the rows' order has it
+            for stage, seconds in chunk_timer.seconds.items():
+                timer.seconds[stage] += seconds
+            rows.add(**cols)
             order = plan.cfg.conv.order_column
             if order in chunk.table.column_names:
                 validation.check_numbers(chunk.table, [order], chunk.path, chunk.start)
@@ -271,11 +283,19 @@ class ShardWork:
             if plan.correct:
                 with timer("rejection"):
                     _update_correction(correction, plan.chain, p.batch, at["batch_id"])
-            if need_moments:
-                with timer("estimator"):
-                    raw, _ = plan.est.fn(p.batch, Inputs(), plan.cfg.params())
-                rows.add(**_moments(raw, p.batch))
         return ShardResult(rows.columns(), labels=labels, correction=correction)
+
+    def _scanned(self, chunk: Chunk, at: dict[str, np.ndarray], shaping: Shaping) -> tuple[Prepared, dict, Timer]:
+        """A chunk's stages, per-row totals (``scan_rows``) and, for an estimator whitened over the batch, the
+        moments of its raw advantages; with the seconds they took."""
+        plan, timer = self.plan, Timer()
+        p = prepare(plan.chain, chunk, at["batch_id"], shaping, timer, validated=self._validated("scan"))
+        cols = scan_rows(p, plan.cfg, shaping.beta is None)
+        if plan.est.whiten and not plan.est.groups:
+            with timer("estimator"):
+                raw, _ = plan.est.fn(p.batch, Inputs(), plan.cfg.params())
+            cols.update(_moments(raw, p.batch))
+        return p, cols, timer
 
     def _group_statistics(self, shard: Shard, given: dict[str, np.ndarray], known: Established,
                           timer: Timer) -> ShardResult:
@@ -366,6 +386,29 @@ class ShardWork:
             rows.add(**{f"adv_{k}": v for k, v in adv_rows.items()}, **{f"ret_{k}": v for k, v in ret_rows.items()},
                      **flags)
         return ShardResult(rows.columns(), sketches=sketches.done())
+
+
+def _ahead(items: Iterator[tuple], work: Callable, helpers: int) -> Iterator[tuple[tuple, Callable[[], object]]]:
+    """``(item, result)`` for each item in order, where ``result()`` gives ``work(*item)`` or raises what it raised.
+    With ``helpers`` threads, ``work`` runs for up to that many items ahead while the caller takes in the earlier
+    ones; with none, ``result()`` runs it then."""
+    if not helpers:
+        for item in items:
+            yield item, partial(work, *item)
+        return
+    pool = ThreadPoolExecutor(helpers, thread_name_prefix="rladv-scan")
+    try:
+        pending: deque = deque()
+        for item in items:
+            pending.append((item, pool.submit(work, *item)))
+            if len(pending) > helpers:
+                done, job = pending.popleft()
+                yield done, job.result
+        while pending:
+            done, job = pending.popleft()
+            yield done, job.result
+    finally:  # the caller stopped (an error): what has not begun is not needed
+        pool.shutdown(cancel_futures=True)
 
 
 def scan_rows(p: Prepared, cfg: Config, kl_measured_here: bool) -> dict[str, Array]:

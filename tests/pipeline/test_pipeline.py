@@ -212,3 +212,76 @@ def test_pad_width_is_a_floor_on_each_batchs_width(estimator):
     wide, _ = rladv_cli.compute(sample, estimator=estimator, device="cpu", pad_width=longest + 300)
     given, _ = rladv_cli.compute(sample, estimator=estimator, device="cpu", pad_widths={None: longest + 300})
     assert wide.equals(given)
+
+
+@pytest.mark.parametrize("helpers", [0, 1, 2])
+def test_the_scan_pass_computes_ahead_and_takes_results_and_errors_in_order(helpers):
+    """``shard._ahead``: each item's result in order, ``work`` run ahead on at most ``helpers`` threads (with none,
+    only when its result is asked for), and an error raised when its own item's turn comes."""
+    import threading
+
+    from rladv_cli.pipeline.shard import _ahead
+
+    started, running, most = [], [0], [0]
+    lock = threading.Lock()
+
+    def work(i):
+        with lock:
+            started.append(i)
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            if i == 4:
+                raise ValueError(f"item {i}")
+            return i * i
+        finally:
+            with lock:
+                running[0] -= 1
+
+    taken = []
+    with pytest.raises(ValueError, match="item 4"):
+        for (i,), result in _ahead(((i,) for i in range(8)), work, helpers):
+            if helpers == 0:
+                assert started == list(range(i))  # nothing runs before its result is asked for
+            taken.append(result())
+    assert taken == [0, 1, 4, 9]
+    assert most[0] <= max(helpers, 1) and len(started) <= 5 + helpers
+
+
+def test_the_first_bad_row_is_named_whichever_chunk_the_scan_helpers_reach_first(tmp_path, monkeypatch):
+    """A chunk's checks (on a helper thread) fail at row 21 and a later chunk's uid (taken in on the main
+    thread) at row 33: the error names row 21, as a scan without helpers does."""
+    import threading
+
+    from rladv_cli.pipeline import shard
+
+    rows = 40
+    lengths = [3 + i % 4 for i in range(rows)]
+    table = pa.table({
+        "uid": [None if i == 33 else f"u{i // 4}" for i in range(rows)],
+        "response_mask": [[1] * n for n in lengths],
+        "rm_scores": [[0.0] * (n - 1) + [float(i % 2)] if i != 21 else [0.0] * (n + 1) for i, n in enumerate(lengths)],
+    })
+    path = tmp_path / "bad.parquet"
+    pq.write_table(table, path)
+    messages, threads, raised = [], [], []
+    scanned = shard.ShardWork._scanned
+
+    def noted(self, chunk, at, shaping):
+        threads.append(threading.current_thread().name)
+        try:
+            return scanned(self, chunk, at, shaping)
+        except rladv_cli.RladvError:
+            raised.append(chunk.start)
+            raise
+
+    monkeypatch.setattr(shard.ShardWork, "_scanned", noted)
+    for helpers in (2, 0):
+        monkeypatch.setattr(shard, "SCAN_HELPERS", helpers)
+        with pytest.raises(rladv_cli.RladvError) as err:
+            rladv_cli.compute_file(str(path), estimator="grpo", output=tmp_path / "out.parquet", chunk_rows=5,
+                                   cache_mib=0, device="cpu")
+        messages.append(str(err.value))
+    assert messages[0] == messages[1] and "row 21" in messages[0], messages
+    assert threads[0].startswith("rladv-scan") and threads[-1] == "MainThread"  # the helpers did run
+    assert raised.count(20) == 2  # both times the scan pass's checks found it, in the chunk of rows 20-24
