@@ -244,9 +244,9 @@ class ShardWork:
 
     def _scan(self, shard: Shard, given: dict[str, np.ndarray], shaping: Shaping, timer: Timer) -> ShardResult:
         """Per-row totals, labels, diagnostics and rollout-correction statistics; group and session ids are
-        numbered within the shard (the driver renumbers them), so no stage here reads them. Each chunk's stages
-        and totals (``_scanned``) are computed on a helper thread while the chunk before is taken in, in order
-        (on the CPU, where the loops release the GIL)."""
+        numbered within the shard (the driver renumbers them), so no stage here reads them. On the CPU, where the
+        loops release the GIL, the chunks' stages and totals (``_scanned``) are computed ``SCAN_HELPERS`` chunks
+        ahead of the one taken in here, in row order."""
         plan = self.plan
         labels, rows, correction = Labels(plan.cfg.batch_column), RowTable(), {}
         chunks = ((chunk, self._given(chunk, shard, given))
@@ -263,7 +263,7 @@ class ShardWork:
                         session=labels.session_ids(chunk.table, group_ids, chunk.path, chunk.start),
                         output_index=scalar_values(chunk.table, "output_index", np.float64),
                     )
-            p, cols, chunk_timer = scanned()  # after the labels: their errors come first, as the rows' order has it
+            p, cols, chunk_timer = scanned()  # after the labels: their errors come first, as without helpers
             for stage, seconds in chunk_timer.seconds.items():
                 timer.seconds[stage] += seconds
             rows.add(**cols)
