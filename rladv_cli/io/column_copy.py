@@ -19,7 +19,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import InputError
-from .parquet_join import MAGIC, Part, Struct, chunk_range, decode_footer, encode_footer
+from .parquet_join import (_CHUNK_META_DATA, _FILE_NUM_ROWS, _FILE_ROW_GROUPS, _META_PATH, _ROW_GROUP_BYTES,
+                           _ROW_GROUP_COLUMNS, _ROW_GROUP_NUM_ROWS, MAGIC, Part, Struct, chunk_range, decode_footer,
+                           encode_footer, value)
+from .prefetch import identity
 
 # Writers whose column chunks are exactly the bytes [first page, + total_compressed_size), as the Parquet format
 # says (Arrow C++ for pyarrow and pandas, polars, Rust's parquet); some older writers' are not, and readers
@@ -32,13 +35,12 @@ MAX_ROW_GROUP_BYTES = 128 << 20
 # is encoded again in 512-row groups.
 MIN_ROW_GROUP_ROWS = 64
 
-# parquet.thrift field ids
-_SCHEMA, _NUM_ROWS, _ROW_GROUPS, _CREATED_BY, _ENCRYPTION = 2, 3, 4, 6, 8
+# parquet.thrift field ids, beside those parquet_join names
+_SCHEMA, _CREATED_BY, _ENCRYPTION = 2, 6, 8
 _ELEMENT_NAME, _ELEMENT_CHILDREN = 4, 5
-_GROUP_COLUMNS, _GROUP_BYTES, _GROUP_ROWS = 1, 2, 3
-_CHUNK_FILE_PATH, _CHUNK_META_DATA, _CHUNK_ENCRYPTED = 1, 3, (8, 9)
+_CHUNK_FILE_PATH, _CHUNK_ENCRYPTED = 1, (8, 9)
 _CHUNK_PAGE_INDEXES = (4, 5, 6, 7)  # offset and column index: after the row groups, not copied along
-_META_PATH, _META_BLOOM_FILTER = 3, (14, 15)
+_META_BLOOM_FILTER = (14, 15)
 
 
 class _NotCopied(Exception):
@@ -74,10 +76,10 @@ class CopyPlan:
         old and new contents."""
         for source in self._sources:
             try:
-                now = _identity(os.stat(source.path))
+                now = identity(os.stat(source.path))
             except OSError:
                 now = None
-            if now != source.identity or _identity(os.fstat(source.fd)) != source.identity:
+            if now != source.identity or identity(os.fstat(source.fd)) != source.identity:
                 raise InputError(source.path, "changed while rladv read it; nothing was written, run again")
 
     def close(self) -> None:
@@ -94,7 +96,7 @@ def plan(paths: Sequence[str], footer: Struct, carried: Sequence[str], schema: p
     ``MIN_ROW_GROUP_ROWS`` rows (a file's last aside) and at most ``MAX_ROW_GROUP_BYTES``, chunks in the file."""
     if not paths or not carried or not hasattr(os, "pread"):  # positional reads: not on Windows
         return None
-    wanted = _schema_trees(_value(footer, _SCHEMA)[1])
+    wanted = _schema_trees(value(footer, _SCHEMA)[1])
     sources: list[_Source] = []
     try:
         for path in paths:
@@ -109,8 +111,8 @@ def plan(paths: Sequence[str], footer: Struct, carried: Sequence[str], schema: p
 def _source(path: str, wanted: dict[str, bytes], schema: pa.Schema) -> _Source:
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
-        identity = _identity(os.fstat(fd))
-        size = identity[2]
+        stamp = identity(os.fstat(fd))
+        size = stamp[2]
         tail = os.pread(fd, 8, size - 8) if size >= 12 else b""
         if len(tail) != 8 or tail[4:] != MAGIC:
             raise _NotCopied("not a plain Parquet file")
@@ -118,12 +120,12 @@ def _source(path: str, wanted: dict[str, bytes], schema: pa.Schema) -> _Source:
         if length > size - 12:
             raise _NotCopied("footer larger than the file")
         footer = decode_footer(os.pread(fd, length, size - 8 - length))
-        created_by = _value(footer, _CREATED_BY) or b""
-        if not created_by.startswith(EXACT_WRITERS) or _value(footer, _ENCRYPTION) is not None:
+        created_by = value(footer, _CREATED_BY) or b""
+        if not created_by.startswith(EXACT_WRITERS) or value(footer, _ENCRYPTION) is not None:
             raise _NotCopied(f"written by {created_by!r}")
         with os.fdopen(os.dup(fd), "rb") as f:
             arrow = pq.read_schema(f)
-        trees = _schema_trees(_value(footer, _SCHEMA)[1])
+        trees = _schema_trees(value(footer, _SCHEMA)[1])
         for name, tree in wanted.items():
             if name not in arrow.names or trees.get(name) != tree:
                 raise _NotCopied(f"column {name} is stored differently")
@@ -131,12 +133,12 @@ def _source(path: str, wanted: dict[str, bytes], schema: pa.Schema) -> _Source:
             if given.type != out.type or given.nullable != out.nullable:
                 raise _NotCopied(f"column {name} is {given.type}, the output's {out.type}")
         # a row group without rows (pyarrow writes one for an empty table) has nothing to give the output
-        groups = [g for g in (_value(footer, _ROW_GROUPS) or (None, []))[1] if _value(g, _GROUP_ROWS)]
+        groups = [g for g in (value(footer, _FILE_ROW_GROUPS) or (None, []))[1] if value(g, _ROW_GROUP_NUM_ROWS)]
         row_groups = [_carried_chunks(g, wanted, size - 8 - length) for g in groups]
         rows = [n for n, _ in row_groups]
-        if sum(rows) != _value(footer, _NUM_ROWS) or any(n < MIN_ROW_GROUP_ROWS for n in rows[:-1]):
+        if sum(rows) != value(footer, _FILE_NUM_ROWS) or any(n < MIN_ROW_GROUP_ROWS for n in rows[:-1]):
             raise _NotCopied(f"row groups of {rows} rows")
-        return _Source(path, fd, identity, row_groups)
+        return _Source(path, fd, stamp, row_groups)
     except BaseException:
         os.close(fd)
         raise
@@ -145,12 +147,12 @@ def _source(path: str, wanted: dict[str, bytes], schema: pa.Schema) -> _Source:
 def _carried_chunks(group: Struct, wanted: dict[str, bytes], end: int) -> tuple[int, list[Struct]]:
     """A row group's rows and its carried columns' chunks, without the page indexes and bloom filters that point
     outside them."""
-    if _value(group, _GROUP_BYTES) > MAX_ROW_GROUP_BYTES:
+    if value(group, _ROW_GROUP_BYTES) > MAX_ROW_GROUP_BYTES:
         raise _NotCopied("a row group too large to hold")
     chunks, found = [], set()
-    for chunk in _value(group, _GROUP_COLUMNS)[1]:
-        meta = _value(chunk, _CHUNK_META_DATA)
-        name = _value(meta, _META_PATH)[1][0].decode() if meta is not None else None
+    for chunk in value(group, _ROW_GROUP_COLUMNS)[1]:
+        meta = value(chunk, _CHUNK_META_DATA)
+        name = value(meta, _META_PATH)[1][0].decode() if meta is not None else None
         if name not in wanted:
             continue
         found.add(name)
@@ -163,7 +165,7 @@ def _carried_chunks(group: Struct, wanted: dict[str, bytes], end: int) -> tuple[
         chunks.append([f for f in chunk if f[0] not in _CHUNK_PAGE_INDEXES])
     if found != set(wanted):
         raise _NotCopied(f"a row group without the chunks of {sorted(set(wanted) - found)}")
-    return _value(group, _GROUP_ROWS), chunks
+    return value(group, _ROW_GROUP_NUM_ROWS), chunks
 
 
 def _schema_trees(elements: list[Struct]) -> dict[str, bytes]:
@@ -172,19 +174,11 @@ def _schema_trees(elements: list[Struct]) -> dict[str, bytes]:
     while i < len(elements):
         end, open_ = i, 1
         while open_:
-            open_ += (_value(elements[end], _ELEMENT_CHILDREN) or 0) - 1
+            open_ += (value(elements[end], _ELEMENT_CHILDREN) or 0) - 1
             end += 1
-        trees[_value(elements[i], _ELEMENT_NAME).decode()] = b"".join(encode_footer(e) for e in elements[i:end])
+        trees[value(elements[i], _ELEMENT_NAME).decode()] = b"".join(encode_footer(e) for e in elements[i:end])
         i = end
     return trees
-
-
-def _value(fields: Struct, field_id: int):
-    return next((f[2] for f in fields if f[0] == field_id), None)
-
-
-def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _read(source: _Source, start: int, end: int) -> bytes:

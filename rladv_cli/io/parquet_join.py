@@ -186,6 +186,12 @@ def _field(fields: Struct, field_id: int) -> list | None:
     return next((f for f in fields if f[0] == field_id), None)
 
 
+def value(fields: Struct, field_id: int):
+    """The value of a struct's field ``field_id``, or None when the struct does not hold it."""
+    field = _field(fields, field_id)
+    return None if field is None else field[2]
+
+
 def _shift(fields: Struct, field_ids: tuple[int, ...], by: int) -> None:
     """Move the offsets among ``field_ids`` by ``by``; 0 means 'none' (byte 0 holds the magic, not a page)."""
     for f in fields:

@@ -38,9 +38,9 @@ def decoded_bytes(f: "pq.ParquetFile") -> int:
     return sum(f.metadata.row_group(g).total_byte_size for g in range(f.metadata.num_row_groups))
 
 
-def _identity(path: str) -> tuple[int, int, int, int]:
-    """What tells a file from its next version: device, inode, size, modification time (ns)."""
-    st = os.stat(path)
+def identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What tells a file from its next version (``os.stat``/``os.fstat``): device, inode, size, modification
+    time (ns)."""
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
@@ -60,7 +60,7 @@ class Prefetch:
         import pyarrow.parquet as pq
 
         try:
-            before = _identity(self.path)
+            before = identity(os.stat(self.path))
             f = pq.ParquetFile(self.path, pre_buffer=False)  # as ``read.open_parquet`` opens it
             if decoded_bytes(f) > budget:
                 return
@@ -70,7 +70,7 @@ class Prefetch:
                 if held > budget:  # larger decoded than its footer said (dictionary-encoded columns)
                     return
                 batches.append(batch)
-            if _identity(self.path) == before:  # not rewritten while it was decoded
+            if identity(os.stat(self.path)) == before:  # not rewritten while it was decoded
                 self._identity, self._batches = before, batches
         except Exception:  # noqa: BLE001 - the run's own read meets the problem and names it
             pass
@@ -84,7 +84,7 @@ class Prefetch:
         if batches is None or chunk_rows != self.chunk_rows:
             return None
         try:
-            same = _identity(path) == self._identity
+            same = identity(os.stat(path)) == self._identity
         except OSError:
             return None
         return _taken(batches) if same else None
