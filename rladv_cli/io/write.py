@@ -220,10 +220,10 @@ class AtomicParquetWriter:
     bytes written depend only on the rows, not on how they were chunked. Each row group is encoded and
     compressed as a Parquet file of its own, in memory, on one of ``ENCODERS`` threads (pyarrow releases the
     GIL) while the caller computes the next chunk, and appended to the file in row order (``parquet_join``),
-    which gives the bytes one ``ParquetWriter`` would write. ``write`` blocks while more than ``ENCODERS``
-    row groups are in flight; an encoder's error is raised by a later ``write`` or by ``commit``. ``abort()``
-    (or leaving the context with an exception) removes the temporary file and leaves any existing ``path``
-    untouched.
+    which gives the bytes one ``ParquetWriter`` would write handed the same row groups (in ``_in_pieces``'s
+    slices). ``write`` blocks while more than ``ENCODERS`` row groups are in flight; an encoder's error is raised
+    by a later ``write`` or by ``commit``. ``abort()`` (or leaving the context with an exception) removes the
+    temporary file and leaves any existing ``path`` untouched.
 
     The ``carried`` columns (input columns the output holds unchanged) may arrive early, from row 0 on, through
     ``carry``: they are encoded as soon as a row group's worth is there (``io.read.ReadOnce`` hands them over
@@ -367,7 +367,7 @@ class AtomicParquetWriter:
         sink = pa.BufferOutputStream()
         with pq.ParquetWriter(sink, self._file_schema if table is None else table.schema, **self._options) as writer:
             if table is not None:
-                writer.write_table(table.combine_chunks(), row_group_size=table.num_rows)
+                writer.write_table(_in_pieces(table.combine_chunks()), row_group_size=table.num_rows)
         return sink.getvalue()
 
     def finish(self) -> None:
@@ -425,6 +425,28 @@ class AtomicParquetWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
             self.abort()
+
+
+PIECE_VALUES = 1 << 15  # list values per slice handed to the writer (_in_pieces)
+
+
+def _in_pieces(table: pa.Table) -> pa.Table:
+    """``table`` (one chunk per column) as slices of about ``PIECE_VALUES`` list values each (whole rows; no
+    copy). The writer builds a column's levels and pages a slice at a time, in buffers that stay that small and
+    are used again, instead of buffers grown to the whole row group (memory new to the process each time,
+    faulted in page by page). The cuts depend only on the table: the bytes still depend only on the rows."""
+    values = max((_values_in(c.chunk(0)) for c in table.columns
+                  if c.num_chunks and (pa.types.is_list(c.type) or pa.types.is_large_list(c.type))), default=0)
+    if values <= PIECE_VALUES:
+        return table
+    return pa.Table.from_batches(table.to_batches(max_chunksize=max(1, table.num_rows * PIECE_VALUES // values)),
+                                 table.schema)
+
+
+def _values_in(lists: pa.Array) -> int:
+    """How many values the rows of a list array span (a slice's own, not its buffer's)."""
+    offsets = lists.offsets
+    return offsets[-1].as_py() - offsets[0].as_py() if len(offsets) else 0
 
 
 def _start_writeback(fd: int) -> None:

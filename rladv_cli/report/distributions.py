@@ -74,8 +74,12 @@ def bin_index(values: np.ndarray, edges: np.ndarray) -> np.ndarray:
 
 def bin_counts(values: np.ndarray, weights: np.ndarray, edges: np.ndarray) -> list[int]:
     """``weights`` (integer counts) summed per bin of ``edges``."""
-    counts = np.bincount(bin_index(values, edges), weights=weights, minlength=edges.size - 1)
-    return [int(c) for c in counts.round()]
+    return _summed(bin_index(values, edges), weights, edges.size - 1)
+
+
+def _summed(bins: np.ndarray, weights: np.ndarray, n: int) -> list[int]:
+    """``weights`` (integer counts, exact in float64) summed per bin ``bins (k,)`` in ``[0, n)``."""
+    return [int(c) for c in np.bincount(bins, weights=weights, minlength=n).round()]
 
 
 def _magnitude(keys: np.ndarray, level: int) -> np.ndarray:
@@ -149,6 +153,7 @@ class Sketch:
         self.count = 0
         self.lo = [math.inf, math.inf]
         self.hi = [-math.inf, -math.inf]
+        self._binned: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None  # see _bins
 
     def add(self, x: np.ndarray, label: Optional[np.ndarray] = None, y: Optional[np.ndarray] = None) -> None:
         """Count finite float32 ``x (n,)``, each under an int ``label (n,)`` in ``[0, 2^24)``, or with ``y (n,)``
@@ -257,7 +262,14 @@ class Sketch:
         """Counts per bin of ``edges`` (this sketch's ``edges()``, for exact counts) of the keys whose label
         satisfies ``select(labels) -> bool array``."""
         keep = select(self.keys >> BUCKET_BITS)
-        return bin_counts(self._inside(self.keys[keep] & _LOW), self.counts[keep].astype(np.float64), edges)
+        return _summed(self._bins(edges)[keep], self.counts[keep].astype(np.float64), edges.size - 1)
+
+    def _bins(self, edges: np.ndarray) -> np.ndarray:
+        """The bin of ``edges`` of each key's bucket ``(k,)``, kept while the keys and the edges stay the same (the
+        report asks for one label after another on the same edges)."""
+        if self._binned is None or self._binned[0] is not self.keys or not np.array_equal(self._binned[1], edges):
+            self._binned = (self.keys, np.array(edges), bin_index(self._inside(self.keys & _LOW), edges))
+        return self._binned[2]
 
     def pairs(self) -> tuple[np.ndarray, np.ndarray, list[list[int]], list[Optional[float]]]:
         """A paired sketch as ``(y_edges, x_edges, counts[y bin][x bin], mean x per y bin)``. Both axes' interior
@@ -270,13 +282,14 @@ class Sketch:
         y_edges, x_edges = self._edges(1, bins), self._edges(0, bins)
         high, low = self.keys >> BUCKET_BITS, self.keys & _LOW
         y_bin = bin_index(self._inside(high), y_edges)
-        x_in = self._inside(low)
-        x_mid = np.clip(bucket_mid(low, self.level), self.lo[0], self.hi[0])
+        nx, ny = x_edges.size - 1, y_edges.size - 1
         n = self.counts.astype(np.float64)
-        counts, means = [], []
-        for b in range(y_edges.size - 1):
-            sel = y_bin == b
-            counts.append(bin_counts(x_in[sel], n[sel], x_edges))
-            total = float(n[sel].sum())
-            means.append(math.fsum((x_mid[sel] * n[sel]).tolist()) / total if total else None)
+        cells = _summed(y_bin * nx + bin_index(self._inside(low), x_edges), n, ny * nx)
+        counts = [cells[b * nx:(b + 1) * nx] for b in range(ny)]
+        # each y bin's weighted x, summed exactly (math.fsum: the order of the keys does not matter)
+        order = np.argsort(y_bin, kind="stable")
+        weighted = (np.clip(bucket_mid(low, self.level), self.lo[0], self.hi[0]) * n)[order]
+        bounds = np.searchsorted(y_bin[order], np.arange(ny + 1)).tolist()
+        means = [math.fsum(weighted[bounds[b]:bounds[b + 1]].tolist()) / sum(counts[b]) if sum(counts[b]) else None
+                 for b in range(ny)]
         return y_edges, x_edges, counts, means

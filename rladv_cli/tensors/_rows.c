@@ -112,23 +112,28 @@ static void sum_rows(const float *x, const int64_t *offsets, Py_ssize_t rows, do
 }
 
 typedef struct {
-    int64_t *keys, *counts; /* keys[j] == -1: empty slot */
+    int64_t key, count; /* key == -1: an empty slot */
+} slot_t;
+
+typedef struct {
+    slot_t *slots; /* key and count side by side: one cache line per probe */
     int64_t used;
     int bits;
 } table_t;
 
+static inline uint64_t slot_of(int64_t key, int bits)
+{
+    return ((uint64_t)key * 0x9E3779B97F4A7C15ull) >> (64 - bits);
+}
+
 static int table_alloc(table_t *t, int bits)
 {
     int64_t cap = (int64_t)1 << bits;
-    t->keys = malloc(cap * sizeof(int64_t));
-    t->counts = malloc(cap * sizeof(int64_t));
-    if (t->keys == NULL || t->counts == NULL) {
-        free(t->keys);
-        free(t->counts);
+    t->slots = malloc(cap * sizeof(slot_t));
+    if (t->slots == NULL)
         return -1;
-    }
     for (int64_t j = 0; j < cap; j++)
-        t->keys[j] = -1;
+        t->slots[j].key = -1;
     t->used = 0;
     t->bits = bits;
     return 0;
@@ -136,50 +141,50 @@ static int table_alloc(table_t *t, int bits)
 
 static void table_put(table_t *t, int64_t key, int64_t count)
 {
-    uint64_t mask = ((uint64_t)1 << t->bits) - 1;
-    uint64_t j = ((uint64_t)key * 0x9E3779B97F4A7C15ull) >> (64 - t->bits);
-    while (t->keys[j] != -1 && t->keys[j] != key)
+    uint64_t mask = ((uint64_t)1 << t->bits) - 1, j = slot_of(key, t->bits);
+    while (t->slots[j].key != -1 && t->slots[j].key != key)
         j = (j + 1) & mask;
-    if (t->keys[j] == -1) {
-        t->keys[j] = key;
-        t->counts[j] = 0;
+    if (t->slots[j].key == -1) {
+        t->slots[j].key = key;
+        t->slots[j].count = 0;
         t->used++;
     }
-    t->counts[j] += count;
+    t->slots[j].count += count;
 }
 
 static int table_add(table_t *t, int64_t key, int64_t count)
 {
-    if ((t->used + 1) * 2 > ((int64_t)1 << t->bits)) { /* keep the load under one half */
+    if ((t->used + 1) * 8 > ((int64_t)5 << t->bits)) { /* keep the load under 5/8 */
         table_t bigger;
         if (table_alloc(&bigger, t->bits + 1))
             return -1;
         for (int64_t j = 0; j < ((int64_t)1 << t->bits); j++)
-            if (t->keys[j] != -1)
-                table_put(&bigger, t->keys[j], t->counts[j]);
-        free(t->keys);
-        free(t->counts);
+            if (t->slots[j].key != -1)
+                table_put(&bigger, t->slots[j].key, t->slots[j].count);
+        free(t->slots);
         *t = bigger;
     }
     table_put(t, key, count);
     return 0;
 }
 
-/* One mantissa bit fewer in every key (and in a paired value's bucket), as distributions.Sketch._coarsen. */
+/* A key with one mantissa bit fewer (and, paired, one fewer in the paired value's bucket). */
+static inline int64_t coarser_key(int64_t key, int paired, int bucket_bits)
+{
+    int64_t high = key >> bucket_bits, low = (key & (((int64_t)1 << bucket_bits) - 1)) >> 1;
+    return ((paired ? high >> 1 : high) << bucket_bits) | low;
+}
+
+/* Every key one mantissa bit coarser, as distributions.Sketch._coarsen. */
 static int table_coarsen(table_t *t, int paired, int bucket_bits)
 {
     table_t coarser;
-    int64_t low_mask = ((int64_t)1 << bucket_bits) - 1;
     if (table_alloc(&coarser, t->bits))
         return -1;
-    for (int64_t j = 0; j < ((int64_t)1 << t->bits); j++) {
-        if (t->keys[j] != -1) {
-            int64_t high = t->keys[j] >> bucket_bits, low = (t->keys[j] & low_mask) >> 1;
-            table_put(&coarser, ((paired ? high >> 1 : high) << bucket_bits) | low, t->counts[j]);
-        }
-    }
-    free(t->keys);
-    free(t->counts);
+    for (int64_t j = 0; j < ((int64_t)1 << t->bits); j++)
+        if (t->slots[j].key != -1)
+            table_put(&coarser, coarser_key(t->slots[j].key, paired, bucket_bits), t->slots[j].count);
+    free(t->slots);
     *t = coarser;
     return 0;
 }
@@ -191,18 +196,44 @@ static inline int64_t bucket(float v, int shift)
     return (int64_t)(bits.u >> shift);
 }
 
+#define BLOCK 256 /* keys gathered before they go into the table */
+#define AHEAD 8   /* how many keys ahead of the one going in its slot is fetched */
+
+/* Put a block's runs (keys[j] counted runs[j] times) into the table, fetching the slot AHEAD keys on while a
+ * key goes in (the keys are random over a table larger than the core's cache). Past max_keys distinct keys,
+ * every key drops a mantissa bit: the table's and the block's keys still to go in. Returns -1 when memory runs
+ * out; *levels counts the bits dropped. */
+static int put_block(table_t *t, int64_t *keys, const int64_t *runs, int m, int paired, int bucket_bits,
+                     int64_t max_keys, int *levels)
+{
+    for (int j = 0; j < m; j++) {
+        if (j + AHEAD < m)
+            __builtin_prefetch(&t->slots[slot_of(keys[j + AHEAD], t->bits)], 1);
+        if (table_add(t, keys[j], runs[j]))
+            return -1;
+        while (t->used > max_keys) {
+            if (table_coarsen(t, paired, bucket_bits))
+                return -1;
+            (*levels)++;
+            for (int q = j + 1; q < m; q++)
+                keys[q] = coarser_key(keys[q], paired, bucket_bits);
+        }
+    }
+    return 0;
+}
+
 /* Returns the number of distinct keys, or -1 when memory runs out; *levels gets the mantissa bits dropped. */
 static int64_t count_rows(const float *x, const uint8_t *valid, const int64_t *label, const float *y,
                           const int64_t *offsets, Py_ssize_t rows, int shift, int bucket_bits, int64_t max_keys,
                           int64_t expected, int64_t *keys_out, int64_t *counts_out, double *range, int *levels)
 {
     table_t t;
-    int bits = 12;
-    while (bits < 62 && ((int64_t)1 << bits) < 2 * (expected + 1)) /* room for the expected keys: no regrowing */
+    int bits = 12, m = 0, paired = y != NULL;
+    while (bits < 62 && ((int64_t)5 << bits) < 8 * (expected + 1)) /* room for the expected keys: no regrowing */
         bits++;
     if (table_alloc(&t, bits))
         return -1;
-    int64_t run_key = -1, run = 0;
+    int64_t keys[BLOCK], runs[BLOCK];
     float x_lo = INFINITY, x_hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;
     *levels = 0;
     for (Py_ssize_t i = 0; i < rows; i++) {
@@ -213,50 +244,44 @@ static int64_t count_rows(const float *x, const uint8_t *valid, const int64_t *l
                 x_lo = x[k];
             if (x[k] > x_hi)
                 x_hi = x[k];
-            if (y != NULL) {
+            if (paired) {
                 if (y[k] < y_lo)
                     y_lo = y[k];
                 if (y[k] > y_hi)
                     y_hi = y[k];
             }
-            int64_t high = y != NULL ? bucket(y[k], shift) : label != NULL ? label[i] : 0;
-            int64_t key = (high << bucket_bits) | bucket(x[k], shift);
-            if (key != run_key) {
-                if (run && table_add(&t, run_key, run))
-                    goto fail;
-                /* More distinct keys than the sketch keeps: it would drop a bit anyway, so drop it now and
-                 * keep the table small. */
-                while (t.used > max_keys) {
-                    if (table_coarsen(&t, y != NULL, bucket_bits))
-                        goto fail;
-                    shift++;
-                    (*levels)++;
-                    high = y != NULL ? bucket(y[k], shift) : high;
-                    key = (high << bucket_bits) | bucket(x[k], shift);
-                }
-                run_key = key;
-                run = 0;
+            int64_t high = paired ? bucket(y[k], shift + *levels) : label != NULL ? label[i] : 0;
+            int64_t key = (high << bucket_bits) | bucket(x[k], shift + *levels);
+            if (m > 0 && keys[m - 1] == key) { /* a run of equal keys goes in once */
+                runs[m - 1]++;
+                continue;
             }
-            run++;
+            if (m == BLOCK) {
+                if (put_block(&t, keys, runs, m, paired, bucket_bits, max_keys, levels))
+                    goto fail;
+                m = 0;
+                high = paired ? bucket(y[k], shift + *levels) : high; /* the block may have dropped bits */
+                key = (high << bucket_bits) | bucket(x[k], shift + *levels);
+            }
+            keys[m] = key;
+            runs[m++] = 1;
         }
     }
-    if (run && table_add(&t, run_key, run))
+    if (put_block(&t, keys, runs, m, paired, bucket_bits, max_keys, levels))
         goto fail;
     int64_t n = 0;
     for (int64_t j = 0; j < ((int64_t)1 << t.bits); j++) {
-        if (t.keys[j] != -1) {
-            keys_out[n] = t.keys[j];
-            counts_out[n] = t.counts[j];
+        if (t.slots[j].key != -1) {
+            keys_out[n] = t.slots[j].key;
+            counts_out[n] = t.slots[j].count;
             n++;
         }
     }
-    free(t.keys);
-    free(t.counts);
+    free(t.slots);
     range[0] = x_lo, range[1] = x_hi, range[2] = y_lo, range[3] = y_hi;
     return n;
 fail:
-    free(t.keys);
-    free(t.counts);
+    free(t.slots);
     return -1;
 }
 

@@ -490,6 +490,66 @@ def test_the_file_is_the_bytes_of_one_parquet_writer_whatever_the_chunks(tmp_pat
     assert out.read_bytes() == one.read_bytes()
 
 
+def _long_rows(rows: int, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(0, 120, rows)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    n = int(lengths.sum())
+    return pa.table({"uid": pa.array([f"u{i // 3}" for i in range(rows)]),
+                     "advantages": pa.ListArray.from_arrays(offsets, pa.array(rng.normal(size=n).astype(np.float32))),
+                     "loss_mask": pa.ListArray.from_arrays(offsets, pa.array(rng.integers(0, 2, n).astype(np.int8)))})
+
+
+def test_a_row_group_reaches_the_encoder_as_slices_of_whole_rows(monkeypatch):
+    """``_in_pieces``: a table of more than ``PIECE_VALUES`` list values comes back as slices of whole rows, each of
+    about that many values, holding the same rows without a copy; a smaller one comes back as it is."""
+    from rladv_cli.io import write
+
+    monkeypatch.setattr(write, "PIECE_VALUES", 1000)
+    table = _long_rows(300).combine_chunks()
+    values = len(table["advantages"].chunk(0).values)
+    pieces = write._in_pieces(table)
+    per_piece = 300 * 1000 // values  # rows per slice, from the table's mean row length
+    assert [len(c) for c in pieces["advantages"].chunks] == [per_piece] * (300 // per_piece) + [300 % per_piece] * bool(300 % per_piece)
+    assert pieces.equals(table)
+    assert pieces["advantages"].chunk(1).values.buffers()[1].address == table["advantages"].chunk(0).values.buffers()[1].address
+    small = table.slice(100, 5).combine_chunks()  # a slice's own values count, not its buffer's
+    assert write._in_pieces(small) is small
+    assert write._in_pieces(table.slice(0, 0)).num_rows == 0
+
+
+@pytest.mark.parametrize("chunks", [[7, 500, 3, 1100], [5000]])
+def test_row_groups_written_in_pieces_are_the_bytes_of_one_writer_fed_the_same_pieces(tmp_path, monkeypatch, chunks):
+    """Row groups of many list values are handed to the encoder in slices: the file holds the same table, is what
+    one ``ParquetWriter`` writes when fed each row group in the same slices of whole rows, and still does not
+    depend on how the rows arrived."""
+    from rladv_cli.io import write
+
+    monkeypatch.setattr(write, "PIECE_VALUES", 2000)
+    table = _long_rows(1500, seed=1)
+    files = []
+    for i, sizes in enumerate([chunks, [1500]]):
+        out = tmp_path / f"out{i}.parquet"
+        with write.AtomicParquetWriter(str(out), table.schema) as sink:
+            start, k = 0, 0
+            while start < table.num_rows:
+                sink.write(table.slice(start, sizes[k % len(sizes)]))
+                start, k = start + sizes[k % len(sizes)], k + 1
+            sink.commit()
+        files.append(out.read_bytes())
+    assert files[0] == files[1]
+    one = tmp_path / "one.parquet"
+    with pq.ParquetWriter(one, table.schema, **write.writer_options(table.schema)) as writer:
+        for start in range(0, table.num_rows, write.ROW_GROUP_ROWS):
+            group = table.slice(start, write.ROW_GROUP_ROWS).combine_chunks()
+            values = len(group["advantages"].chunk(0).values)
+            rows = max(1, group.num_rows * 2000 // values)
+            assert rows < group.num_rows  # each row group is cut
+            writer.write_table(pa.Table.from_batches(group.to_batches(max_chunksize=rows)), row_group_size=group.num_rows)
+    assert files[0] == one.read_bytes()
+    assert pq.read_table(tmp_path / "out0.parquet").equals(table)
+
+
 def test_the_writer_thread_keeps_rows_in_order_across_row_groups(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
