@@ -198,6 +198,11 @@ static inline int64_t bucket(float v, int shift)
 
 #define BLOCK 256 /* keys gathered before they go into the table */
 #define AHEAD 8   /* how many keys ahead of the one going in its slot is fetched */
+#if defined(__GNUC__) || defined(__clang__)
+#define FETCH_FOR_WRITE(p) __builtin_prefetch((p), 1)
+#else
+#define FETCH_FOR_WRITE(p) ((void)(p))
+#endif
 
 /* Put a block's runs (keys[j] counted runs[j] times) into the table, fetching the slot AHEAD keys on while a
  * key goes in (the keys are random over a table larger than the core's cache). Past max_keys distinct keys,
@@ -208,7 +213,7 @@ static int put_block(table_t *t, int64_t *keys, const int64_t *runs, int m, int 
 {
     for (int j = 0; j < m; j++) {
         if (j + AHEAD < m)
-            __builtin_prefetch(&t->slots[slot_of(keys[j + AHEAD], t->bits)], 1);
+            FETCH_FOR_WRITE(&t->slots[slot_of(keys[j + AHEAD], t->bits)]);
         if (table_add(t, keys[j], runs[j]))
             return -1;
         while (t->used > max_keys) {
