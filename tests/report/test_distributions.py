@@ -146,6 +146,11 @@ def test_pairs_counts_are_exact_for_both_axes(data, x, max_keys):
         if mean is None:
             continue
         assert x_edges[0] <= mean <= x_edges[-1] or x.min() == x.max()
+        if sk.level <= MANTISSA_BITS:  # each value counts at its bucket's midpoint, within the bucket's width
+            exact_mean = math.fsum(x[sel].astype(np.float64).tolist()) / int(sel.sum())
+            width = max(float(np.abs(x[sel]).astype(np.float64).max()) * 2.0 ** (sk.level - MANTISSA_BITS),
+                        2.0 ** (_SHIFT + sk.level - 149))  # a subnormal bucket's width: 2^(shift) steps of 2^-149
+            assert abs(mean - exact_mean) <= width, (b, mean, exact_mean, sk.level)
         if sk.level == 0:  # a bucket spans 2^-MANTISSA_BITS of its value (or less)
             xs = x[sel].astype(np.float64)
             tol = 2.0 ** -MANTISSA_BITS * np.abs(xs).max() + 2.0 ** (_SHIFT - 149)
