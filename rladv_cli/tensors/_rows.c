@@ -234,7 +234,7 @@ static int64_t count_rows(const float *x, const uint8_t *valid, const int64_t *l
 {
     table_t t;
     int bits = 12, m = 0, paired = y != NULL;
-    while (bits < 62 && ((int64_t)5 << bits) < 8 * (expected + 1)) /* room for the expected keys: no regrowing */
+    while (bits < 60 && ((int64_t)5 << bits) < 8 * (expected + 1)) /* room for the expected keys: no regrowing */
         bits++;
     if (table_alloc(&t, bits))
         return -1;
