@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..config.flags import named
+from ..contract.columns import list_offsets
 from ..errors import TERMINATION_SIGNALS, OutputError
 from . import column_copy
 from .parquet_join import RowGroupJoiner, split_file
@@ -435,18 +436,12 @@ def _in_pieces(table: pa.Table) -> pa.Table:
     copy). The writer builds a column's levels and pages a slice at a time, in buffers that stay that small and
     are used again, instead of buffers grown to the whole row group (memory new to the process each time,
     faulted in page by page). The cuts depend only on the table: the bytes still depend only on the rows."""
-    values = max((_values_in(c.chunk(0)) for c in table.columns
+    values = max((int(list_offsets(c.chunk(0))[-1]) for c in table.columns
                   if c.num_chunks and (pa.types.is_list(c.type) or pa.types.is_large_list(c.type))), default=0)
     if values <= PIECE_VALUES:
         return table
     return pa.Table.from_batches(table.to_batches(max_chunksize=max(1, table.num_rows * PIECE_VALUES // values)),
                                  table.schema)
-
-
-def _values_in(lists: pa.Array) -> int:
-    """How many values the rows of a list array span (a slice's own, not its buffer's)."""
-    offsets = lists.offsets
-    return offsets[-1].as_py() - offsets[0].as_py() if len(offsets) else 0
 
 
 def _start_writeback(fd: int) -> None:

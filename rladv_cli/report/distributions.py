@@ -290,6 +290,7 @@ class Sketch:
         order = np.argsort(y_bin, kind="stable")
         weighted = (np.clip(bucket_mid(low, self.level), self.lo[0], self.hi[0]) * n)[order]
         bounds = np.searchsorted(y_bin[order], np.arange(ny + 1)).tolist()
-        means = [math.fsum(weighted[bounds[b]:bounds[b + 1]].tolist()) / sum(counts[b]) if sum(counts[b]) else None
+        totals = [sum(row) for row in counts]
+        means = [math.fsum(weighted[bounds[b]:bounds[b + 1]].tolist()) / totals[b] if totals[b] else None
                  for b in range(ny)]
         return y_edges, x_edges, counts, means
