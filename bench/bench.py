@@ -16,6 +16,10 @@ tool-observation spans) and estimator, one run prints:
            bytecode is written first (``compile_bytecode``), as an installed package has it from its first run.
            The e2e runs and the floors take turns (one e2e run, then one of each floor, and so on), so that a
            machine that slows down or speeds up over a cell moves both sides of e2e/floor alike.
+  start    a fresh interpreter that imports pyarrow.parquet (numpy with it) and exits, as the executable runs it:
+           the part of a fresh process that any Python reader and writer of Parquet pays before it reads; the
+           median of --repeat measurements, taken in turn with the others. ``e2e/pfloor`` is e2e over
+           ``start + floor``, the floor as a fresh process would pay it
   floor2   the same with rladv's own writer settings (no dictionary or statistics for token lists, 512-row groups)
   warm     ``rladv_cli.compute_file`` (the library, the executable's process settings) in one process that ran it
            once before: the median of --repeat runs, each after os.sync(), taken after the cell's other runs; what
@@ -163,6 +167,17 @@ def fresh_process(argv: list[str]) -> tuple[float, float]:
     return time.perf_counter() - t0, int(res.stdout.strip().splitlines()[-1]) / 1024
 
 
+def start_up() -> float:
+    """Wall seconds of a fresh interpreter that imports ``pyarrow.parquet`` (and so numpy) with the executable's
+    process settings, and exits without the interpreter's teardown, as ``rladv`` does."""
+    code = ("from rladv_cli.__main__ import set_environment\nset_environment()\nimport os, pyarrow.parquet\n"
+            "os._exit(0)\n")
+    os.sync()
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True)
+    return time.perf_counter() - t0
+
+
 def kernel_time(table: pa.Table, estimator: str, device: str = "cpu") -> float:
     """rladv's estimator function alone on ``table`` as one flat batch on ``device``: the best of 5 calls
     (synchronised on a GPU)."""
@@ -236,8 +251,8 @@ def main() -> None:
           f"C scan {'built' if NATIVE_SCAN else 'NOT built (torch scans)'}, "
           f"floors on Arrow's {pa.default_memory_pool().backend_name} allocator")
     header = (f"{'tokens':>9} {'estimator':<20} {'e2e s':>7} {'Mtok/s':>7} {'rss MiB':>8} {'kernel s':>9} {'loop s':>8} "
-              f"{'loop/kern':>9} {'floor s':>8} {'e2e/floor':>9} {'floor2 s':>8} {'e2e/floor2':>10} {'warm s':>7} "
-              f"{'warm/floor':>10}")
+              f"{'loop/kern':>9} {'floor s':>8} {'e2e/floor':>9} {'start s':>7} {'e2e/pfloor':>10} {'floor2 s':>8} "
+              f"{'e2e/floor2':>10} {'warm s':>7} {'warm/floor':>10}")
     print(header)
     for size in args.tokens.split(","):
         n = parse_size(size)
@@ -251,7 +266,7 @@ def main() -> None:
             label = estimator + (f"+{extra[1]}" if extra else "")
             # Each measurement starts from a quiet machine: no dirty pages of the last one still being written
             # back, and no large table held here during an e2e run (the output is read again for each floor).
-            runs, floors, floors2 = [], [], []
+            runs, floors, floors2, starts = [], [], [], []
             for _ in range(args.repeat):
                 runs.append(end_to_end(path, estimator, out, extra=extra))
                 written = pq.read_table(out)
@@ -259,14 +274,16 @@ def main() -> None:
                 floors2.append(io_floor(path, written, DATA / "floor.parquet", row_group_size=ROW_GROUP_ROWS,
                                         **writer_options(written.schema)))
                 del written
+                starts.append(start_up())
             e2e, rss = statistics.median(r[0] for r in runs), max(r[1] for r in runs)
-            floor, floor2 = statistics.median(floors), statistics.median(floors2)
+            floor, floor2, start = statistics.median(floors), statistics.median(floors2), statistics.median(starts)
             library = warm(path, estimator, out, args.repeat, extra)
             table = pq.read_table(path)
             kern = kernel_time(table, estimator)
             loop = float("nan") if args.no_loop else loop_time(table, estimator)
             print(f"{tokens:>9} {label:<20} {e2e:>7.2f} {tokens / e2e / 1e6:>7.2f} {rss:>8.0f} {kern:>9.3f} "
-                  f"{loop:>8.3f} {loop / kern:>9.1f} {floor:>8.2f} {e2e / floor:>9.2f} {floor2:>8.2f} {e2e / floor2:>10.2f} "
+                  f"{loop:>8.3f} {loop / kern:>9.1f} {floor:>8.2f} {e2e / floor:>9.2f} {start:>7.2f} {e2e / (start + floor):>10.2f} "
+                  f"{floor2:>8.2f} {e2e / floor2:>10.2f} "
                   f"{library:>7.2f} {library / floor:>10.2f}")
             out.unlink()
             del table

@@ -207,7 +207,8 @@ def compute(
                                                rows_path=rows_out))
     from ..report.model import render
 
-    err = _stderr_console()
+    # rich is imported to print, not for a quiet run (docs/performance.md, "Start-up")
+    err = _stderr_console() if cfg.notes or not (quiet or as_json) else None
     for note in cfg.notes:  # after the run: an error stays the only line a failed run prints
         err.print(f"Note: {one_line(note)}", markup=False, highlight=False, soft_wrap=True)
     _skipped(result.inputs.skipped)

@@ -125,10 +125,10 @@ def command_flags(settings: Mapping[str, Any]) -> list[str]:
 def threshold_levels(given: Optional[Sequence[str]]) -> Optional[dict[str, tuple[Optional[float], Optional[float]]]]:
     """``["all_equal_group=0.3,0.8", "length_bias=off", ...]`` (``--threshold``, repeated) -> ``{code: (warn,
     fail)}``; a missing FAIL keeps the default's, ``off`` is never. None or empty stays None."""
-    from ..report.verdict import THRESHOLDS, check_thresholds
-
     if not given:
         return None
+    from ..report.verdict import THRESHOLDS, check_thresholds
+
     out = {}
     for item in given:
         code, sep, levels = item.partition("=")

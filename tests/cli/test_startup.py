@@ -1,6 +1,7 @@
 """What a ``rladv compute`` run imports before it starts reading its input (docs/performance.md, "Start-up"):
 the report's models and rich come later, while the reading thread decodes. A fresh interpreter (marked slow)
-runs the command in-process, as the executable does (``cli.app``), with stderr piped."""
+runs the command in-process, as the executable does (``cli.app``), with stderr piped. A quiet run, which prints
+nothing, never imports rich."""
 from __future__ import annotations
 
 import json
@@ -27,18 +28,31 @@ try:
     app(sys.argv[1:], prog_name="rladv")
 except SystemExit as stop:
     assert stop.code in (0, None), f"exit {stop.code}"
+seen["rich at the end"] = "rich" in sys.modules
 print(json.dumps(seen))
 """
 
 
-@pytest.mark.slow  # a fresh interpreter
-def test_the_input_is_read_before_the_report_and_rich_are_imported(tmp_path):
+def _run(tmp_path, *flags: str) -> tuple[subprocess.CompletedProcess, dict]:
     env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
     p = subprocess.run([sys.executable, "-c", COMMAND, "compute", str(SAMPLES / "groups.parquet"), "--estimator",
-                        "grpo", "-o", str(tmp_path / "o.parquet"), "--device", "cpu"],
+                        "grpo", "-o", str(tmp_path / "o.parquet"), "--device", "cpu", *flags],
                        capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
-    seen = json.loads(p.stdout.splitlines()[-1])
-    assert seen == {"rich": False, "rladv_cli.report.model": False, "rladv_cli.pipeline.driver": False}
-    assert "verdict" in p.stdout + p.stderr  # the summary is printed once the run is over
     assert (tmp_path / "o.parquet").exists()
+    return p, json.loads(p.stdout.splitlines()[-1])
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_the_input_is_read_before_the_report_and_rich_are_imported(tmp_path):
+    p, seen = _run(tmp_path)
+    assert seen == {"rich": False, "rladv_cli.report.model": False, "rladv_cli.pipeline.driver": False,
+                    "rich at the end": True}
+    assert "verdict" in p.stdout + p.stderr  # the summary is printed once the run is over
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_a_quiet_run_never_imports_rich(tmp_path):
+    p, seen = _run(tmp_path, "-q")
+    assert seen["rich at the end"] is False
+    assert "verdict" not in p.stdout + p.stderr
