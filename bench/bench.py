@@ -282,9 +282,9 @@ def main() -> None:
             kern = kernel_time(table, estimator)
             loop = float("nan") if args.no_loop else loop_time(table, estimator)
             print(f"{tokens:>9} {label:<20} {e2e:>7.2f} {tokens / e2e / 1e6:>7.2f} {rss:>8.0f} {kern:>9.3f} "
-                  f"{loop:>8.3f} {loop / kern:>9.1f} {floor:>8.2f} {e2e / floor:>9.2f} {start:>7.2f} {e2e / (start + floor):>10.2f} "
-                  f"{floor2:>8.2f} {e2e / floor2:>10.2f} "
-                  f"{library:>7.2f} {library / floor:>10.2f}")
+                  f"{loop:>8.3f} {loop / kern:>9.1f} {floor:>8.2f} {e2e / floor:>9.2f} {start:>7.2f} "
+                  f"{e2e / (start + floor):>10.2f} {floor2:>8.2f} {e2e / floor2:>10.2f} {library:>7.2f} "
+                  f"{library / floor:>10.2f}")
             out.unlink()
             del table
 
